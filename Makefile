@@ -1,0 +1,45 @@
+# Starverse: `make run` starts the whole platform; `make test` installs and runs the whole suite.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: run test install install-test browser lint format clean-data
+
+run: install
+	$(BIN)/python -m portal.local run
+
+test: install-test browser
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+install: $(VENV)/.installed
+install-test: $(VENV)/.installed-test
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet --editable .
+	touch $@
+
+$(VENV)/.installed-test: pyproject.toml $(VENV)/.installed
+	$(BIN)/pip install --quiet --editable '.[test]'
+	touch $@
+
+# The browser tests drive Debian's Chromium through Playwright (Playwright's own download can't work here).
+browser:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+		($(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium chromium-driver)
+
+lint:
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format:
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+clean-data:
+	rm -rf .data

@@ -1,0 +1,81 @@
+"""Admin forms that take money in currency units and store micro-units."""
+
+from __future__ import annotations
+
+import uuid
+from decimal import Decimal
+
+from django import forms
+from django.conf import settings
+
+from billing.models import OperatorSettings, Price
+from billing.money import to_decimal, to_micros
+
+MAX_PRICE = Decimal("100000")
+MAX_ADJUSTMENT = Decimal("1000000")
+
+
+def money_field(label: str, **kwargs) -> forms.DecimalField:
+    return forms.DecimalField(label=f"{label} ({settings.CURRENCY_SYMBOL})", max_digits=14, decimal_places=6, **kwargs)
+
+
+class PriceForm(forms.ModelForm):
+    on_demand = money_field("On-demand per chip-hour", min_value=Decimal("0.000001"), max_value=MAX_PRICE)
+    spot_floor = money_field("Spot floor per chip-hour", min_value=Decimal("0.000001"), max_value=MAX_PRICE)
+
+    class Meta:
+        model = Price
+        fields = ["chip_type", "on_demand", "spot_floor", "effective_at", "note"]
+
+    def clean(self):
+        cleaned = super().clean()
+        on_demand, spot_floor = cleaned.get("on_demand"), cleaned.get("spot_floor")
+        if on_demand is not None and spot_floor is not None and spot_floor > on_demand:
+            self.add_error("spot_floor", "The spot floor cannot be above the on-demand price.")
+        return cleaned
+
+    def save(self, commit: bool = True) -> Price:
+        self.instance.on_demand_per_hour = to_micros(self.cleaned_data["on_demand"])
+        self.instance.spot_floor_per_hour = to_micros(self.cleaned_data["spot_floor"])
+        return super().save(commit=commit)
+
+
+class CreditAdjustmentForm(forms.Form):
+    amount = money_field(
+        "Amount",
+        min_value=-MAX_ADJUSTMENT,
+        max_value=MAX_ADJUSTMENT,
+        help_text="Positive credits the wallet, negative debits it.",
+    )
+    reason = forms.CharField(max_length=400, widget=forms.Textarea(attrs={"rows": 3}))
+    # A key per rendered form: submitting the same form twice posts one transaction.
+    idempotency_key = forms.CharField(widget=forms.HiddenInput, initial=lambda: f"adjust:{uuid.uuid4()}")
+
+    def clean_amount(self) -> Decimal:
+        amount = self.cleaned_data["amount"]
+        if amount == 0:
+            raise forms.ValidationError("The amount cannot be zero.")
+        return amount
+
+    def clean_reason(self) -> str:
+        reason = self.cleaned_data["reason"].strip()
+        if not reason:
+            raise forms.ValidationError("Say why you adjust this user's credit.")
+        return reason
+
+
+class OperatorSettingsForm(forms.ModelForm):
+    trial_credit_amount = money_field("Trial credit at sign-up", min_value=Decimal("0"), max_value=Decimal("10000"))
+
+    class Meta:
+        model = OperatorSettings
+        fields: list[str] = []
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.instance.pk:
+            self.fields["trial_credit_amount"].initial = to_decimal(self.instance.trial_credit)
+
+    def save(self, commit: bool = True):
+        self.instance.trial_credit = to_micros(self.cleaned_data["trial_credit_amount"])
+        return super().save(commit=commit)

@@ -1,0 +1,124 @@
+"""The double-entry credits ledger: accounts, transactions and their append-only entries."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from billing.choices import AccountKind, TransactionKind
+from billing.money import format_amount
+
+
+class AppendOnlyError(RuntimeError):
+    """Ledger rows are never changed or deleted; post a reversing transaction instead."""
+
+
+class Account(models.Model):
+    """A ledger account: one wallet per user, or one platform account per kind."""
+
+    kind = models.CharField(max_length=32, choices=AccountKind.choices)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="accounts"
+    )
+    currency = models.CharField(max_length=3, default="CNY")
+    # Running total kept by a database trigger on entry insert; checked against the sum by audit.
+    balance = models.BigIntegerField(default=0, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["owner", "kind", "currency"], condition=Q(owner__isnull=False), name="one_wallet_per_user"
+            ),
+            models.UniqueConstraint(
+                fields=["kind", "currency"], condition=Q(owner__isnull=True), name="one_platform_account_per_kind"
+            ),
+            models.CheckConstraint(
+                condition=~Q(kind=AccountKind.WALLET) | Q(balance__gte=0), name="wallet_never_negative"
+            ),
+            models.CheckConstraint(
+                condition=Q(kind=AccountKind.WALLET, owner__isnull=False)
+                | (~Q(kind=AccountKind.WALLET) & Q(owner__isnull=True)),
+                name="wallets_have_owners_platform_accounts_do_not",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        who = self.owner.get_username() if self.owner_id else "platform"
+        return f"{who} · {self.get_kind_display()}"
+
+    @property
+    def balance_display(self) -> str:
+        return format_amount(self.balance)
+
+
+class Transaction(models.Model):
+    """One balanced movement of money; its idempotency key makes a retry a no-op."""
+
+    idempotency_key = models.CharField(max_length=200, unique=True)
+    # Hash of what was asked for, so the same key with a different request is refused.
+    fingerprint = models.CharField(max_length=64)
+    kind = models.CharField(max_length=32, choices=TransactionKind.choices)
+    memo = models.CharField(max_length=500, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    reverses = models.OneToOneField(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="reversed_by"
+    )
+    created_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.get_kind_display()}: {self.memo}"
+
+    def save(self, *args, **kwargs) -> None:
+        if self.pk is not None and not kwargs.get("force_insert"):
+            raise AppendOnlyError("Ledger transactions are append-only.")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise AppendOnlyError("Ledger transactions are append-only; post a reversal instead.")
+
+
+class EntryQuerySet(models.QuerySet):
+    def update(self, **kwargs):
+        raise AppendOnlyError("Ledger entries are append-only.")
+
+    def delete(self):
+        raise AppendOnlyError("Ledger entries are append-only; post a reversal instead.")
+
+
+class Entry(models.Model):
+    """One leg of a transaction: a signed amount in micro-units on one account."""
+
+    transaction = models.ForeignKey(Transaction, on_delete=models.PROTECT, related_name="entries")
+    account = models.ForeignKey(Account, on_delete=models.PROTECT, related_name="entries")
+    amount = models.BigIntegerField()
+    created_at = models.DateTimeField(db_index=True)
+
+    objects = EntryQuerySet.as_manager()
+
+    class Meta:
+        verbose_name_plural = "entries"
+        ordering = ["-created_at", "-id"]
+        constraints = [models.CheckConstraint(condition=~Q(amount=0), name="entry_amount_not_zero")]
+        indexes = [models.Index(fields=["account", "-created_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.account}: {format_amount(self.amount)}"
+
+    def save(self, *args, **kwargs) -> None:
+        if self.pk is not None:
+            raise AppendOnlyError("Ledger entries are append-only.")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise AppendOnlyError("Ledger entries are append-only; post a reversal instead.")
+
+    @property
+    def amount_display(self) -> str:
+        return format_amount(self.amount)

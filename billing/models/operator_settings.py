@@ -1,0 +1,41 @@
+"""Settings the operator edits in the admin console (one row)."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from billing.money import format_amount, to_micros
+
+
+def default_trial_credit() -> int:
+    return to_micros(settings.DEFAULT_TRIAL_CREDIT)
+
+
+class OperatorSettings(models.Model):
+    """Platform-wide knobs; there is exactly one row (pk=1)."""
+
+    trial_credit = models.BigIntegerField(
+        default=default_trial_credit, help_text="Credit granted once at sign-up, in micro-units."
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = verbose_name_plural = "operator settings"
+        constraints = [
+            models.CheckConstraint(condition=Q(pk=1), name="operator_settings_singleton"),
+            models.CheckConstraint(condition=Q(trial_credit__gte=0), name="trial_credit_not_negative"),
+        ]
+
+    def __str__(self) -> str:
+        return "Operator settings"
+
+    @classmethod
+    def load(cls) -> OperatorSettings:
+        obj, _ = cls.objects.get_or_create(pk=1)
+        return obj
+
+    @property
+    def trial_credit_display(self) -> str:
+        return format_amount(self.trial_credit)

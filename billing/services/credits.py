@@ -1,0 +1,45 @@
+"""Credit grants and operator adjustments, on top of the ledger service."""
+
+from __future__ import annotations
+
+from django.conf import settings
+
+from billing.choices import AccountKind, TransactionKind
+from billing.models import OperatorSettings, Transaction
+from billing.money import format_amount
+from billing.services.ledger import Leg, LedgerError, platform_account, post_transaction, wallet_for
+
+
+def grant_trial_credit(user, now=None) -> Transaction | None:
+    """Grant the sign-up trial credit; the key makes a second grant for the same account a no-op."""
+    amount = OperatorSettings.load().trial_credit
+    if amount <= 0:
+        return None
+    key = f"trial-credit:{user.pk}"
+    existing = Transaction.objects.filter(idempotency_key=key).first()
+    if existing:
+        return existing
+    return post_transaction(
+        key=key,
+        kind=TransactionKind.TRIAL_CREDIT,
+        legs=[Leg(platform_account(AccountKind.PROMOTIONS), -amount), Leg(wallet_for(user), amount)],
+        memo=f"Welcome to Starverse: {settings.CURRENCY_SYMBOL}{format_amount(amount)} trial credit",
+        now=now,
+    )
+
+
+def adjust_credit(user, amount: int, *, reason: str, actor, key: str, now=None) -> Transaction:
+    """An operator's credit (positive) or debit (negative) to a user's wallet, with a reason."""
+    reason = reason.strip()
+    if not reason:
+        raise LedgerError("A credit adjustment needs a reason.")
+    if amount == 0:
+        raise LedgerError("The adjustment amount cannot be zero.")
+    return post_transaction(
+        key=key,
+        kind=TransactionKind.ADJUSTMENT,
+        legs=[Leg(platform_account(AccountKind.ADJUSTMENTS), -amount), Leg(wallet_for(user), amount)],
+        memo=reason,
+        actor=actor,
+        now=now,
+    )

@@ -1,0 +1,102 @@
+"""Admin console: users with their balances and credit adjustments, and API tokens."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib import admin, messages
+from django.contrib.auth import get_user_model
+from django.contrib.auth.admin import UserAdmin
+from django.db.models import OuterRef, Subquery
+from django.shortcuts import get_object_or_404, redirect
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils.html import format_html
+
+from billing.choices import AccountKind
+from billing.forms import CreditAdjustmentForm
+from billing.models import Account
+from billing.money import format_amount, to_micros
+from billing.services.credits import adjust_credit
+from billing.services.ledger import LedgerError, balance_of
+from portal.models import ApiToken
+
+User = get_user_model()
+admin.site.site_header = "Starverse operator console"
+admin.site.site_title = "Starverse operator console"
+admin.site.unregister(User)
+
+
+@admin.register(User)
+class OperatorUserAdmin(UserAdmin):
+    list_display = ["username", "email", "balance", "is_staff", "date_joined", "adjust_link"]
+
+    def get_queryset(self, request):
+        wallets = Account.objects.filter(owner=OuterRef("pk"), kind=AccountKind.WALLET, currency=settings.CURRENCY)
+        return super().get_queryset(request).annotate(wallet_balance=Subquery(wallets.values("balance")[:1]))
+
+    @admin.display(description="Balance", ordering="wallet_balance")
+    def balance(self, user) -> str:
+        return f"{settings.CURRENCY_SYMBOL}{format_amount(user.wallet_balance or 0)}"
+
+    @admin.display(description="Credit")
+    def adjust_link(self, user) -> str:
+        return format_html('<a href="{}">Adjust credit</a>', reverse("admin:portal_adjust_credit", args=[user.pk]))
+
+    def get_urls(self):
+        custom = [
+            path(
+                "<int:user_id>/adjust-credit/",
+                self.admin_site.admin_view(self.adjust_credit_view),
+                name="portal_adjust_credit",
+            )
+        ]
+        return custom + super().get_urls()
+
+    def adjust_credit_view(self, request, user_id: int):
+        """Credit or debit a wallet with a reason; the ledger refuses to make it negative."""
+        if not self.has_change_permission(request):
+            return redirect("admin:index")
+        user = get_object_or_404(User, pk=user_id)
+        form = CreditAdjustmentForm(request.POST or None)
+        if request.method == "POST" and form.is_valid():
+            try:
+                adjust_credit(
+                    user,
+                    to_micros(form.cleaned_data["amount"]),
+                    reason=form.cleaned_data["reason"],
+                    actor=request.user,
+                    key=form.cleaned_data["idempotency_key"],
+                )
+            except LedgerError as error:
+                form.add_error("amount", str(error))
+            else:
+                self.message_user(request, f"Adjusted {user}'s credit.", messages.SUCCESS)
+                return redirect("admin:auth_user_changelist")
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"Adjust credit: {user}",
+            "subject": user,
+            "balance": format_amount(balance_of(user)),
+            "form": form,
+            "opts": self.model._meta,
+        }
+        return TemplateResponse(request, "admin/portal/adjust_credit.html", context)
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    list_display = ["name", "user", "prefix", "scope", "created_at", "last_used_at", "expires_at", "revoked_at"]
+    list_filter = ["scope"]
+    search_fields = ["user__username", "prefix", "name"]
+    readonly_fields = ["user", "prefix", "token_hash", "created_at", "last_used_at", "revoked_at"]
+    fields = ["user", "name", "prefix", "scope", "expires_at", "created_at", "last_used_at", "revoked_at"]
+    actions = ["revoke_selected"]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    @admin.action(description="Revoke the selected tokens")
+    def revoke_selected(self, request, queryset) -> None:
+        for token in queryset:
+            token.revoke()
+        self.message_user(request, f"Revoked {queryset.count()} token(s).", messages.SUCCESS)

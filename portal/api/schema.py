@@ -1,0 +1,15 @@
+"""OpenAPI description of our bearer-token authentication."""
+
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+
+
+class BearerTokenScheme(OpenApiAuthenticationExtension):
+    target_class = "portal.api.authentication.BearerTokenAuthentication"
+    name = "bearerAuth"
+
+    def get_security_definition(self, auto_schema):
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "An API token from `POST /api/v1/tokens/` or the dashboard.",
+        }

@@ -1,0 +1,23 @@
+from django.urls import path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from rest_framework.routers import DefaultRouter
+
+from portal.api import views
+
+router = DefaultRouter(trailing_slash=True)
+router.include_root_view = False
+router.register("pools", views.PoolViewSet, basename="pool")
+router.register("ledger", views.LedgerViewSet, basename="ledger")
+router.register("tokens", views.TokenViewSet, basename="token")
+
+urlpatterns = [
+    path("chips/", views.ChipListView.as_view(), name="api-chips"),
+    path("account/", views.AccountView.as_view(), name="api-account"),
+    path("schema/", SpectacularAPIView.as_view(authentication_classes=[], permission_classes=[]), name="api-schema"),
+    path(
+        "docs/",
+        SpectacularSwaggerView.as_view(url_name="api-schema", authentication_classes=[], permission_classes=[]),
+        name="api-docs",
+    ),
+    *router.urls,
+]

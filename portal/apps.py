@@ -1,0 +1,10 @@
+from django.apps import AppConfig
+
+
+class PortalConfig(AppConfig):
+    name = "portal"
+    verbose_name = "Portal"
+
+    def ready(self) -> None:
+        from portal import signals  # noqa: F401
+        from portal.api import schema  # noqa: F401

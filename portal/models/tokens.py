@@ -1,0 +1,68 @@
+"""API tokens: shown once, stored as a SHA-256 hash, revocable, optionally expiring."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+TOKEN_PREFIX = "sv_"
+
+
+def hash_token(raw: str) -> str:
+    # Tokens carry 256 bits of randomness, so a fast hash is enough (no password stretching needed).
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+class TokenScope(models.TextChoices):
+    READ_WRITE = "read_write", "Read and write"
+    READ_ONLY = "read_only", "Read only"
+
+
+class ApiTokenQuerySet(models.QuerySet):
+    def usable(self, now=None) -> ApiTokenQuerySet:
+        now = now or timezone.now()
+        return self.filter(revoked_at__isnull=True).exclude(expires_at__lte=now)
+
+
+class ApiToken(models.Model):
+    """A user's bearer token for the REST API, SDK and CLI."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=80, default="API token")
+    prefix = models.CharField(max_length=12, help_text="The first characters, to recognise a token.")
+    token_hash = models.CharField(max_length=64, unique=True)
+    scope = models.CharField(max_length=16, choices=TokenScope.choices, default=TokenScope.READ_WRITE)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ApiTokenQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+    @classmethod
+    def issue(cls, user, *, name: str = "API token", scope: str = TokenScope.READ_WRITE, expires_at=None):
+        """Create a token; returns (token, raw secret). The raw secret is never stored."""
+        raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
+        token = cls.objects.create(
+            user=user, name=name, prefix=raw[:10], token_hash=hash_token(raw), scope=scope, expires_at=expires_at
+        )
+        return token, raw
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None and (self.expires_at is None or self.expires_at > timezone.now())
+
+    def revoke(self, now=None) -> None:
+        """Revoke once; revoking again keeps the first time."""
+        ApiToken.objects.filter(pk=self.pk, revoked_at__isnull=True).update(revoked_at=now or timezone.now())
+        self.refresh_from_db(fields=["revoked_at"])

@@ -1,0 +1,58 @@
+"""Shared actors (alice, bob, an operator) and the ledger invariant checked after every test."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from django.core.management import call_command
+
+from billing.services.ledger import audit_ledger
+
+PASSWORD = "correct-horse-battery-staple"
+
+
+def _uses_database(item) -> bool:
+    return item.get_closest_marker("django_db") is not None or bool(
+        {"db", "transactional_db", "live_server"} & set(getattr(item, "fixturenames", ()))
+    )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    """RELIABILITY 1: after every test that touched the database, the ledger still balances."""
+    result = yield
+    if _uses_database(item):
+        problems = audit_ledger()
+        assert not problems, f"ledger out of balance after the test: {problems}"
+    return result
+
+
+@pytest.fixture
+def make_user(django_user_model):
+    def make(username: str, **extra):
+        return django_user_model.objects.create_user(
+            username=username, email=f"{username}@example.com", password=PASSWORD, **extra
+        )
+
+    return make
+
+
+@pytest.fixture
+def alice(make_user):
+    return make_user("alice")
+
+
+@pytest.fixture
+def bob(make_user):
+    return make_user("bob")
+
+
+@pytest.fixture
+def operator(django_user_model):
+    return django_user_model.objects.create_superuser(username="op", email="op@example.com", password=PASSWORD)
+
+
+@pytest.fixture
+def catalog(db):
+    call_command("seed_catalog", stdout=io.StringIO())

@@ -1,0 +1,15 @@
+"""Environment defaults for the test run, applied before Django loads its settings."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config, parser, args) -> None:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+    os.environ.setdefault("STATIC_NO_MANIFEST", "1")  # tests don't run collectstatic
+    os.environ.setdefault("THROTTLE_TOKEN_CREATE", "1000/min")
+    os.environ.setdefault("CACHE_KEY_PREFIX", f"starverse-test-{os.getpid()}")
