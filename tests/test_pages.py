@@ -1,0 +1,163 @@
+"""The web pages, through Django's test client: pricing, dashboard and API tokens."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.urls import reverse
+
+from billing.money import format_amount
+from billing.services.credits import adjust_credit, grant_trial_credit
+from billing.services.pricing import current_offers, reference_chip
+from portal.models.tokens import ApiToken, TokenScope, hash_token
+from workers.models import ChipType
+
+pytestmark = pytest.mark.django_db
+
+NEW_TOKEN = re.compile(r'data-testid="new-token"[^>]*>([^<]+)<')
+
+
+@pytest.fixture
+def catalog():
+    call_command("seed_catalog", stdout=StringIO())
+
+
+@pytest.fixture
+def alice(django_user_model):
+    return django_user_model.objects.create_user("alice", "alice@example.com", "pw-alice-123")
+
+
+@pytest.fixture
+def bob(django_user_model):
+    return django_user_model.objects.create_user("bob", "bob@example.com", "pw-bob-123")
+
+
+@pytest.fixture
+def alice_client(client, alice):
+    client.force_login(alice)
+    return client
+
+
+def row_of(html: str, slug: str) -> str:
+    start = html.index(f'data-chip="{slug}"')
+    return html[start : html.index("</tr>", start)]
+
+
+def test_the_home_page_links_to_pricing_and_sign_up(client):
+    html = client.get(reverse("home")).content.decode()
+    assert reverse("pricing") in html
+    assert reverse("account_signup") in html
+
+
+def test_pricing_is_public_and_lists_every_chip(client, catalog):
+    response = client.get(reverse("pricing"))
+    assert response.status_code == 200
+    html = response.content.decode()
+    for chip in ChipType.objects.all():
+        assert f'data-chip="{chip.slug}"' in html
+        assert chip.name in html
+
+
+def test_pricing_shows_the_price_of_a_work_unit(client, catalog):
+    offers = current_offers()
+    tpu = next(offer for offer in offers if offer.chip.slug == "tpu-v5e")
+    per_unit = tpu.per_work_unit(tpu.on_demand_per_hour, reference_chip(offers))
+    row = row_of(client.get(reverse("pricing")).content.decode(), "tpu-v5e")
+    assert "¥2.80" in row
+    assert f"¥{format_amount(per_unit)}" in row
+    # The v5e delivers more than a 4090, so a 4090-hour of its compute costs less than its chip-hour.
+    assert per_unit < tpu.on_demand_per_hour
+
+
+def test_pricing_labels_simulated_capacity(client, catalog):
+    row = row_of(client.get(reverse("pricing")).content.decode(), "tpu-v5e")
+    assert "8 chips, simulated" in row
+
+
+@pytest.mark.parametrize("name", ["dashboard", "tokens"])
+def test_signed_in_pages_need_a_login(client, name):
+    response = client.get(reverse(name))
+    assert response.status_code == 302
+    assert response["Location"].startswith(reverse("account_login"))
+
+
+def test_the_dashboard_shows_the_balance_and_the_ledger(alice_client, alice):
+    grant_trial_credit(alice)
+    html = alice_client.get(reverse("dashboard")).content.decode()
+    assert re.search(r'data-testid="balance">¥10\.00<', html)
+    assert "trial credit" in html
+    assert "+¥10.00" in html
+
+
+def test_the_ledger_history_pages_by_25(alice_client, alice):
+    for n in range(30):
+        adjust_credit(alice, 1_000_000, reason=f"goodwill {n}", actor=None, key=f"test-adjust-{n}")
+    first = alice_client.get(reverse("dashboard")).content.decode()
+    second = alice_client.get(reverse("dashboard"), {"page": 2}).content.decode()
+    assert first.count("goodwill ") == 25
+    assert second.count("goodwill ") == 5
+    assert "goodwill 29" in first and "goodwill 0" in second
+
+
+def test_creating_a_token_shows_it_once_and_stores_only_its_hash(alice_client, alice):
+    response = alice_client.post(reverse("tokens"), {"name": "laptop", "scope": TokenScope.READ_ONLY})
+    raw = NEW_TOKEN.search(response.content.decode()).group(1).strip()
+    token = ApiToken.objects.get(user=alice)
+    assert token.token_hash == hash_token(raw)
+    assert raw not in {token.name, token.prefix, token.token_hash}
+    assert token.scope == TokenScope.READ_ONLY
+    assert "no-store" in response["Cache-Control"]
+    again = alice_client.get(reverse("tokens")).content.decode()
+    assert raw not in again
+    assert f"{token.prefix}…" in again
+
+
+def test_a_token_can_expire_in_some_days(alice_client, alice):
+    alice_client.post(reverse("tokens"), {"name": "ci", "scope": TokenScope.READ_WRITE, "expires_in_days": 30})
+    token = ApiToken.objects.get(user=alice)
+    assert abs(token.expires_at - token.created_at - timedelta(days=30)) < timedelta(minutes=1)
+
+
+@pytest.mark.parametrize(
+    ("data", "error"),
+    [
+        ({"name": "ci", "scope": "read_write", "expires_in_days": 400}, "Expires in (days): Ensure this value"),
+        ({"name": "ci", "scope": "read_write", "expires_in_days": "soon"}, "Expires in (days): Enter a whole number"),
+        ({"name": "", "scope": "read_write"}, "Name: This field is required"),
+        ({"name": "ci", "scope": "admin"}, "Scope: Select a valid choice"),
+    ],
+)
+def test_bad_token_form_input_shows_a_field_error(alice_client, data, error):
+    response = alice_client.post(reverse("tokens"), data)
+    assert response.status_code == 200
+    assert error in response.content.decode()
+    assert not ApiToken.objects.exists()
+
+
+def test_a_user_cannot_revoke_another_users_token(alice_client, bob):
+    token, _ = ApiToken.issue(bob, name="bob's")
+    response = alice_client.post(reverse("token_revoke", args=[token.pk]))
+    assert response.status_code == 404
+    token.refresh_from_db()
+    assert token.revoked_at is None
+
+
+def test_revoking_a_token_redirects_back_to_the_list(alice_client, alice):
+    token, _ = ApiToken.issue(alice, name="old")
+    response = alice_client.post(reverse("token_revoke", args=[token.pk]), follow=True)
+    token.refresh_from_db()
+    assert token.revoked_at is not None
+    assert "Revoked the token “old”" in response.content.decode()
+
+
+def test_revoking_with_htmx_swaps_only_the_row(alice_client, alice):
+    token, _ = ApiToken.issue(alice, name="old")
+    response = alice_client.post(reverse("token_revoke", args=[token.pk]), headers={"HX-Request": "true"})
+    html = response.content.decode()
+    assert html.lstrip().startswith(f'<tr id="token-{token.pk}"')
+    assert "revoked" in html
+    assert "Revoke</button>" not in html

@@ -1,0 +1,73 @@
+"""Project hygiene that CI checks on every run: migrations, system checks, the seed, the Celery app."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+
+import pytest
+from django.core.management import call_command
+
+from billing.models import Price
+from portal.celery import app
+from workers.models import ChipType, Node, Pool
+
+
+@pytest.mark.django_db
+def test_models_and_migrations_agree():
+    call_command("makemigrations", "--check", "--dry-run", stdout=io.StringIO())
+
+
+def test_system_checks_pass():
+    call_command("check", stdout=io.StringIO())
+
+
+def test_deploy_checks_pass_with_production_settings():
+    env = {
+        **os.environ,
+        "DJANGO_SECRET_KEY": "x" * 64 + "-production-secret-for-the-check-only",
+        "SECURE_HTTPS": "true",
+        "DEBUG": "false",
+    }
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+        env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.django_db
+def test_seeding_twice_creates_nothing_the_second_time():
+    call_command("seed_catalog", stdout=io.StringIO())
+    counts = (ChipType.objects.count(), Price.objects.count(), Pool.objects.count(), Node.objects.count())
+    out = io.StringIO()
+    call_command("seed_catalog", stdout=out)
+    assert (ChipType.objects.count(), Price.objects.count(), Pool.objects.count(), Node.objects.count()) == counts
+    assert counts[0] == 7
+    assert "already seeded" in out.getvalue()
+
+
+@pytest.mark.django_db
+def test_the_article_prices_are_seeded():
+    call_command("seed_catalog", stdout=io.StringIO())
+    prices = {p.chip_type.slug: (p.on_demand_per_hour, p.spot_floor_per_hour) for p in Price.objects.in_force()}
+    assert prices["rtx-4090"] == (1_200_000, 500_000)
+    assert prices["tpu-v5e"] == (2_800_000, 800_000)
+    assert prices["ascend-910b"] == (1_500_000, 600_000)
+
+
+@pytest.mark.django_db
+def test_the_operator_login_is_created_once_and_printed_once():
+    first, second = io.StringIO(), io.StringIO()
+    call_command("ensure_operator", stdout=first)
+    call_command("ensure_operator", stdout=second)
+    assert "password:" in first.getvalue()
+    assert second.getvalue() == ""
+
+
+def test_the_celery_app_knows_the_periodic_tasks():
+    app.loader.import_default_modules()
+    assert "billing.tasks.audit_ledger" in app.tasks
+    assert any(entry["task"] == "billing.tasks.audit_ledger" for entry in app.conf.beat_schedule.values())
