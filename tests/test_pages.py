@@ -117,7 +117,9 @@ def test_creating_a_token_shows_it_once_and_stores_only_its_hash(alice_client, a
 
 
 def test_a_token_can_expire_in_some_days(alice_client, alice):
-    alice_client.post(reverse("tokens"), {"name": "ci", "scope": TokenScope.READ_WRITE, "expires_in_days": 30})
+    alice_client.post(
+        reverse("tokens"), {"name": "ci", "scope": TokenScope.READ_WRITE, "expires_in_days": 30}
+    )
     token = ApiToken.objects.get(user=alice)
     assert abs(token.expires_at - token.created_at - timedelta(days=30)) < timedelta(minutes=1)
 
@@ -125,8 +127,14 @@ def test_a_token_can_expire_in_some_days(alice_client, alice):
 @pytest.mark.parametrize(
     ("data", "error"),
     [
-        ({"name": "ci", "scope": "read_write", "expires_in_days": 400}, "Expires in (days): Ensure this value"),
-        ({"name": "ci", "scope": "read_write", "expires_in_days": "soon"}, "Expires in (days): Enter a whole number"),
+        (
+            {"name": "ci", "scope": "read_write", "expires_in_days": 400},
+            "Expires in (days): Ensure this value",
+        ),
+        (
+            {"name": "ci", "scope": "read_write", "expires_in_days": "soon"},
+            "Expires in (days): Enter a whole number",
+        ),
         ({"name": "", "scope": "read_write"}, "Name: This field is required"),
         ({"name": "ci", "scope": "admin"}, "Scope: Select a valid choice"),
     ],

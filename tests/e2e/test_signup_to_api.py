@@ -1,9 +1,10 @@
-"""A new user's first minutes, in a real browser: sign up, see the credit, prices, a token, the API."""
+"""A new user's first minutes in a real browser: sign up, credit, prices, a token, the API, revoke."""
 
 from __future__ import annotations
 
 import json
 import re
+import urllib.error
 import urllib.request
 from io import StringIO
 
@@ -39,9 +40,18 @@ def create_token(page: Page, base_url: str) -> str:
 
 
 def get_account(base_url: str, token: str) -> dict:
-    request = urllib.request.Request(f"{base_url}/api/v1/account/", headers={"Authorization": f"Bearer {token}"})
+    # urllib, not page.request: the browser's session cookie must not be what authenticates.
+    request = urllib.request.Request(
+        f"{base_url}/api/v1/account/", headers={"Authorization": f"Bearer {token}"}
+    )
     with urllib.request.urlopen(request, timeout=10) as response:
         return json.load(response)
+
+
+def revoke_in_browser(page: Page) -> None:
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.get_by_role("button", name="Revoke").click()
+    expect(page.get_by_test_id("token-status")).to_have_text("revoked")
 
 
 def test_a_new_user_signs_up_and_calls_the_api_with_a_token(live_server, browser_page, screenshots):
@@ -75,3 +85,8 @@ def test_a_new_user_signs_up_and_calls_the_api_with_a_token(live_server, browser
         "balance": "10.00",
         "currency": "CNY",
     }
+
+    revoke_in_browser(page)
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        get_account(url, token)
+    assert refused.value.code == 401

@@ -1,0 +1,1 @@
+"""The web pages: public pages (pages.py) and the signed-in dashboard (dashboard.py)."""

@@ -1,0 +1,106 @@
+"""Signed-in pages: balance and ledger history, API tokens."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_POST
+
+from billing.choices import AccountKind
+from billing.models import Entry
+from billing.money import format_amount
+from billing.services.ledger import balance_of
+from portal.forms import ApiTokenForm
+from portal.models.tokens import ApiToken
+from portal.views.pages import format_price
+
+LEDGER_PAGE_SIZE = 25
+
+
+def format_signed(micros: int) -> str:
+    """The sign first ("+¥10.00", "−¥1.50"), so a column of amounts reads at a glance."""
+    sign = "−" if micros < 0 else "+"
+    return f"{sign}{settings.CURRENCY_SYMBOL}{format_amount(abs(micros))}"
+
+
+@dataclass(frozen=True)
+class LedgerLine:
+    """One entry of the user's wallet as the dashboard shows it."""
+
+    created_at: datetime
+    description: str
+    kind: str
+    amount: str
+    is_credit: bool
+
+
+def ledger_line(entry: Entry) -> LedgerLine:
+    txn = entry.transaction
+    return LedgerLine(
+        created_at=entry.created_at,
+        description=txn.memo or txn.get_kind_display(),
+        kind=txn.get_kind_display(),
+        amount=format_signed(entry.amount),
+        is_credit=entry.amount > 0,
+    )
+
+
+def wallet_entries(user) -> QuerySet[Entry]:
+    return Entry.objects.filter(
+        account__owner=user, account__kind=AccountKind.WALLET, account__currency=settings.CURRENCY
+    ).select_related("transaction")
+
+
+@login_required
+def dashboard(request: HttpRequest) -> HttpResponse:
+    page = Paginator(wallet_entries(request.user), LEDGER_PAGE_SIZE).get_page(request.GET.get("page"))
+    context = {
+        "balance": format_price(balance_of(request.user)),
+        "page": page,
+        "lines": [ledger_line(entry) for entry in page.object_list],
+    }
+    return render(request, "portal/dashboard.html", context)
+
+
+@never_cache
+@login_required
+def tokens(request: HttpRequest) -> HttpResponse:
+    form = ApiTokenForm(request.POST if request.method == "POST" else None)
+    new_token = raw = None
+    if request.method == "POST" and form.is_valid():
+        new_token, raw = ApiToken.issue(
+            request.user,
+            name=form.cleaned_data["name"],
+            scope=form.cleaned_data["scope"],
+            expires_at=form.expires_at(timezone.now()),
+        )
+        form = ApiTokenForm()
+    context = {
+        "form": form,
+        "tokens": request.user.api_tokens.all(),
+        "new_token": new_token,
+        "raw_token": raw,
+    }
+    # The raw secret is rendered into this one response (never cached) and never stored: shown once.
+    return render(request, "portal/tokens.html", context)
+
+
+@require_POST
+@login_required
+def revoke_token(request: HttpRequest, pk: int) -> HttpResponse:
+    token = get_object_or_404(ApiToken, pk=pk, user=request.user)
+    token.revoke()
+    if request.htmx:
+        return render(request, "partials/token_row.html", {"token": token})
+    messages.success(request, f"Revoked the token “{token.name}”.")
+    return redirect("tokens")

@@ -1,0 +1,62 @@
+"""Public pages: the home page and the pricing table."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+
+from billing.models import OperatorSettings
+from billing.money import format_amount
+from billing.services.pricing import ChipOffer, current_offers, reference_chip
+from workers.models import ChipType
+
+
+def format_price(micros: int | None) -> str:
+    """A price for display: "¥1.20", or a dash when there is none."""
+    return "—" if micros is None else f"{settings.CURRENCY_SYMBOL}{format_amount(micros)}"
+
+
+@dataclass(frozen=True)
+class PricingRow:
+    """One chip type on the pricing page, its prices already formatted."""
+
+    offer: ChipOffer
+    on_demand: str
+    spot: str
+    on_demand_per_unit: str
+    spot_per_unit: str
+
+    @property
+    def chip(self) -> ChipType:
+        return self.offer.chip
+
+    @property
+    def real_capacity(self) -> int:
+        return self.offer.capacity - self.offer.simulated_capacity
+
+
+def pricing_row(offer: ChipOffer, reference: ChipType) -> PricingRow:
+    return PricingRow(
+        offer=offer,
+        on_demand=format_price(offer.on_demand_per_hour),
+        spot=format_price(offer.spot_per_hour),
+        on_demand_per_unit=format_price(offer.per_work_unit(offer.on_demand_per_hour, reference)),
+        spot_per_unit=format_price(offer.per_work_unit(offer.spot_per_hour, reference)),
+    )
+
+
+def home(request: HttpRequest) -> HttpResponse:
+    trial_credit = OperatorSettings.load().trial_credit
+    return render(
+        request, "portal/home.html", {"trial_credit": format_amount(trial_credit) if trial_credit else ""}
+    )
+
+
+def pricing(request: HttpRequest) -> HttpResponse:
+    offers = current_offers()
+    reference = reference_chip(offers) if offers else None
+    rows = [pricing_row(offer, reference) for offer in offers] if reference else []
+    return render(request, "portal/pricing.html", {"rows": rows, "reference": reference})
