@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import secrets
 import subprocess
 import sys
 
@@ -27,7 +28,7 @@ def test_system_checks_pass():
 def test_deploy_checks_pass_with_production_settings():
     env = {
         **os.environ,
-        "DJANGO_SECRET_KEY": "x" * 64 + "-production-secret-for-the-check-only",
+        "DJANGO_SECRET_KEY": secrets.token_urlsafe(50),
         "SECURE_HTTPS": "true",
         "DEBUG": "false",
     }
