@@ -152,8 +152,12 @@ class _Lines:
 def _spawn(args: list[str], **env: str) -> subprocess.Popen[str]:
     clean = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
     return subprocess.Popen(
-        [sys.executable, *args], cwd=REPO, env={**clean, **env, "PYTHONUNBUFFERED": "1"},
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [sys.executable, *args],
+        cwd=REPO,
+        env={**clean, **env, "PYTHONUNBUFFERED": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
 
 
@@ -167,8 +171,12 @@ def _stop_and_check_nothing_left(proc: subprocess.Popen[str], sig: int) -> None:
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_stores_command_prints_urls_and_a_signal_stops_everything(tmp_path: Path, sig: int) -> None:
-    proc = _spawn(["-m", "portal.local", "stores"], STARVERSE_DATA_DIR=str(tmp_path),
-                  STARVERSE_PG_PORT=str(free_port()), STARVERSE_REDIS_PORT=str(free_port()))
+    proc = _spawn(
+        ["-m", "portal.local", "stores"],
+        STARVERSE_DATA_DIR=str(tmp_path),
+        STARVERSE_PG_PORT=str(free_port()),
+        STARVERSE_REDIS_PORT=str(free_port()),
+    )
     try:
         lines = _Lines(proc)
         database_url = lines.wait_for("DATABASE_URL=").split("=", 1)[1]

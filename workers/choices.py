@@ -22,3 +22,62 @@ class AgentStatus(models.TextChoices):
     DRAINING = "draining", "Draining"
     OFFLINE = "offline", "Offline"
     LOST = "lost", "Lost"
+
+
+class JobStatus(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    PLANNING = "planning", "Planning"
+    PROVISIONING = "provisioning", "Provisioning"
+    RUNNING = "running", "Running"
+    MIGRATING = "migrating", "Migrating"
+    STOPPING = "stopping", "Stopping"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+    STOPPED_NO_CREDIT = "stopped_no_credit", "Stopped: out of credit"
+
+    @classmethod
+    def finished(cls) -> set[str]:
+        return {cls.SUCCEEDED, cls.FAILED, cls.CANCELLED, cls.STOPPED_NO_CREDIT}
+
+    @classmethod
+    def active(cls) -> set[str]:
+        return {cls.PROVISIONING, cls.RUNNING, cls.MIGRATING, cls.STOPPING}
+
+
+class Policy(models.TextChoices):
+    COST_PERFORMANCE = "cost-performance", "Cost-performance"
+    FASTEST = "fastest", "Fastest"
+    CHEAPEST = "cheapest", "Cheapest"
+    SINGLE_TYPE = "single-type", "Single chip type"
+
+
+class AllocationMode(models.TextChoices):
+    ON_DEMAND = "on_demand", "On-demand"
+    SPOT = "spot", "Spot"
+
+
+class JobEventKind(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    PLACED = "placed", "Placed"
+    STARTED = "started", "Started"
+    CHECKPOINTED = "checkpointed", "Checkpointed"
+    NOTICE = "notice", "Notice"
+    MIGRATED = "migrated", "Migrated"
+    RESUMED = "resumed", "Resumed"
+    CANCEL_REQUESTED = "cancel_requested", "Cancel requested"
+    STOPPED = "stopped", "Stopped"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    WAITING = "waiting", "Waiting for chips"
+
+
+class CommandStatus(models.TextChoices):
+    PENDING = "pending", "Pending"
+    DONE = "done", "Done"
+    REFUSED = "refused", "Refused"
+
+
+class DatasetKind(models.TextChoices):
+    TEXT = "text", "Plain text"
+    JSONL = "jsonl", "JSON lines"

@@ -1,3 +1,29 @@
+from workers.models.agents import AgentCommand, EnrollmentToken, hash_secret, new_node_token
 from workers.models.fleet import REFERENCE_CHIP, ChipType, Node, Pool
+from workers.models.jobs import (
+    Allocation,
+    Dataset,
+    Job,
+    JobEvent,
+    JobLogLine,
+    JobMetric,
+    MeasuredThroughput,
+)
 
-__all__ = ["REFERENCE_CHIP", "ChipType", "Node", "Pool"]
+__all__ = [
+    "REFERENCE_CHIP",
+    "AgentCommand",
+    "Allocation",
+    "ChipType",
+    "Dataset",
+    "EnrollmentToken",
+    "Job",
+    "JobEvent",
+    "JobLogLine",
+    "JobMetric",
+    "MeasuredThroughput",
+    "Node",
+    "Pool",
+    "hash_secret",
+    "new_node_token",
+]

@@ -78,6 +78,12 @@ class Node(models.Model):
         default=False, help_text="Runs real training on a CPU, paced to this chip type's speed."
     )
     spot_eligible = models.BooleanField(default=False)
+    token_hash = models.CharField(max_length=64, null=True, blank=True, unique=True, editable=False)
+    address = models.CharField(max_length=120, blank=True, help_text="Where this node's ranks can be reached.")
+    devices = models.JSONField(default=list, blank=True)
+    health = models.JSONField(default=dict, blank=True)
+    agent_version = models.CharField(max_length=40, blank=True)
+    enrolled_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -1,0 +1,256 @@
+"""`python -m portal.local run|stores`: the one process behind `make run`.
+
+Why: a fresh machine should get the whole platform (stores, migrations, web, Celery) from one
+command, and Ctrl-C should take all of it down again. Web, worker and beat run under honcho's
+Manager; the embedded stores are ours and are stopped last, in a `finally`, so that the platform
+processes can still reach them while they shut down. No Django import here: Django only runs
+in the children, after DATABASE_URL and REDIS_URL are known.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from pathlib import Path
+from types import FrameType
+
+from honcho.manager import Manager
+from honcho.printer import Message, Printer
+
+from portal.local._child import ChildServer, StoreError, ensure_port_free
+from portal.local.stores import EmbeddedPostgres, EmbeddedRedis
+
+REPO = Path(__file__).resolve().parents[2]
+SETUP_COMMANDS = (
+    ("migrate", "--noinput"),
+    ("collectstatic", "--noinput", "--verbosity", "0"),
+    ("seed_catalog",),
+    ("ensure_operator",),
+)
+HONCHO_SIGNAL_RCS = {130, 143}  # Manager.returncode after SIGINT / SIGTERM: a requested stop
+WEB_READY_TIMEOUT_S = 120.0
+
+
+class SetupFailed(Exception):
+    """A setup step (migrate, seed, ...) failed; nothing long-running was started."""
+
+
+_OUTPUT = threading.Lock()  # honcho prints a line and its newline in two writes
+
+
+def say(message: str) -> None:
+    """One launcher line, whole and flushed, never in the middle of a child's line."""
+    with _OUTPUT:
+        sys.stdout.write(f"[starverse] {message}\n")
+        sys.stdout.flush()
+
+
+class _LockedPrinter(Printer):
+    """honcho's printer, sharing `say`'s lock so the two never interleave within a line."""
+
+    def write(self, message: Message) -> None:
+        with _OUTPUT:
+            super().write(message)
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM behaves like Ctrl-C, so every `finally` (stopping the stores) runs."""
+    raise KeyboardInterrupt
+
+
+def _env_port(name: str, default: int) -> int:
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return default
+    if not value.isdigit() or not 0 < int(value) < 65536:
+        raise StoreError(f"{name}={value!r} is not a TCP port number.")
+    return int(value)
+
+
+def prepare_data_dir() -> Path:
+    """`$STARVERSE_DATA_DIR` or `<repo>/.data`, created, and exported to the children."""
+    data_dir = Path(os.environ.get("STARVERSE_DATA_DIR") or REPO / ".data").resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    os.environ["STARVERSE_DATA_DIR"] = str(data_dir)
+    return data_dir
+
+
+def ensure_secret_key(data_dir: Path) -> None:
+    """A per-machine secret key, made once, so sessions survive restarts without configuration."""
+    key_file = data_dir / "secret_key"
+    try:
+        fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        pass
+    else:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(secrets.token_urlsafe(50) + "\n")
+    if not os.environ.get("DJANGO_SECRET_KEY") and not os.environ.get("DJANGO_SECRET_KEY_FILE"):
+        os.environ["DJANGO_SECRET_KEY_FILE"] = str(key_file)
+
+
+def start_stores(data_dir: Path, started: list[ChildServer], *, keep_external: bool) -> None:
+    """Start the embedded stores and export their URLs; with `keep_external`, a set URL wins."""
+    if not (keep_external and os.environ.get("DATABASE_URL")):
+        pg = EmbeddedPostgres(data_dir, _env_port("STARVERSE_PG_PORT", 54329))
+        started.append(pg)  # before start(): a Ctrl-C during startup must still stop it
+        say(f"starting embedded PostgreSQL on 127.0.0.1:{pg.port} (data in {pg.pgdata})")
+        pg.start()
+        os.environ["DATABASE_URL"] = pg.url
+    if not (keep_external and os.environ.get("REDIS_URL")):
+        redis = EmbeddedRedis(data_dir, _env_port("STARVERSE_REDIS_PORT", 63799))
+        started.append(redis)
+        say(f"starting embedded Redis on 127.0.0.1:{redis.port} (data in {redis.redis_dir})")
+        redis.start()
+        os.environ["REDIS_URL"] = redis.url
+
+
+def stop_stores(started: list[ChildServer]) -> None:
+    """Stop in reverse order; further Ctrl-C is ignored meanwhile (each stop is bounded)."""
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        for server in reversed(started):
+            if server.pid is not None:
+                say(f"stopping {server.name} (pid {server.pid})")
+            server.stop()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def manage(*args: str) -> None:
+    """Run one `manage.py` command with the venv's python; a failure stops the launch loudly."""
+    command = [sys.executable, "manage.py", *args]
+    say(f"manage.py {' '.join(args)}")
+    done = subprocess.run(command, cwd=REPO, env=os.environ.copy(), check=False)
+    if done.returncode != 0:
+        raise SetupFailed(f"`manage.py {' '.join(args)}` failed with exit code {done.returncode}")
+
+
+def web_address(env: Mapping[str, str]) -> tuple[str, int]:
+    """Where gunicorn binds: STARVERSE_HOST (default 127.0.0.1) and PORT (default 8000)."""
+    return env.get("STARVERSE_HOST") or "127.0.0.1", int(env.get("PORT") or 8000)
+
+
+def _no_gunicorn_control_socket() -> str:
+    """gunicorn >= 25 opens a control socket in ~/.gunicorn, shared by every local platform."""
+    from gunicorn.config import KNOWN_SETTINGS
+
+    known = {setting.name for setting in KNOWN_SETTINGS}
+    return " --no-control-socket" if "control_socket_disable" in known else ""
+
+
+def platform_processes(env: Mapping[str, str]) -> dict[str, str]:
+    """The long-running processes of a local platform: name -> shell command line.
+
+    This is the hook for more processes (the demo fleet's node agents go here).
+    """
+    python = shlex.quote(sys.executable)
+    host, port = web_address(env)
+    bind = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    schedule = shlex.quote(str(Path(env["STARVERSE_DATA_DIR"]) / "celerybeat-schedule"))
+    web = f"{python} -m gunicorn portal.wsgi:application --bind {bind} --workers 2"
+    # Threads, because node agents hold a request open while they long-poll for commands.
+    web += " --worker-class gthread --threads 16 --access-logfile -"
+    return {
+        "web": web + _no_gunicorn_control_socket(),
+        "worker": f"{python} -m celery -A portal worker --loglevel INFO --concurrency 1 --hostname worker@%h",
+        "beat": f"{python} -m celery -A portal beat --loglevel INFO --schedule {schedule}",
+    }
+
+
+def _announce_when_up(host: str, port: int, stopped: threading.Event) -> None:
+    """Print the URL once the web process answers HTTP at all (any status counts)."""
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+    target = f"http://[{shown}]:{port}/" if ":" in shown else f"http://{shown}:{port}/"
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never via a proxy
+    deadline = time.monotonic() + WEB_READY_TIMEOUT_S
+    while not stopped.wait(0.5):
+        try:
+            opener.open(target, timeout=5).close()
+        except urllib.error.HTTPError:
+            pass  # an error page is still an answer
+        except OSError:
+            if time.monotonic() > deadline:
+                say(f"web did not answer on {target} within {WEB_READY_TIMEOUT_S:.0f}s; see its lines above")
+                return
+            continue
+        say(f"Starverse is running at {target.rstrip('/')}  (Ctrl-C to stop)")
+        return
+
+
+def serve(processes: Mapping[str, str], host: str, port: int) -> int:
+    """Run the processes under honcho until Ctrl-C/SIGTERM (0) or until one of them stops (!= 0)."""
+    manager = Manager(printer=_LockedPrinter(sys.stdout))
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    for name, command in processes.items():
+        manager.add_process(name, f"exec {command}", env=env, cwd=str(REPO))
+    stopped = threading.Event()
+    threading.Thread(target=_announce_when_up, args=(host, port, stopped), daemon=True).start()
+    try:
+        manager.loop()
+    finally:
+        stopped.set()
+    code = manager.returncode
+    if code in HONCHO_SIGNAL_RCS:
+        return 0
+    say(f"a process stopped on its own (rc={code}), so everything was stopped")
+    return code if isinstance(code, int) and code > 0 else 1
+
+
+def run() -> int:
+    """`make run`: stores, setup commands, then web/worker/beat until Ctrl-C."""
+    data_dir = prepare_data_dir()
+    ensure_secret_key(data_dir)
+    host, port = web_address(os.environ)
+    ensure_port_free(port, "PORT", "the web server", host)
+    started: list[ChildServer] = []
+    try:
+        start_stores(data_dir, started, keep_external=True)
+        for args in SETUP_COMMANDS:
+            manage(*args)
+        return serve(platform_processes(os.environ), host, port)
+    finally:
+        stop_stores(started)
+
+
+def stores() -> int:
+    """`stores`: only the embedded stores, their URLs on stdout, until Ctrl-C/SIGTERM."""
+    started: list[ChildServer] = []
+    try:
+        start_stores(prepare_data_dir(), started, keep_external=False)
+        print(f"DATABASE_URL={os.environ['DATABASE_URL']}\nREDIS_URL={os.environ['REDIS_URL']}", flush=True)
+        while all(server.running for server in started):
+            time.sleep(0.5)
+        dead = next(server for server in started if not server.running)
+        say(f"{dead.name} stopped unexpectedly.\n{dead.log_tail()}")
+        return 1
+    finally:
+        stop_stores(started)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m portal.local", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("run", help="stores, migrations, web, Celery worker and beat (make run)")
+    commands.add_parser("stores", help="only the embedded PostgreSQL and Redis; prints their URLs")
+    args = parser.parse_args(argv)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _interrupt)
+    try:
+        return run() if args.command == "run" else stores()
+    except KeyboardInterrupt:
+        return 0  # stopped before the platform was up; the `finally`s have cleaned up
+    except (StoreError, SetupFailed) as exc:
+        say(f"error: {exc}")
+        return 1

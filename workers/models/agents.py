@@ -1,0 +1,80 @@
+"""How node agents join and talk to the platform: enrollment tokens and queued commands."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from workers.choices import CommandStatus
+from workers.protocol import ENROLLMENT_TOKEN_PREFIX, NODE_TOKEN_PREFIX
+
+
+def hash_secret(raw: str) -> str:
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+def new_node_token() -> str:
+    return NODE_TOKEN_PREFIX + secrets.token_urlsafe(32)
+
+
+class EnrollmentToken(models.Model):
+    """A secret an operator hands to a compute host so its agent can join one pool."""
+
+    pool = models.ForeignKey("workers.Pool", on_delete=models.CASCADE, related_name="enrollment_tokens")
+    name = models.CharField(max_length=80, default="enrollment token")
+    prefix = models.CharField(max_length=12, editable=False)
+    token_hash = models.CharField(max_length=64, unique=True, editable=False)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    uses = models.PositiveIntegerField(default=0, editable=False)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…) for {self.pool}"
+
+    @classmethod
+    def issue(cls, pool, *, name: str = "enrollment token", created_by=None, raw: str | None = None):
+        """Create a token; returns (token, raw secret). Pass `raw` to enroll with a known secret (demo fleet)."""
+        raw = raw or ENROLLMENT_TOKEN_PREFIX + secrets.token_urlsafe(24)
+        token = cls.objects.create(
+            pool=pool, name=name, prefix=raw[:10], token_hash=hash_secret(raw), created_by=created_by
+        )
+        return token, raw
+
+    @property
+    def is_usable(self) -> bool:
+        return self.revoked_at is None and (self.expires_at is None or self.expires_at > timezone.now())
+
+
+class AgentCommand(models.Model):
+    """An order for one node's agent, re-sent on every poll until the agent acks it."""
+
+    node = models.ForeignKey("workers.Node", on_delete=models.CASCADE, related_name="commands")
+    job = models.ForeignKey("workers.Job", on_delete=models.CASCADE, related_name="commands")
+    epoch = models.PositiveIntegerField()
+    type = models.CharField(max_length=16)
+    payload = models.JSONField(default=dict)
+    status = models.CharField(max_length=16, choices=CommandStatus.choices, default=CommandStatus.PENDING)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    acked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        indexes = [models.Index(fields=["node", "status"])]
+
+    def __str__(self) -> str:
+        return f"{self.type} job {self.job_id} epoch {self.epoch} → {self.node_id}"
+
+    def as_message(self) -> dict:
+        return {"id": self.pk, "type": self.type, "job_id": self.job_id, "epoch": self.epoch, "payload": self.payload}

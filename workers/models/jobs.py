@@ -1,0 +1,192 @@
+"""Training jobs, the chips they hold (allocations), and what they report."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from billing.money import format_amount
+from workers.choices import AllocationMode, DatasetKind, JobEventKind, JobStatus, Policy
+
+
+class Dataset(models.Model):
+    """A user's uploaded text or JSONL corpus, validated at upload."""
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="datasets")
+    name = models.CharField(max_length=120)
+    kind = models.CharField(max_length=8, choices=DatasetKind.choices)
+    file = models.FileField(upload_to="datasets/%Y/%m/")
+    size_bytes = models.PositiveBigIntegerField()
+    samples = models.PositiveIntegerField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def reference(self) -> str:
+        return f"upload:{self.pk}"
+
+
+class Job(models.Model):
+    """A training run: what to train, under which policy and budget, and where it stands."""
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs")
+    name = models.CharField(max_length=120, blank=True)
+    model_name = models.CharField(max_length=80)
+    dataset = models.CharField(max_length=120, default="synthetic")
+    dataset_upload = models.ForeignKey(Dataset, null=True, blank=True, on_delete=models.PROTECT, related_name="jobs")
+    per_device_batch_size = models.PositiveIntegerField()
+    max_steps = models.PositiveIntegerField()
+    policy = models.CharField(max_length=20, choices=Policy.choices, default=Policy.COST_PERFORMANCE)
+    max_budget_per_hour = models.BigIntegerField(help_text="micro-units per hour")
+    total_budget = models.BigIntegerField(null=True, blank=True, help_text="micro-units")
+    chip_counts = models.JSONField(null=True, blank=True, help_text="Chips picked by hand: {slug: count}")
+    status = models.CharField(max_length=20, choices=JobStatus.choices, default=JobStatus.QUEUED, db_index=True)
+    status_reason = models.TextField(blank=True)
+    # Bumped on every (re)placement; ranks and agents of an older epoch are fenced out.
+    epoch = models.PositiveIntegerField(default=0)
+    plan = models.JSONField(null=True, blank=True)
+    step = models.PositiveIntegerField(default=0)
+    tokens = models.PositiveBigIntegerField(default=0)
+    loss = models.FloatField(null=True, blank=True)
+    first_loss = models.FloatField(null=True, blank=True)
+    tokens_per_s = models.FloatField(null=True, blank=True)
+    latest_checkpoint = models.CharField(max_length=500, blank=True)
+    latest_checkpoint_step = models.PositiveIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(max_budget_per_hour__gt=0), name="job_budget_positive"),
+            models.CheckConstraint(condition=Q(max_steps__gt=0), name="job_steps_positive"),
+            models.CheckConstraint(condition=Q(per_device_batch_size__gt=0), name="job_batch_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return f"Job {self.pk} ({self.model_name})"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in JobStatus.finished()
+
+    @property
+    def progress(self) -> float:
+        return min(1.0, self.step / self.max_steps) if self.max_steps else 0.0
+
+    @property
+    def budget_display(self) -> str:
+        return format_amount(self.max_budget_per_hour)
+
+
+class AllocationQuerySet(models.QuerySet):
+    def open(self) -> AllocationQuerySet:
+        return self.filter(ended_at__isnull=True)
+
+
+class Allocation(models.Model):
+    """Chips of one node held by one job from `started_at` until `ended_at`."""
+
+    job = models.ForeignKey(Job, on_delete=models.PROTECT, related_name="allocations")
+    node = models.ForeignKey("workers.Node", on_delete=models.PROTECT, related_name="allocations")
+    chip_type = models.ForeignKey("workers.ChipType", on_delete=models.PROTECT, related_name="+")
+    chips = models.PositiveSmallIntegerField()
+    mode = models.CharField(max_length=12, choices=AllocationMode.choices, default=AllocationMode.ON_DEMAND)
+    epoch = models.PositiveIntegerField()
+    started_at = models.DateTimeField()
+    ended_at = models.DateTimeField(null=True, blank=True)
+    # High-water mark of per-second billing (the meter comes with the billing issue).
+    billed_through = models.DateTimeField()
+
+    objects = AllocationQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["started_at", "id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(chips__gte=1), name="allocation_has_chips"),
+            models.CheckConstraint(
+                condition=Q(ended_at__isnull=True) | Q(ended_at__gte=models.F("started_at")),
+                name="allocation_ends_after_start",
+            ),
+        ]
+        indexes = [models.Index(fields=["node"], condition=Q(ended_at__isnull=True), name="open_allocations_by_node")]
+
+    def __str__(self) -> str:
+        return f"{self.chips}× {self.chip_type_id} on {self.node_id} for job {self.job_id}"
+
+
+class JobEvent(models.Model):
+    """A step in a job's life, shown on its timeline."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
+    kind = models.CharField(max_length=20, choices=JobEventKind.choices)
+    message = models.TextField(blank=True)
+    data = models.JSONField(default=dict, blank=True)
+    epoch = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.message}"
+
+
+class JobMetric(models.Model):
+    """One rank's numbers for one step."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="metrics")
+    epoch = models.PositiveIntegerField()
+    rank = models.PositiveSmallIntegerField()
+    step = models.PositiveIntegerField()
+    loss = models.FloatField()
+    tokens_per_s = models.FloatField()
+    step_time_s = models.FloatField(default=0)
+    samples_seen = models.PositiveBigIntegerField(default=0)
+    memory_mb = models.FloatField(default=0)
+    chip_type = models.CharField(max_length=40, blank=True)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["step", "rank"]
+        constraints = [
+            models.UniqueConstraint(fields=["job", "epoch", "rank", "step"], name="one_metric_per_rank_step")
+        ]
+
+
+class JobLogLine(models.Model):
+    """A line a rank printed."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="log_lines")
+    epoch = models.PositiveIntegerField()
+    rank = models.PositiveSmallIntegerField()
+    line = models.TextField()
+    created_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+
+class MeasuredThroughput(models.Model):
+    """What the platform has measured a chip type do on a model (tokens/s per chip)."""
+
+    model_name = models.CharField(max_length=80)
+    chip_type = models.ForeignKey("workers.ChipType", on_delete=models.CASCADE, related_name="+")
+    simulated = models.BooleanField(default=False)
+    tokens_per_s = models.FloatField()
+    samples = models.PositiveIntegerField(default=0)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["model_name", "chip_type", "simulated"], name="one_measure_per_model_chip")
+        ]

@@ -1,0 +1,101 @@
+"""The wire contracts between the platform, node agents and training ranks.
+
+Imports neither Django nor torch: the node agent (`workers/agent/`) and the training runtime
+(`workers/runtime/`) run on compute hosts and share only these shapes with the platform.
+
+Platform <-> agent: JSON over HTTP under /api/v1/agent/, `Authorization: Bearer <node token>`.
+
+1. POST /api/v1/agent/enroll/   (no node token; the pool's enrollment token is in the body)
+   -> {"enrollment_token", "hostname", "chip_type", "chips", "simulated", "spot_eligible",
+       "address", "agent_version", "devices": [{"index", "name", "memory_gib"}]}
+   <- 201 {"node_id", "node_token", "pool", "chip_type", "poll_timeout_s", "heartbeat_deadline_s"}
+   Enrolling a hostname again rotates its node token (the old one stops working).
+
+2. POST /api/v1/agent/poll/     heartbeat + long-poll for commands
+   -> {"health": {...free-form numbers...}, "acks": [command ids done or refused],
+       "ranks": [{"job_id", "epoch", "rank", "pid", "state": "starting|running|exited"}],
+       "wait_s": 0..25}
+   <- 200 {"commands": [Command...], "server_time"}
+   Returns at once when a command is pending, else when one arrives (the platform wakes it
+   through Redis), else after wait_s with no commands. Every poll counts as a heartbeat. A
+   command is re-sent on every poll until acked, so the agent must treat command ids as
+   idempotent (executing each at most once).
+
+3. POST /api/v1/agent/report/   what ranks said since the last report (batched)
+   -> {"job_id", "epoch", "items": [Report...]}
+   <- 200 {"accepted": n} | 409 {"detail": "stale epoch"} (the job moved on: stop those ranks)
+
+Command = {"id", "type": "start|checkpoint|stop", "job_id", "epoch", "payload"}
+  start.payload = RankLaunch (one per rank on this node; "ranks" is a list of them)
+  checkpoint.payload = {"reason"}      stop.payload = {"reason", "checkpoint": bool}
+An agent refuses (acks with an error, does nothing) any command whose epoch is older than the
+newest epoch it has seen for that job.
+
+Report (one item) =
+  {"kind": "metric", "rank", "step", "loss", "tokens", "tokens_per_s", "step_time_s",
+   "samples_seen", "memory_mb", "t"}
+| {"kind": "log", "rank", "line", "t"}
+| {"kind": "checkpoint", "rank", "step", "path", "seconds", "t"}
+| {"kind": "exit", "rank", "code", "error", "t"}      (error: the rank's last stderr lines)
+
+Agent <-> rank: the agent starts `python -m workers.runtime --config <launch.json>` with the
+torch.distributed environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT). The
+rank prints one JSON object per line on stdout for each event, `{"event": "metric"|"checkpoint"|
+"done", ...}` with the Report fields above; anything else on stdout/stderr is a log line. The
+agent asks for a checkpoint or a stop by writing `control.json` ({"checkpoint": n, "stop": bool},
+n increasing) in the job's run directory; rank 0 reads it at every step boundary and broadcasts
+the decision, so all ranks checkpoint or stop at the same step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+AGENT_API_PREFIX = "/api/v1/agent"
+NODE_TOKEN_PREFIX = "svn_"
+ENROLLMENT_TOKEN_PREFIX = "sve_"
+MAX_POLL_WAIT_S = 25
+CONTROL_FILE = "control.json"
+
+
+class CommandType:
+    START = "start"
+    CHECKPOINT = "checkpoint"
+    STOP = "stop"
+
+
+class ReportKind:
+    METRIC = "metric"
+    LOG = "log"
+    CHECKPOINT = "checkpoint"
+    EXIT = "exit"
+
+
+@dataclass
+class RankLaunch:
+    """Everything one training rank needs; serialised to the rank's launch.json."""
+
+    job_id: int
+    epoch: int
+    rank: int
+    world_size: int
+    master_addr: str
+    master_port: int
+    model: dict  # ModelSpec.as_dict()
+    dataset: str  # "synthetic" or a path/URL to an uploaded text/JSONL file
+    micro_batches: list[int]  # per rank, indexed by rank; sum = global batch
+    max_steps: int
+    zero_stage: int
+    run_dir: str  # where control.json lives for this rank's node
+    checkpoint_dir: str  # shared checkpoint storage for the job
+    resume_from: str | None = None  # a checkpoint path, or None for a fresh start
+    checkpoint_every: int = 50  # steps; 0 = only on demand and at the end
+    learning_rate: float = 3e-3
+    seed: int = 1234
+    device: str = "cpu"  # "cpu" or "cuda:N"
+    paced_tokens_per_s: float | None = None  # simulated chip: pace each step to this speed
+    chip_type: str = ""
+    extra: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
