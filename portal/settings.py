@@ -165,8 +165,24 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
 CELERY_TASK_TIME_LIMIT = 600
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_BEAT_SCHEDULE = {
+    "reconcile-jobs": {"task": "workers.tasks.reconcile_jobs", "schedule": env_int("RECONCILE_SECONDS", 3)},
     "audit-ledger": {"task": "billing.tasks.audit_ledger", "schedule": env_int("LEDGER_AUDIT_SECONDS", 300)},
 }
+
+# Compute fleet and training.
+AGENT_POLL_WAIT_S = env_int("AGENT_POLL_WAIT_S", 5)
+AGENT_HEARTBEAT_DEADLINE_S = env_int("AGENT_HEARTBEAT_DEADLINE_S", 15)
+JOB_STOP_GRACE_S = env_int("JOB_STOP_GRACE_S", 30)
+JOB_PROVISIONING_TIMEOUT_S = env_int("JOB_PROVISIONING_TIMEOUT_S", 180)
+CHECKPOINT_ROOT = Path(env("CHECKPOINT_ROOT", str(DATA_DIR / "checkpoints")))
+RUNS_ROOT = Path(env("RUNS_ROOT", str(DATA_DIR / "runs")))
+DATASET_MAX_BYTES = env_int("DATASET_MAX_BYTES", 50 * 1024 * 1024)
+JOB_MAX_STEPS = env_int("JOB_MAX_STEPS", 1_000_000)
+JOB_MAX_BATCH = env_int("JOB_MAX_BATCH", 1024)
+# Simulated chips run the real model on a CPU, paced to their modelled speed divided by this
+# fleet-wide factor, so that a tiny model takes visible time (DESIGN.md section 2).
+SIMULATION_SLOWDOWN = float(env("SIMULATION_SLOWDOWN", "20000"))
+TRAINING_PYTHON = env("TRAINING_PYTHON", "")
 
 # Money: the platform currency; amounts are integer micro-units (1 unit = 1,000,000).
 CURRENCY = env("CURRENCY", "CNY")

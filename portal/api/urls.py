@@ -1,4 +1,4 @@
-from django.urls import path
+from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
@@ -20,4 +20,5 @@ urlpatterns = [
         name="api-docs",
     ),
     *router.urls,
+    path("", include("workers.api.urls")),
 ]

@@ -10,6 +10,7 @@ in the children, after DATABASE_URL and REDIS_URL are known.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import secrets
 import shlex
@@ -36,6 +37,7 @@ SETUP_COMMANDS = (
     ("collectstatic", "--noinput", "--verbosity", "0"),
     ("seed_catalog",),
     ("ensure_operator",),
+    ("ensure_demo_fleet",),
 )
 HONCHO_SIGNAL_RCS = {130, 143}  # Manager.returncode after SIGINT / SIGTERM: a requested stop
 WEB_READY_TIMEOUT_S = 120.0
@@ -163,10 +165,30 @@ def platform_processes(env: Mapping[str, str]) -> dict[str, str]:
     # Threads, because node agents hold a request open while they long-poll for commands.
     web += " --worker-class gthread --threads 16 --access-logfile -"
     return {
+        **demo_fleet_processes(env, f"http://{bind}"),
         "web": web + _no_gunicorn_control_socket(),
         "worker": f"{python} -m celery -A portal worker --loglevel INFO --concurrency 1 --hostname worker@%h",
         "beat": f"{python} -m celery -A portal beat --loglevel INFO --schedule {schedule}",
     }
+
+
+def demo_fleet_processes(env: Mapping[str, str], platform_url: str) -> dict[str, str]:
+    """One simulated node agent per entry of <data dir>/demo-fleet.json (STARVERSE_DEMO_FLEET=0: none)."""
+    data_dir = Path(env["STARVERSE_DATA_DIR"])
+    fleet_file = data_dir / "demo-fleet.json"
+    if env.get("STARVERSE_DEMO_FLEET", "1") == "0" or not fleet_file.exists():
+        return {}
+    python = shlex.quote(sys.executable)
+    processes = {}
+    for entry in json.loads(fleet_file.read_text()):
+        args = [
+            "--platform", platform_url, "--enrollment-token", entry["token"], "--hostname", entry["hostname"],
+            "--simulate", f"{entry['chip']}:{entry['chips']}", "--data-dir", str(data_dir / "agents" / entry["hostname"]),
+        ]
+        if entry["spot"]:
+            args.append("--spot")
+        processes[entry["hostname"]] = f"{python} -m workers.agent " + " ".join(shlex.quote(a) for a in args)
+    return processes
 
 
 def _announce_when_up(host: str, port: int, stopped: threading.Event) -> None:

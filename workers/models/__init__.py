@@ -8,6 +8,7 @@ from workers.models.jobs import (
     JobLogLine,
     JobMetric,
     MeasuredThroughput,
+    RankExit,
 )
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "MeasuredThroughput",
     "Node",
     "Pool",
+    "RankExit",
     "hash_secret",
     "new_node_token",
 ]

@@ -190,3 +190,17 @@ class MeasuredThroughput(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["model_name", "chip_type", "simulated"], name="one_measure_per_model_chip")
         ]
+
+
+class RankExit(models.Model):
+    """How one rank of one placement ended."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="rank_exits")
+    epoch = models.PositiveIntegerField()
+    rank = models.PositiveSmallIntegerField()
+    code = models.IntegerField()
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["job", "epoch", "rank"], name="one_exit_per_rank")]

@@ -1,0 +1,94 @@
+"""Validation of what agents send (a malformed message is a 400 naming the field)."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from workers.protocol import MAX_POLL_WAIT_S, ReportKind
+
+
+class DeviceSerializer(serializers.Serializer):
+    index = serializers.IntegerField(min_value=0)
+    name = serializers.CharField(max_length=120)
+    memory_gib = serializers.FloatField(min_value=0, required=False)
+
+
+class EnrollSerializer(serializers.Serializer):
+    enrollment_token = serializers.CharField(max_length=200)
+    hostname = serializers.RegexField(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,119}$", max_length=120)
+    chip_type = serializers.SlugField(max_length=40)
+    chips = serializers.IntegerField(min_value=1, max_value=64)
+    simulated = serializers.BooleanField()
+    spot_eligible = serializers.BooleanField(default=False)
+    address = serializers.CharField(max_length=120, required=False, allow_blank=True, default="")
+    agent_version = serializers.CharField(max_length=40, required=False, allow_blank=True, default="")
+    devices = DeviceSerializer(many=True, required=False, default=list)
+
+
+class AckField(serializers.Field):
+    """An ack is a command id, or {"id": ..., "error": "..."} for a refused command."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool):
+            raise serializers.ValidationError("An ack is a command id or {id, error}.")
+        if isinstance(data, int):
+            return {"id": data, "error": ""}
+        if isinstance(data, dict) and isinstance(data.get("id"), int) and not isinstance(data.get("id"), bool):
+            return {"id": data["id"], "error": str(data.get("error") or "")[:2000]}
+        raise serializers.ValidationError("An ack is a command id or {id, error}.")
+
+    def to_representation(self, value):
+        return value
+
+
+class RankStateSerializer(serializers.Serializer):
+    job_id = serializers.IntegerField(min_value=1)
+    epoch = serializers.IntegerField(min_value=0)
+    rank = serializers.IntegerField(min_value=0)
+    pid = serializers.IntegerField(required=False, allow_null=True)
+    state = serializers.ChoiceField(choices=["starting", "running", "exited"])
+
+
+class PollSerializer(serializers.Serializer):
+    health = serializers.DictField(required=False, default=dict)
+    acks = serializers.ListField(child=AckField(), required=False, default=list, max_length=1000)
+    ranks = RankStateSerializer(many=True, required=False, default=list)
+    wait_s = serializers.FloatField(min_value=0, max_value=MAX_POLL_WAIT_S, required=False, default=0)
+
+
+class ReportItemSerializer(serializers.Serializer):
+    kind = serializers.ChoiceField(choices=[ReportKind.METRIC, ReportKind.LOG, ReportKind.CHECKPOINT, ReportKind.EXIT])
+    rank = serializers.IntegerField(min_value=0, max_value=4096)
+    t = serializers.FloatField(required=False)
+    step = serializers.IntegerField(min_value=0, required=False)
+    loss = serializers.FloatField(required=False)
+    tokens = serializers.IntegerField(min_value=0, required=False)
+    tokens_total = serializers.IntegerField(min_value=0, required=False)
+    tokens_per_s = serializers.FloatField(min_value=0, required=False)
+    step_time_s = serializers.FloatField(min_value=0, required=False)
+    samples_seen = serializers.IntegerField(min_value=0, required=False)
+    memory_mb = serializers.FloatField(min_value=0, required=False)
+    line = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
+    path = serializers.CharField(required=False, max_length=500)
+    seconds = serializers.FloatField(required=False, allow_null=True)
+    code = serializers.IntegerField(required=False)
+    error = serializers.CharField(required=False, allow_blank=True, allow_null=True, trim_whitespace=False)
+
+    REQUIRED = {
+        ReportKind.METRIC: ("step", "loss"),
+        ReportKind.LOG: ("line",),
+        ReportKind.CHECKPOINT: ("step", "path"),
+        ReportKind.EXIT: ("code",),
+    }
+
+    def validate(self, attrs):
+        missing = [name for name in self.REQUIRED[attrs["kind"]] if name not in attrs]
+        if missing:
+            raise serializers.ValidationError({name: f"Required for a {attrs['kind']} report." for name in missing})
+        return attrs
+
+
+class ReportSerializer(serializers.Serializer):
+    job_id = serializers.IntegerField(min_value=1)
+    epoch = serializers.IntegerField(min_value=0)
+    items = ReportItemSerializer(many=True, allow_empty=False, max_length=5000)

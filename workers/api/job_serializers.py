@@ -1,0 +1,133 @@
+"""Serializers of jobs, quotes and what jobs report, for the v1 API."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.conf import settings
+from rest_framework import serializers
+
+from billing.money import format_amount, to_micros
+from portal.api.fields import MoneyField
+from workers.choices import Policy
+from workers.models import Dataset, Job, JobEvent, JobLogLine
+from workers.modelspecs import UnknownModel, resolve_model
+
+MONEY_KEYS = ("price_per_hour", "price_per_million_tokens", "total_cost")
+
+
+def format_plan(plan: dict | None) -> dict | None:
+    """The planner's dict with money as decimal strings (the API's money format)."""
+    if not plan:
+        return plan
+    shown = {key: (format_amount(value) if key in MONEY_KEYS and value is not None else value)
+             for key, value in plan.items()}
+    if plan.get("baseline"):
+        shown["baseline"] = format_plan(plan["baseline"])
+    return shown
+
+
+class JobSpecSerializer(serializers.Serializer):
+    """What to train and under which policy and budget (shared by quotes and jobs)."""
+
+    model = serializers.CharField(max_length=80, help_text="llama-tiny, llama-2-7b, llama-2-13b, llama-2-70b "
+                                  "(or meta-llama/Llama-2-70b-hf)")
+    dataset = serializers.CharField(max_length=120, default="synthetic",
+                                    help_text="'synthetic' or 'upload:<id>' of one of your datasets")
+    per_device_batch_size = serializers.IntegerField(min_value=1, max_value=settings.JOB_MAX_BATCH)
+    max_steps = serializers.IntegerField(min_value=1, max_value=settings.JOB_MAX_STEPS)
+    policy = serializers.ChoiceField(choices=Policy.choices, default=Policy.COST_PERFORMANCE)
+    max_budget = serializers.DecimalField(max_digits=12, decimal_places=6, min_value=Decimal("0.000001"),
+                                          max_value=Decimal("1000000"), help_text="Hourly cap, in currency units")
+    total_budget = serializers.DecimalField(max_digits=14, decimal_places=6, min_value=Decimal("0.000001"),
+                                            max_value=Decimal("100000000"), required=False, allow_null=True)
+    chip_counts = serializers.DictField(child=serializers.IntegerField(min_value=0, max_value=4096), required=False,
+                                        allow_null=True, help_text="Pick chips by hand: {chip slug: count}")
+    name = serializers.CharField(max_length=120, required=False, allow_blank=True, default="")
+
+    def validate_model(self, value: str) -> str:
+        try:
+            return resolve_model(value).name
+        except UnknownModel as error:
+            raise serializers.ValidationError(str(error)) from None
+
+    def validate_dataset(self, value: str) -> str:
+        if value == "synthetic":
+            return value
+        user = self.context["request"].user
+        if value.startswith("upload:") and value[7:].isdigit():
+            if Dataset.objects.filter(pk=int(value[7:]), owner=user).exists():
+                return value
+        raise serializers.ValidationError(f"Unknown dataset '{value}': use 'synthetic' or 'upload:<id>' of yours.")
+
+    def validate_chip_counts(self, value):
+        if value is None:
+            return None
+        from workers.models import ChipType
+
+        known = set(ChipType.objects.values_list("slug", flat=True))
+        unknown = sorted(set(value) - known)
+        if unknown:
+            raise serializers.ValidationError(f"Unknown chip type(s): {', '.join(unknown)}.")
+        picked = {slug: count for slug, count in value.items() if count > 0}
+        if not picked:
+            raise serializers.ValidationError("Pick at least one chip.")
+        return picked
+
+    def job_fields(self) -> dict:
+        data = self.validated_data
+        dataset = data["dataset"]
+        return {
+            "name": data.get("name", ""),
+            "model_name": data["model"],
+            "dataset": dataset,
+            "dataset_upload_id": int(dataset[7:]) if dataset.startswith("upload:") else None,
+            "per_device_batch_size": data["per_device_batch_size"],
+            "max_steps": data["max_steps"],
+            "policy": data["policy"],
+            "max_budget_per_hour": to_micros(data["max_budget"]),
+            "total_budget": to_micros(data["total_budget"]) if data.get("total_budget") else None,
+            "chip_counts": data.get("chip_counts"),
+        }
+
+
+class JobSerializer(serializers.ModelSerializer):
+    model = serializers.CharField(source="model_name")
+    max_budget = MoneyField(source="max_budget_per_hour")
+    total_budget = MoneyField()
+    plan = serializers.SerializerMethodField()
+    progress = serializers.FloatField(read_only=True)
+
+    class Meta:
+        model = Job
+        fields = [
+            "id", "name", "status", "status_reason", "model", "dataset", "per_device_batch_size", "max_steps",
+            "policy", "max_budget", "total_budget", "chip_counts", "epoch", "step", "progress", "loss",
+            "first_loss", "tokens_per_s", "latest_checkpoint_step", "plan", "created_at", "started_at",
+            "finished_at",
+        ]
+        read_only_fields = fields
+
+    def get_plan(self, job: Job) -> dict | None:
+        return format_plan(job.plan)
+
+
+class JobEventSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = JobEvent
+        fields = ["id", "kind", "message", "data", "epoch", "created_at"]
+
+
+class JobLogLineSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = JobLogLine
+        fields = ["id", "epoch", "rank", "line", "created_at"]
+
+
+class DatasetSerializer(serializers.ModelSerializer):
+    reference = serializers.CharField(read_only=True)
+
+    class Meta:
+        model = Dataset
+        fields = ["id", "reference", "name", "kind", "size_bytes", "samples", "created_at"]
+        read_only_fields = fields

@@ -1,0 +1,161 @@
+"""Jobs, quotes and datasets in the v1 API; every list and detail is scoped to its owner."""
+
+from __future__ import annotations
+
+from django.http import FileResponse, Http404
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
+from rest_framework.parsers import FormParser, MultiPartParser
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from workers import planner
+from workers.api import job_serializers as s
+from workers.models import Dataset, Job, JobMetric
+from workers.services.artifacts import artifact_file, list_artifacts
+from workers.services.datasets import DatasetRejected, store_dataset
+from workers.services.jobs import cancel_job, submit_job
+from workers.services.planning import quote
+
+PLANNING_FIELD = {planner.ModelDoesNotFit: "model", planner.BudgetTooLow: "max_budget",
+                  planner.NoCapacity: "chip_counts", planner.InvalidRequest: "non_field_errors"}
+
+
+def quote_or_400(fields: dict, *, capacity_is_error: bool = True) -> dict | None:
+    try:
+        return quote(fields)
+    except planner.NoCapacity:
+        if capacity_is_error:
+            raise
+        return None
+    except planner.PlanningError as error:
+        raise ValidationError({PLANNING_FIELD.get(type(error), "non_field_errors"): [str(error)]}) from None
+
+
+class QuoteView(APIView):
+    """The plan a job would get now, with the best single-chip-type plan beside it."""
+
+    @extend_schema(request=s.JobSpecSerializer, responses={200: dict})
+    def post(self, request):
+        spec = s.JobSpecSerializer(data=request.data, context={"request": request})
+        spec.is_valid(raise_exception=True)
+        try:
+            plan = quote_or_400(spec.job_fields())
+        except planner.NoCapacity as error:
+            raise ValidationError({"chip_counts": [str(error)]}) from None
+        return Response(s.format_plan(plan))
+
+
+class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
+    """Submit, list, follow and cancel training runs."""
+
+    serializer_class = s.JobSerializer
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):
+            return Job.objects.none()
+        jobs = Job.objects.filter(owner=self.request.user)
+        if status_filter := self.request.query_params.get("status"):
+            jobs = jobs.filter(status=status_filter)
+        return jobs
+
+    @extend_schema(request=s.JobSpecSerializer, responses={201: s.JobSerializer})
+    def create(self, request):
+        spec = s.JobSpecSerializer(data=request.data, context={"request": request})
+        spec.is_valid(raise_exception=True)
+        fields = spec.job_fields()
+        quote_or_400(fields, capacity_is_error=False)  # refuse what can never run; queue what waits for chips
+        job = submit_job(request.user, **fields)
+        return Response(s.JobSerializer(job).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses=s.JobSerializer)
+    @action(detail=True, methods=["post"])
+    def cancel(self, request, pk=None):
+        job = cancel_job(self.get_object())
+        return Response(s.JobSerializer(job).data)
+
+    @extend_schema(parameters=[OpenApiParameter("since_step", int)], responses={200: dict})
+    @action(detail=True)
+    def metrics(self, request, pk=None):
+        """Per step: the global loss and the job's tokens/s; per rank: chip, micro-batch and tokens/s."""
+        job = self.get_object()
+        since = int(request.query_params.get("since_step") or 0)
+        rows = JobMetric.objects.filter(job=job, step__gt=since).order_by("epoch", "step", "rank")
+        steps: dict[tuple[int, int], dict] = {}
+        for row in rows.values("epoch", "step", "rank", "loss", "tokens_per_s", "chip_type")[:20000]:
+            entry = steps.setdefault((row["epoch"], row["step"]), {"step": row["step"], "epoch": row["epoch"],
+                                                                   "loss": row["loss"], "tokens_per_s": 0.0})
+            entry["tokens_per_s"] += row["tokens_per_s"]
+        return Response({"job": job.pk, "steps": list(steps.values()), "ranks": _rank_table(job)})
+
+    @action(detail=True)
+    def events(self, request, pk=None):
+        job = self.get_object()
+        return Response(s.JobEventSerializer(job.events.all(), many=True).data)
+
+    @extend_schema(parameters=[OpenApiParameter("after", int), OpenApiParameter("limit", int)])
+    @action(detail=True)
+    def logs(self, request, pk=None):
+        job = self.get_object()
+        after = int(request.query_params.get("after") or 0)
+        limit = max(1, min(1000, int(request.query_params.get("limit") or 200)))
+        lines = job.log_lines.filter(pk__gt=after).order_by("id")[:limit]
+        return Response(s.JobLogLineSerializer(lines, many=True).data)
+
+    @action(detail=True)
+    def artifacts(self, request, pk=None):
+        job = self.get_object()
+        base = request.build_absolute_uri(f"/api/v1/jobs/{job.pk}/artifacts/")
+        return Response([{**a.__dict__, "url": base + a.path} for a in list_artifacts(job)])
+
+    @extend_schema(responses={(200, "application/octet-stream"): bytes})
+    @action(detail=True, url_path=r"artifacts/(?P<path>.+)")
+    def artifact(self, request, pk=None, path=""):
+        found = artifact_file(self.get_object(), path)
+        if found is None:
+            raise Http404("No such artifact.")
+        return FileResponse(found.open("rb"), as_attachment=True, filename=found.name)
+
+
+def _rank_table(job: Job) -> list[dict]:
+    ranks = (job.plan or {}).get("ranks", [])
+    latest = {
+        m.rank: m
+        for m in JobMetric.objects.filter(job=job, epoch=job.epoch).order_by("rank", "-step").distinct("rank")
+    }
+    return [
+        {"rank": index, "chip": r["chip"], "hostname": r.get("hostname"), "micro_batch": r["micro_batch"],
+         "mode": r.get("mode"), "simulated": r.get("simulated", False), "planned_tokens_per_s": r["tokens_per_s"],
+         "measured_tokens_per_s": latest[index].tokens_per_s if index in latest else None}
+        for index, r in enumerate(ranks)
+    ]
+
+
+class DatasetViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets.ReadOnlyModelViewSet):
+    """Upload a text or JSONL corpus (validated) and train on it as 'upload:<id>'."""
+
+    serializer_class = s.DatasetSerializer
+    parser_classes = [MultiPartParser, FormParser]
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):
+            return Dataset.objects.none()
+        return Dataset.objects.filter(owner=self.request.user)
+
+    def create(self, request):
+        upload = request.FILES.get("file")
+        if upload is None:
+            raise ValidationError({"file": ["Attach a text or JSONL file as 'file'."]})
+        try:
+            dataset = store_dataset(request.user, upload, name=request.data.get("name") or upload.name)
+        except DatasetRejected as error:
+            raise ValidationError({"file": [str(error)]}) from None
+        return Response(s.DatasetSerializer(dataset).data, status=status.HTTP_201_CREATED)
+
+    def perform_destroy(self, instance):
+        if instance.jobs.exists():
+            raise ValidationError({"dataset": ["This dataset is used by a job and cannot be deleted."]})
+        instance.file.delete(save=False)
+        instance.delete()

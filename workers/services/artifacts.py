@@ -1,0 +1,40 @@
+"""What a job leaves behind: the final model and its checkpoints, listed and served safely."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from workers.models import Job
+from workers.services.placement import checkpoint_dir
+
+
+@dataclass(frozen=True)
+class Artifact:
+    path: str
+    size_bytes: int
+    kind: str
+
+
+def list_artifacts(job: Job) -> list[Artifact]:
+    root = checkpoint_dir(job)
+    if not root.is_dir():
+        return []
+    files = sorted(p for p in root.rglob("*") if p.is_file() and not p.name.startswith("."))
+    return [Artifact(str(p.relative_to(root)), p.stat().st_size, _kind(p.relative_to(root))) for p in files]
+
+
+def artifact_file(job: Job, relative: str) -> Path | None:
+    """The file under the job's checkpoint folder, or None (never a path outside it)."""
+    root = checkpoint_dir(job).resolve()
+    candidate = (root / relative).resolve()
+    if root not in candidate.parents or not candidate.is_file():
+        return None
+    return candidate
+
+
+def _kind(relative: Path) -> str:
+    top = relative.parts[0]
+    if top == "final":
+        return "final model"
+    return "checkpoint" if top.startswith("step-") else "other"

@@ -1,0 +1,90 @@
+"""The reconciler: a short, idempotent pass over jobs and nodes that Celery beat runs every few seconds."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from workers.choices import AgentStatus, JobStatus
+from workers.models import Allocation, Job, Node
+from workers.services.fleet import silent_nodes
+from workers.services.jobs import finish_job
+
+logger = logging.getLogger(__name__)
+
+
+def reconcile(now=None) -> dict[str, int]:
+    """One pass; each step is safe to run twice or concurrently (rows are locked and re-read)."""
+    now = now or timezone.now()
+    return {
+        "lost_nodes": fail_jobs_on_silent_nodes(now),
+        "stuck": fail_stuck_provisioning(now),
+        "stopped": finish_overdue_stops(now),
+        "requeued": requeue_abandoned_planning(now),
+        "scheduled": schedule_waiting_jobs(),
+    }
+
+
+def fail_jobs_on_silent_nodes(now) -> int:
+    lost = 0
+    for node in silent_nodes(now):
+        with transaction.atomic():
+            node = Node.objects.select_for_update().get(pk=node.pk)
+            if node.agent_status not in (AgentStatus.ONLINE, AgentStatus.DRAINING):
+                continue
+            if node.last_heartbeat_at and node.last_heartbeat_at >= now - timedelta(
+                seconds=settings.AGENT_HEARTBEAT_DEADLINE_S
+            ):
+                continue
+            node.agent_status = AgentStatus.LOST
+            node.save(update_fields=["agent_status"])
+            lost += 1
+            silence = f"{(now - node.last_heartbeat_at).total_seconds():.0f}s" if node.last_heartbeat_at else "ever"
+            for job_id in Allocation.objects.open().filter(node=node).values_list("job_id", flat=True).distinct():
+                job = Job.objects.get(pk=job_id)
+                finish_job(job, JobStatus.FAILED, f"Node {node.hostname} went silent (no heartbeat for {silence}).",
+                           now=now)
+        logger.warning("node %s declared lost", node.hostname)
+    return lost
+
+
+def fail_stuck_provisioning(now) -> int:
+    deadline = now - timedelta(seconds=settings.JOB_PROVISIONING_TIMEOUT_S)
+    count = 0
+    for job in Job.objects.filter(status=JobStatus.PROVISIONING, updated_at__lt=deadline):
+        with transaction.atomic():
+            finish_job(job, JobStatus.FAILED,
+                       f"The ranks did not start within {settings.JOB_PROVISIONING_TIMEOUT_S}s.", now=now)
+            count += 1
+    return count
+
+
+def finish_overdue_stops(now) -> int:
+    deadline = now - timedelta(seconds=settings.JOB_STOP_GRACE_S + 10)
+    count = 0
+    for job in Job.objects.filter(status=JobStatus.STOPPING, cancel_requested_at__lt=deadline):
+        with transaction.atomic():
+            finish_job(job, JobStatus.CANCELLED, "Cancelled (the ranks were stopped)", now=now)
+            count += 1
+    return count
+
+
+def requeue_abandoned_planning(now) -> int:
+    """A worker that died while planning leaves its job in PLANNING; put it back in the queue."""
+    deadline = now - timedelta(seconds=60)
+    return Job.objects.filter(status=JobStatus.PLANNING, updated_at__lt=deadline).update(
+        status=JobStatus.QUEUED, updated_at=now
+    )
+
+
+def schedule_waiting_jobs() -> int:
+    from workers.services.planning import schedule
+
+    count = 0
+    for job_id in Job.objects.filter(status=JobStatus.QUEUED).order_by("created_at").values_list("pk", flat=True):
+        count += bool(schedule(job_id))
+    return count

@@ -1,0 +1,145 @@
+"""Placing a job: plan on the free chips, allocate them atomically, and tell the agents.
+
+Two jobs never get the same chip: allocation locks the chosen nodes' rows (in id order, so two
+placements can't deadlock), re-counts their free chips under the lock, and only then inserts
+allocations. The agents learn about the new placement through queued commands that are sent
+after the transaction commits.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections import defaultdict
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from workers.choices import AllocationMode, CommandStatus, JobEventKind, JobStatus
+from workers.models import AgentCommand, Allocation, Job, Node
+from workers.modelspecs import resolve_model
+from workers.protocol import CommandType, RankLaunch
+from workers.services import channel
+from workers.services.events import record_event
+from workers.services.fleet import free_chips
+
+
+class CapacityChanged(Exception):
+    """The chips the plan chose were taken before they could be allocated; plan again."""
+
+
+def allocate(job: Job, plan: dict, now=None) -> list[Allocation]:
+    """Hold the plan's chips for the job and queue the start commands, in one transaction."""
+    now = now or timezone.now()
+    wanted: dict[int, list[dict]] = defaultdict(list)
+    for rank in plan["ranks"]:
+        wanted[rank["node_id"]].append(rank)
+    with transaction.atomic():
+        job = Job.objects.select_for_update().get(pk=job.pk)
+        if job.status != JobStatus.PLANNING:
+            return []
+        nodes = {node.pk: node for node in Node.objects.select_for_update().filter(pk__in=wanted).order_by("pk")}
+        free = free_chips(nodes.values())
+        for node_id, ranks in wanted.items():
+            if node_id not in nodes or free.get(node_id, 0) < len(ranks):
+                raise CapacityChanged(f"node {node_id} no longer has {len(ranks)} free chip(s)")
+        job.epoch += 1
+        job.plan = plan
+        job.status = JobStatus.PROVISIONING
+        job.status_reason = ""
+        job.save(update_fields=["epoch", "plan", "status", "status_reason", "updated_at"])
+        allocations = [_allocation(job, nodes[node_id], ranks, now) for node_id, ranks in wanted.items()]
+        _queue_start_commands(job, plan, nodes, now)
+        record_event(job, JobEventKind.PLACED, _describe(plan), data={"plan": plan}, now=now)
+        transaction.on_commit(lambda: [channel.wake_agent(node_id) for node_id in wanted])
+    return allocations
+
+
+def _allocation(job: Job, node: Node, ranks: list[dict], now) -> Allocation:
+    mode = AllocationMode.SPOT if any(rank.get("mode") == "spot" for rank in ranks) else AllocationMode.ON_DEMAND
+    return Allocation.objects.create(
+        job=job, node=node, chip_type=node.pool.chip_type, chips=len(ranks), mode=mode,
+        epoch=job.epoch, started_at=now, billed_through=now,
+    )
+
+
+def _queue_start_commands(job: Job, plan: dict, nodes: dict[int, Node], now) -> None:
+    launches = rank_launches(job, plan, nodes)
+    by_node: dict[int, list[dict]] = defaultdict(list)
+    for node_id, launch in launches:
+        by_node[node_id].append(launch.as_dict())
+    for node_id, ranks in by_node.items():
+        AgentCommand.objects.create(
+            node_id=node_id, job=job, epoch=job.epoch, type=CommandType.START,
+            payload={"ranks": ranks}, created_at=now,
+        )
+
+
+def rank_launches(job: Job, plan: dict, nodes: dict[int, Node]) -> list[tuple[int, RankLaunch]]:
+    """One RankLaunch per rank of the plan, in rank order."""
+    ranks = plan["ranks"]
+    master = nodes[ranks[0]["node_id"]]
+    micro_batches = [rank["micro_batch"] for rank in ranks]
+    device_index: dict[int, int] = defaultdict(int)
+    launches = []
+    for index, rank in enumerate(ranks):
+        node = nodes[rank["node_id"]]
+        device = "cpu" if node.simulated else f"cuda:{device_index[node.pk]}"
+        device_index[node.pk] += 1
+        launches.append((node.pk, RankLaunch(
+            job_id=job.pk, epoch=job.epoch, rank=index, world_size=len(ranks),
+            master_addr=master.address or "127.0.0.1", master_port=master_port(job),
+            model=resolve_model(job.model_name).as_dict(), dataset=dataset_location(job),
+            micro_batches=micro_batches, max_steps=job.max_steps, zero_stage=plan["zero_stage"],
+            run_dir=str(settings.RUNS_ROOT / f"job-{job.pk}" / f"epoch-{job.epoch}"),
+            checkpoint_dir=str(checkpoint_dir(job)), resume_from=job.latest_checkpoint or None,
+            checkpoint_every=checkpoint_interval(job), device=device,
+            paced_tokens_per_s=rank.get("paced_tokens_per_s") if node.simulated else None,
+            chip_type=rank["chip"], seed=job.pk,
+        )))
+    return launches
+
+
+def master_port(job: Job) -> int:
+    """A rendezvous port that differs between jobs and between placements of one job."""
+    return 29500 + zlib.crc32(f"{job.pk}:{job.epoch}".encode()) % 20000
+
+
+def checkpoint_dir(job: Job):
+    return settings.CHECKPOINT_ROOT / f"job-{job.pk}"
+
+
+def checkpoint_interval(job: Job) -> int:
+    return max(10, min(200, job.max_steps // 10))
+
+
+def dataset_location(job: Job) -> str:
+    return job.dataset_upload.file.path if job.dataset_upload_id else job.dataset
+
+
+def release(job: Job, now=None) -> int:
+    """End the job's open allocations (billing stops here) and withdraw its pending commands."""
+    now = now or timezone.now()
+    AgentCommand.objects.filter(job=job, status=CommandStatus.PENDING, type=CommandType.START).update(
+        status=CommandStatus.REFUSED, error="job finished", acked_at=now
+    )
+    return Allocation.objects.open().filter(job=job).update(ended_at=now)
+
+
+def send_to_nodes(job: Job, command: str, payload: dict, now=None) -> None:
+    """Queue a command for every node that holds the job's chips now, then wake them."""
+    now = now or timezone.now()
+    node_ids = list(Allocation.objects.open().filter(job=job).values_list("node_id", flat=True).distinct())
+    for node_id in node_ids:
+        AgentCommand.objects.create(
+            node_id=node_id, job=job, epoch=job.epoch, type=command, payload=payload, created_at=now
+        )
+    transaction.on_commit(lambda: [channel.wake_agent(node_id) for node_id in node_ids])
+
+
+def _describe(plan: dict) -> str:
+    counts: dict[str, int] = defaultdict(int)
+    for rank in plan["ranks"]:
+        counts[rank["chip"]] += 1
+    mix = " + ".join(f"{count}× {chip}" for chip, count in sorted(counts.items()))
+    return f"Placed on {mix} (ZeRO-{plan['zero_stage']})"

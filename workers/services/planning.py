@@ -1,0 +1,138 @@
+"""From the database to the planner and back: quotes, and scheduling a queued job."""
+
+from __future__ import annotations
+
+import logging
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from billing.services.pricing import current_offers
+from workers import planner
+from workers.choices import JobEventKind, JobStatus
+from workers.models import Job
+from workers.modelspecs import resolve_model
+from workers.services.events import record_event
+from workers.services.fleet import free_chips, schedulable_nodes
+from workers.services.jobs import finish_job
+from workers.services.placement import CapacityChanged, allocate
+from workers.services.throughput import measured_history
+
+logger = logging.getLogger(__name__)
+
+
+def chip_infos() -> dict[str, planner.ChipInfo]:
+    return {
+        offer.chip.slug: planner.ChipInfo(
+            slug=offer.chip.slug,
+            memory_gib=offer.chip.memory_gib,
+            bf16_tflops=float(offer.chip.bf16_tflops),
+            default_mfu=float(offer.chip.default_mfu),
+            on_demand_per_hour=offer.on_demand_per_hour,
+            spot_per_hour=offer.spot_per_hour,
+        )
+        for offer in current_offers()
+        if offer.price is not None
+    }
+
+
+def node_offers() -> list[planner.NodeOffer]:
+    nodes = list(schedulable_nodes())
+    free = free_chips(nodes)
+    return [
+        planner.NodeOffer(
+            node_id=str(node.pk), hostname=node.hostname, chip=node.pool.chip_type.slug, free_chips=free[node.pk],
+            spot_eligible=node.spot_eligible, pool=node.pool.name, zone=node.pool.zone, simulated=node.simulated,
+        )
+        for node in nodes
+        if free[node.pk] > 0
+    ]
+
+
+def throughput_model(model_name: str) -> planner.ThroughputModel:
+    """Measured history first; a simulated node's measure is scaled back to its chip's real speed."""
+    measured: dict[tuple[str, str], float] = {}
+    for (chip, simulated), tokens_per_s in sorted(measured_history(model_name).items(), key=lambda kv: kv[0][1]):
+        real = tokens_per_s * settings.SIMULATION_SLOWDOWN if simulated else tokens_per_s
+        measured.setdefault((model_name, chip), real)
+    return planner.ThroughputModel(measured=measured, simulation_scale=1 / settings.SIMULATION_SLOWDOWN)
+
+
+def plan_request(fields: dict) -> planner.PlanRequest:
+    return planner.PlanRequest(
+        model=resolve_model(fields["model_name"]),
+        per_device_batch_size=fields["per_device_batch_size"],
+        max_steps=fields["max_steps"],
+        policy=fields["policy"],
+        max_budget_per_hour=fields["max_budget_per_hour"],
+        total_budget=fields.get("total_budget"),
+        chip_counts=fields.get("chip_counts") or None,
+    )
+
+
+def quote(fields: dict) -> dict:
+    """The plan the job would get now, as a dict (raises planner.PlanningError)."""
+    request = plan_request(fields)
+    chips = chip_infos()
+    result = planner.plan(request, list(chips.values()), node_offers(), throughput_model(request.model.name))
+    return _with_pacing(result.to_dict(), request.model, chips)
+
+
+def _with_pacing(plan: dict, model, chips: dict[str, planner.ChipInfo]) -> dict:
+    """Simulated ranks train paced to their chip's modelled speed, scaled down fleet-wide."""
+    flops_model = planner.ThroughputModel()
+    for rank in plan["ranks"]:
+        rank["node_id"] = int(rank["node_id"])
+        if rank.get("simulated"):
+            rank["paced_tokens_per_s"] = flops_model.tokens_per_s(model, chips[rank["chip"]]) / (
+                settings.SIMULATION_SLOWDOWN
+            )
+    return plan
+
+
+def schedule(job_id: int) -> bool:
+    """Plan and place one queued job; True when it was placed."""
+    claimed = Job.objects.filter(pk=job_id, status=JobStatus.QUEUED, cancel_requested_at__isnull=True).update(
+        status=JobStatus.PLANNING, updated_at=timezone.now()
+    )
+    if not claimed:
+        return False
+    job = Job.objects.get(pk=job_id)
+    try:
+        plan = quote(_fields_of(job))
+    except planner.NoCapacity as error:
+        return _back_to_queue(job, f"Waiting for chips: {error}")
+    except planner.PlanningError as error:
+        with transaction.atomic():
+            finish_job(job, JobStatus.FAILED, f"Cannot be planned: {error}")
+        return False
+    try:
+        return bool(allocate(job, plan))
+    except CapacityChanged as error:
+        return _back_to_queue(job, f"Waiting for chips: {error}")
+
+
+def _back_to_queue(job: Job, reason: str) -> bool:
+    with transaction.atomic():
+        job = Job.objects.select_for_update().get(pk=job.pk)
+        if job.status != JobStatus.PLANNING:
+            return False
+        first_wait = job.status_reason != reason
+        job.status, job.status_reason = JobStatus.QUEUED, reason
+        job.save(update_fields=["status", "status_reason", "updated_at"])
+        if first_wait:
+            record_event(job, JobEventKind.WAITING, reason)
+    return False
+
+
+def _fields_of(job: Job) -> dict:
+    return {
+        "model_name": job.model_name,
+        "per_device_batch_size": job.per_device_batch_size,
+        "max_steps": job.max_steps,
+        "policy": job.policy,
+        "max_budget_per_hour": job.max_budget_per_hour,
+        "total_budget": job.total_budget,
+        "chip_counts": job.chip_counts,
+    }

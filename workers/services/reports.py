@@ -1,0 +1,159 @@
+"""What agents report about their ranks: metrics, logs, checkpoints and exits.
+
+Reports from an older epoch (a placement the job has moved on from) are refused, so a stale
+rank can never write into the newer placement.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from workers.choices import JobEventKind, JobStatus
+from workers.models import Allocation, Job, JobLogLine, JobMetric, Node, RankExit
+from workers.protocol import ReportKind
+from workers.services.events import record_event
+from workers.services.jobs import finish_job
+from workers.services.throughput import remember_throughput
+
+MAX_LOG_LINE = 2000
+
+
+class StaleEpoch(Exception):
+    """The report belongs to a placement the job has moved on from."""
+
+
+class ReportRejected(Exception):
+    """A report that doesn't fit the job (wrong node, malformed item)."""
+
+
+def accept_report(node: Node, job_id: int, epoch: int, items: list[dict], now=None) -> int:
+    now = now or timezone.now()
+    with transaction.atomic():
+        job = Job.objects.select_for_update().filter(pk=job_id).first()
+        if job is None:
+            raise ReportRejected(f"Unknown job {job_id}.")
+        if epoch != job.epoch:
+            raise StaleEpoch(f"Job {job_id} is at epoch {job.epoch}; epoch {epoch} is stale.")
+        if not Allocation.objects.filter(job=job, epoch=epoch, node=node).exists():
+            raise ReportRejected(f"Node {node.hostname} holds no chips of job {job_id} epoch {epoch}.")
+        ranks_here = _ranks_on(job, node)
+        for item in items:
+            if item.get("rank") not in ranks_here:
+                raise ReportRejected(f"Rank {item.get('rank')} of job {job_id} does not run on {node.hostname}.")
+        _apply(job, node, items, now)
+    return len(items)
+
+
+def _ranks_on(job: Job, node: Node) -> set[int]:
+    return {index for index, rank in enumerate((job.plan or {}).get("ranks", [])) if rank["node_id"] == node.pk}
+
+
+def _apply(job: Job, node: Node, items: list[dict], now) -> None:
+    metrics = [item for item in items if item["kind"] == ReportKind.METRIC]
+    logs = [item for item in items if item["kind"] == ReportKind.LOG]
+    if metrics:
+        _record_metrics(job, node, metrics, now)
+    if logs:
+        JobLogLine.objects.bulk_create([
+            JobLogLine(job=job, epoch=job.epoch, rank=item["rank"], line=str(item["line"])[:MAX_LOG_LINE],
+                       created_at=_time(item, now))
+            for item in logs
+        ])
+    for item in items:
+        if item["kind"] == ReportKind.CHECKPOINT:
+            _record_checkpoint(job, item, now)
+        elif item["kind"] == ReportKind.EXIT:
+            _record_exit(job, item, now)
+
+
+def _record_metrics(job: Job, node: Node, metrics: list[dict], now) -> None:
+    chip = node.pool.chip_type.slug
+    JobMetric.objects.bulk_create(
+        [
+            JobMetric(
+                job=job, epoch=job.epoch, rank=m["rank"], step=m["step"], loss=m["loss"],
+                tokens_per_s=m.get("tokens_per_s") or 0, step_time_s=m.get("step_time_s") or 0,
+                samples_seen=m.get("samples_seen") or 0, memory_mb=m.get("memory_mb") or 0,
+                chip_type=chip, created_at=_time(m, now),
+            )
+            for m in metrics
+        ],
+        ignore_conflicts=True,
+    )
+    newest = max(metrics, key=lambda m: m["step"])
+    if newest["step"] >= job.step:
+        job.step = newest["step"]
+        job.loss = newest["loss"]
+        job.tokens = max(job.tokens, int(newest.get("tokens_total") or 0))
+    if job.first_loss is None:
+        job.first_loss = min(metrics, key=lambda m: m["step"])["loss"]
+    job.tokens_per_s = _aggregate_tokens_per_s(job)
+    if job.status == JobStatus.PROVISIONING:
+        job.status = JobStatus.RUNNING
+        job.started_at = job.started_at or now
+        record_event(job, JobEventKind.STARTED, f"Training started on {len(job.plan['ranks'])} rank(s)", now=now)
+    job.save(update_fields=["step", "loss", "tokens", "first_loss", "tokens_per_s", "status", "started_at",
+                            "updated_at"])
+
+
+def _aggregate_tokens_per_s(job: Job) -> float:
+    """The job's speed: the sum of each rank's latest measured tokens/s."""
+    latest = (
+        JobMetric.objects.filter(job=job, epoch=job.epoch)
+        .order_by("rank", "-step")
+        .distinct("rank")
+        .values_list("tokens_per_s", flat=True)
+    )
+    return float(sum(latest))
+
+
+def _record_checkpoint(job: Job, item: dict, now) -> None:
+    if job.latest_checkpoint_step is not None and item["step"] < job.latest_checkpoint_step:
+        return
+    job.latest_checkpoint = item["path"]
+    job.latest_checkpoint_step = item["step"]
+    job.save(update_fields=["latest_checkpoint", "latest_checkpoint_step", "updated_at"])
+    record_event(job, JobEventKind.CHECKPOINTED, f"Checkpoint at step {item['step']}",
+                 data={"path": item["path"], "seconds": item.get("seconds")}, now=now)
+
+
+def _record_exit(job: Job, item: dict, now) -> None:
+    try:
+        with transaction.atomic():
+            RankExit.objects.create(job=job, epoch=job.epoch, rank=item["rank"], code=item["code"],
+                                    error=str(item.get("error") or "")[-8000:], created_at=now)
+    except IntegrityError:
+        return  # a re-sent exit report
+    if job.is_finished:
+        return
+    if item["code"] != 0:
+        reason = f"Rank {item['rank']} exited with code {item['code']}: {_last_line(item.get('error'))}"
+        status = JobStatus.CANCELLED if job.cancel_requested_at else JobStatus.FAILED
+        finish_job(job, status, reason, now=now)
+        return
+    world = len(job.plan["ranks"])
+    if RankExit.objects.filter(job=job, epoch=job.epoch, code=0).count() == world:
+        _all_ranks_done(job, now)
+
+
+def _all_ranks_done(job: Job, now) -> None:
+    if job.cancel_requested_at:
+        finish_job(job, JobStatus.CANCELLED, "Cancelled", now=now)
+    elif job.step >= job.max_steps:
+        remember_throughput(job)
+        finish_job(job, JobStatus.SUCCEEDED, f"Trained {job.step} steps; final loss {job.loss:.4f}", now=now)
+    else:
+        finish_job(job, JobStatus.FAILED, f"All ranks exited at step {job.step} of {job.max_steps}", now=now)
+
+
+def _last_line(text: str | None) -> str:
+    lines = [line for line in (text or "").strip().splitlines() if line.strip()]
+    return lines[-1][:500] if lines else "no error output"
+
+
+def _time(item: dict, now) -> datetime:
+    t = item.get("t")
+    return datetime.fromtimestamp(float(t), tz=UTC) if isinstance(t, int | float) else now
