@@ -1,0 +1,130 @@
+"""Command line of the node agent: `python -m workers.agent --platform URL --enrollment-token sve_...`.
+
+argparse, not a CLI framework: the agent is installed on compute hosts and should need nothing
+beyond httpx (and torch, which the ranks need anyway).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import sys
+from pathlib import Path
+
+from workers.agent import AGENT_VERSION
+from workers.agent.devices import DeviceError
+from workers.agent.loop import Agent, AgentConfig, AgentFatal
+from workers.agent.ranks import DEFAULT_RANK_MODULE
+
+log = logging.getLogger("workers.agent")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    env = os.environ.get
+    parser = argparse.ArgumentParser(
+        prog="python -m workers.agent",
+        description="Starverse node agent: enrolls this host and runs training ranks for the platform.",
+    )
+    parser.add_argument(
+        "--platform",
+        default=env("STARVERSE_PLATFORM_URL"),
+        help="platform base URL, e.g. http://127.0.0.1:8000 (env STARVERSE_PLATFORM_URL)",
+    )
+    parser.add_argument(
+        "--enrollment-token",
+        default=env("STARVERSE_ENROLLMENT_TOKEN"),
+        help="the pool's sve_ token (env STARVERSE_ENROLLMENT_TOKEN)",
+    )
+    parser.add_argument("--hostname", default=socket.gethostname(), help="node name (default: this host's)")
+    parser.add_argument("--simulate", metavar="CHIP:COUNT", help="offer COUNT simulated CHIP chips (CPU)")
+    parser.add_argument("--chip-type", metavar="SLUG", help="chip slug of the GPUs when not recognised")
+    parser.add_argument("--spot", action="store_true", help="offer this node to the spot market")
+    parser.add_argument(
+        "--address", default="127.0.0.1", help="address other nodes' ranks reach this host at"
+    )
+    parser.add_argument(
+        "--data-dir",
+        default=env("STARVERSE_AGENT_DATA_DIR"),
+        help="state and run folders (env STARVERSE_AGENT_DATA_DIR; default ~/.starverse/agent/HOSTNAME)",
+    )
+    parser.add_argument(
+        "--once", action="store_true", help="poll once, run what it brings until the ranks exit, then exit"
+    )
+    parser.add_argument("--poll-wait", type=float, default=20.0, help="long-poll wait in seconds (max 25)")
+    parser.add_argument(
+        "--rank-module",
+        default=env("STARVERSE_RANK_MODULE", DEFAULT_RANK_MODULE),
+        help="module (or .py script) run for each rank (env STARVERSE_RANK_MODULE)",
+    )
+    parser.add_argument(
+        "--stop-grace",
+        type=float,
+        default=30.0,
+        help="seconds a stop waits for the ranks before SIGTERM, unless the command says",
+    )
+    parser.add_argument("--log-level", default=env("STARVERSE_AGENT_LOG_LEVEL", "INFO"))
+    parser.add_argument("--version", action="version", version=f"starverse-agent {AGENT_VERSION}")
+    return parser
+
+
+def config_from(args: argparse.Namespace) -> AgentConfig:
+    data_dir = Path(args.data_dir or Path.home() / ".starverse" / "agent" / args.hostname).expanduser()
+    return AgentConfig(
+        platform=args.platform,
+        enrollment_token=args.enrollment_token,
+        hostname=args.hostname,
+        data_dir=data_dir,
+        simulate=args.simulate,
+        chip_type=args.chip_type,
+        spot=args.spot,
+        address=args.address,
+        once=args.once,
+        poll_wait_s=args.poll_wait,
+        rank_module=args.rank_module,
+        default_grace_s=args.stop_grace,
+    )
+
+
+def _raise_interrupt(signum, frame) -> None:
+    """SIGTERM behaves like Ctrl-C: it breaks the blocking long-poll and runs the shutdown."""
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    if not args.platform:
+        parser.error("--platform (or STARVERSE_PLATFORM_URL) is required")
+    config = config_from(args)
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        agent = Agent(config)
+        if not agent.state.node_token and not config.enrollment_token:
+            parser.error(
+                "no saved node token: --enrollment-token (or STARVERSE_ENROLLMENT_TOKEN) is required"
+            )
+        log.info(
+            "agent %s for %s: %d x %s%s",
+            config.hostname,
+            config.platform,
+            agent.inventory.chips,
+            agent.inventory.chip_type,
+            " (simulated)" if agent.inventory.simulated else "",
+        )
+        agent.run()
+    except (DeviceError, AgentFatal) as exc:
+        log.error("%s", exc)
+        return 2
+    except KeyboardInterrupt:
+        log.info("stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

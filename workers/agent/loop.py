@@ -1,0 +1,186 @@
+"""The agent's main loop: enroll, long-poll for commands, run them, keep reporting.
+
+The loop never dies of the network: any failure to reach the platform (down, restarting, 5xx)
+is a jittered backoff and another try, while the ranks keep training and their reports wait in
+the report queue. Only a situation no retry can fix (a refused node token and no enrollment
+token to enroll again) ends the agent.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from workers.agent import AGENT_VERSION
+from workers.agent.client import Backoff, PlatformClient, Rejected, Transient, Unauthorized
+from workers.agent.commands import CommandExecutor, RankTable
+from workers.agent.devices import Inventory, detect, health
+from workers.agent.ranks import DEFAULT_RANK_MODULE
+from workers.agent.reporter import Reporter
+from workers.agent.state import AgentState
+from workers.protocol import MAX_POLL_WAIT_S
+
+log = logging.getLogger(__name__)
+
+MIN_POLL_S = 1.0  # a poll that returns empty sooner than this was not held: pause, don't spin
+ENROLL_REFUSED_WAIT_S = 30.0
+
+
+class AgentFatal(RuntimeError):
+    """Nothing left to retry: the agent exits with this message."""
+
+
+@dataclass
+class AgentConfig:
+    platform: str
+    enrollment_token: str | None
+    hostname: str
+    data_dir: Path
+    simulate: str | None = None
+    chip_type: str | None = None
+    spot: bool = False
+    address: str = "127.0.0.1"
+    once: bool = False
+    poll_wait_s: float = 20.0
+    rank_module: str = DEFAULT_RANK_MODULE
+    report_interval_s: float = 0.5
+    default_grace_s: float = 30.0
+    term_wait_s: float = 5.0
+    log_rate: float = 50.0
+
+
+class Agent:
+    """One node agent; `run()` blocks until `stop()` (or, with `once`, until idle)."""
+
+    def __init__(self, config: AgentConfig, inventory: Inventory | None = None) -> None:
+        self.config = config
+        self.inventory = inventory or detect(config.simulate, config.chip_type)
+        self.state = AgentState(config.data_dir)
+        self.stop_event = threading.Event()
+        self.backoff = Backoff()
+        self.polls = 0
+        self.poller = PlatformClient(config.platform)
+        self.reporter = Reporter(
+            PlatformClient(config.platform),
+            lambda: self.state.node_token,
+            self._on_stale,
+            config.report_interval_s,
+        )
+        self.ranks = RankTable(
+            Path(config.data_dir), config.rank_module, self.reporter.put, config.log_rate, config.term_wait_s
+        )
+        self.executor = CommandExecutor(self.state, self.ranks, config.default_grace_s)
+
+    def stop(self) -> None:
+        self.stop_event.set()
+
+    def run(self) -> None:
+        self.reporter.start()
+        try:
+            while not self.stop_event.is_set():
+                if self.cycle() and self.config.once and not self.ranks.running():
+                    break
+        finally:
+            self.shutdown()
+
+    def cycle(self) -> bool:
+        """Enroll if needed, poll once and run the commands; False if the platform wasn't reached."""
+        token = self.state.node_token or self._enroll()
+        if token is None:
+            return False
+        try:
+            answer = self._poll(token, self._wait_s())
+        except Unauthorized as exc:
+            log.warning("node token refused (%s): enrolling again", exc)
+            self.state.forget_token(token)
+            self._need_enrollment_token()
+            return False
+        except (Transient, Rejected) as exc:
+            log.warning("poll failed: %s", exc)
+            self.backoff.wait(self.stop_event)
+            return False
+        self.backoff.reset()
+        for command in answer.get("commands") or []:
+            self.executor.handle(command)
+        self.ranks.prune()
+        return True
+
+    def _wait_s(self) -> float:
+        """The long-poll wait: ours, capped by what the platform suggested and the protocol max."""
+        wait = min(self.config.poll_wait_s, MAX_POLL_WAIT_S)
+        suggested = self.state.enrollment.get("poll_timeout_s")
+        if isinstance(suggested, int | float) and suggested > 0:
+            wait = min(wait, suggested)
+        if self.config.once and self.ranks.running():
+            wait = min(wait, 1.0)  # --once exits soon after its ranks do
+        return wait
+
+    def _poll(self, token: str, wait_s: float) -> dict:
+        acks = self.state.pending_acks()
+        body = {
+            "health": health(self.inventory, self.ranks.running()),
+            "acks": [ack["id"] for ack in acks],
+            "ack_errors": [ack for ack in acks if ack["error"]],
+            "ranks": self.ranks.states(),
+            "wait_s": wait_s,
+        }
+        started = time.monotonic()
+        answer = self.poller.poll(token, body)
+        self.state.confirm_acks(acks)
+        self.polls += 1
+        if not answer.get("commands") and wait_s >= MIN_POLL_S and time.monotonic() - started < MIN_POLL_S:
+            self.stop_event.wait(MIN_POLL_S)
+        return answer
+
+    def _need_enrollment_token(self) -> None:
+        if not self.config.enrollment_token:
+            raise AgentFatal("the platform refused this node's token and no enrollment token was given")
+
+    def _enroll(self) -> str | None:
+        self._need_enrollment_token()
+        body = {
+            "enrollment_token": self.config.enrollment_token,
+            "hostname": self.config.hostname,
+            **self.inventory.as_enrollment(),
+            "spot_eligible": self.config.spot,
+            "address": self.config.address,
+            "agent_version": AGENT_VERSION,
+        }
+        try:
+            answer = self.poller.enroll(body)
+        except Transient as exc:
+            log.warning("enrollment failed, retrying: %s", exc)
+            self.backoff.wait(self.stop_event)
+            return None
+        except (Unauthorized, Rejected) as exc:
+            if self.config.once:
+                raise AgentFatal(f"enrollment refused: {exc}") from exc
+            log.error("enrollment refused, retrying in %.0fs: %s", ENROLL_REFUSED_WAIT_S, exc)
+            self.stop_event.wait(ENROLL_REFUSED_WAIT_S)
+            return None
+        self.backoff.reset()
+        self.state.set_enrollment(answer)
+        log.info("enrolled as node %s in pool %s", answer.get("node_id"), answer.get("pool"))
+        return answer["node_token"]
+
+    def _on_stale(self, job_id: int, epoch: int) -> None:
+        """409 on a report: that epoch is over, so a newer one exists; kill its ranks now."""
+        self.state.see_epoch(job_id, epoch + 1)
+        self.ranks.kill(job_id, lambda e: e == epoch, wait=False)
+
+    def shutdown(self) -> None:
+        """End the ranks, deliver what they said (exits first of all), then a last ack poll."""
+        self.stop_event.set()
+        self.ranks.shutdown()
+        self.reporter.stop(flush_s=5.0)
+        token = self.state.node_token
+        if token and self.state.pending_acks():
+            try:
+                self._poll(token, 0)
+            except Exception as exc:  # best effort: the platform re-sends unacked commands
+                log.info("final ack poll failed: %s", exc)
+        self.poller.close()
+        self.reporter.client.close()

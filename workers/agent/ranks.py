@@ -1,0 +1,202 @@
+"""Launching and supervising training-rank subprocesses, and the control.json they obey.
+
+Each rank runs in its own process group (session), so stopping a rank also stops whatever it
+spawned (data loader workers, compilers), and a signal to the agent's terminal doesn't reach it.
+Three threads per rank: one per output pipe (a full pipe would block the rank) and one that waits
+for the exit, so the exit item is queued only after every line the rank printed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import workers
+from workers.agent.output import RankOutput, capped_lines
+from workers.agent.state import write_json_atomic
+from workers.protocol import CONTROL_FILE, RankLaunch
+
+log = logging.getLogger(__name__)
+
+DEFAULT_RANK_MODULE = "workers.runtime"
+REPO_ROOT = str(Path(workers.__file__).resolve().parent.parent)
+_control_lock = threading.Lock()
+
+
+# -- control.json ----------------------------------------------------------------------------
+def read_control(run_dir: Path) -> dict:
+    try:
+        control = json.loads((Path(run_dir) / CONTROL_FILE).read_text())
+    except (OSError, ValueError):
+        control = {}
+    return {"checkpoint": int(control.get("checkpoint", 0)), "stop": bool(control.get("stop", False))}
+
+
+def update_control(run_dir: Path, checkpoint: bool = False, stop: bool = False) -> dict:
+    """Bump the checkpoint counter and/or set stop; atomic, so rank 0 never reads half a file."""
+    with _control_lock:
+        control = read_control(run_dir)
+        control["checkpoint"] += 1 if checkpoint else 0
+        control["stop"] = control["stop"] or stop
+        write_json_atomic(Path(run_dir) / CONTROL_FILE, control, mode=0o644)
+    return control
+
+
+# -- launching -------------------------------------------------------------------------------
+def rank_argv(rank_module: str, config: Path) -> list[str]:
+    """`python -m MODULE --config launch.json`; a path ending in .py runs as a script (tests)."""
+    if rank_module.endswith(".py"):
+        return [sys.executable, rank_module, "--config", str(config)]
+    return [sys.executable, "-m", rank_module, "--config", str(config)]
+
+
+def visible_device(device: str, parent_visible: str | None) -> str | None:
+    """CUDA_VISIBLE_DEVICES for a rank on `device` ("cuda:N"), N counted in the agent's view."""
+    if not device.startswith("cuda"):
+        return None
+    index = int(device.partition(":")[2] or 0)
+    if parent_visible:
+        ids = [part.strip() for part in parent_visible.split(",") if part.strip()]
+        if index < len(ids):
+            return ids[index]
+    return str(index)
+
+
+def rank_env(launch: RankLaunch, local_rank: int, base: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ if base is None else base)
+    env.update(
+        RANK=str(launch.rank),
+        WORLD_SIZE=str(launch.world_size),
+        LOCAL_RANK=str(local_rank),
+        MASTER_ADDR=launch.master_addr,
+        MASTER_PORT=str(launch.master_port),
+        OMP_NUM_THREADS="1",
+        PYTHONUNBUFFERED="1",
+    )
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (REPO_ROOT, env.get("PYTHONPATH")) if p)
+    visible = visible_device(launch.device, env.get("CUDA_VISIBLE_DEVICES"))
+    if visible is not None:
+        env["CUDA_VISIBLE_DEVICES"] = visible
+    return env
+
+
+def write_launch(launch: RankLaunch, rank_dir: Path, cuda: bool) -> Path:
+    """launch.json; with one GPU made visible per rank, that GPU is cuda:0 inside the rank."""
+    config = launch.as_dict()
+    if cuda:
+        config["device"] = "cuda:0"
+    rank_dir.mkdir(parents=True, exist_ok=True)
+    path = rank_dir / "launch.json"
+    write_json_atomic(path, config, mode=0o644)
+    return path
+
+
+class RankProcess:
+    """One running rank: its process group, its output threads, its state."""
+
+    def __init__(
+        self,
+        launch: RankLaunch,
+        local_rank: int,
+        rank_dir: Path,
+        emit: Callable[[dict], None],
+        log_rate: float = 50.0,
+    ) -> None:
+        self.launch, self.local_rank, self.rank_dir = launch, local_rank, rank_dir
+        self.output = RankOutput(launch.rank, emit, log_rate)
+        self.emit = emit
+        self.proc: subprocess.Popen | None = None
+        self.exited = threading.Event()
+        self.exit_code: int | None = None
+        self.exited_at: float | None = None
+        self._readers: list[threading.Thread] = []
+
+    @property
+    def key(self) -> tuple[int, int, int]:
+        return (self.launch.job_id, self.launch.epoch, self.launch.rank)
+
+    @property
+    def state(self) -> str:
+        if self.exited.is_set():
+            return "exited"
+        return "running" if self.output.events else "starting"
+
+    def start(self, rank_module: str) -> None:
+        env = rank_env(self.launch, self.local_rank)
+        config = write_launch(self.launch, self.rank_dir, cuda=self.launch.device.startswith("cuda"))
+        self.proc = subprocess.Popen(
+            rank_argv(rank_module, config),
+            cwd=self.rank_dir,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            encoding="utf-8",
+            errors="replace",
+            start_new_session=True,
+        )
+        name = f"rank-{self.launch.job_id}-{self.launch.epoch}-{self.launch.rank}"
+        self._readers = [
+            threading.Thread(
+                target=self._read,
+                args=(self.proc.stdout, self.output.stdout_line),
+                name=f"{name}-out",
+                daemon=True,
+            ),
+            threading.Thread(
+                target=self._read,
+                args=(self.proc.stderr, self.output.stderr_line),
+                name=f"{name}-err",
+                daemon=True,
+            ),
+        ]
+        for reader in self._readers:
+            reader.start()
+        threading.Thread(target=self._watch, name=f"{name}-wait", daemon=True).start()
+
+    @staticmethod
+    def _read(stream, handle: Callable[[str], None]) -> None:
+        try:
+            for line in capped_lines(stream):
+                handle(line)
+        except (OSError, ValueError):
+            pass  # pipe closed under us: the watcher reports the exit
+
+    def _watch(self) -> None:
+        code = self.proc.wait()
+        for reader in self._readers:
+            reader.join(timeout=5)  # a grandchild holding the pipe must not delay the exit report
+        self.exit_code, self.exited_at = code, time.time()
+        self.emit(self.output.exit_item(code))
+        self.exited.set()
+        log.info("rank %s exited with %s", self.key, code)
+
+    def signal(self, sig: int) -> None:
+        """Signal the rank's whole process group (it is the group leader)."""
+        if self.proc is None or self.exited.is_set():
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, sig)
+
+    def terminate(self, grace_s: float, term_wait_s: float) -> None:
+        """Wait `grace_s` for a voluntary exit, then SIGTERM, then SIGKILL the group."""
+        if self.exited.wait(grace_s):
+            return
+        if grace_s > 0:
+            log.warning("rank %s still running after %.1fs: SIGTERM", self.key, grace_s)
+        self.signal(signal.SIGTERM)
+        if self.exited.wait(term_wait_s):
+            return
+        log.warning("rank %s ignored SIGTERM: SIGKILL", self.key)
+        self.signal(signal.SIGKILL)
+        self.exited.wait(5)
