@@ -212,3 +212,13 @@ def test_a_malformed_heartbeat_is_a_400(enroll, agent_api):
     response = agent_api(token).post("/api/v1/agent/poll/", {"wait_s": 999, "acks": ["x"]}, format="json")
     assert response.status_code == 400
     assert set(response.json()["errors"]) == {"wait_s", "acks"}
+
+
+def test_a_refusal_reason_can_come_beside_the_ack(enroll, agent_api, planning_job):
+    node, token = enroll("a")
+    allocate(planning_job(), hand_plan((node, 2)))
+    api = agent_api(token)
+    command = api.post("/api/v1/agent/poll/", {}, format="json").json()["commands"][0]
+    api.post("/api/v1/agent/poll/", {"acks": [command["id"]], "ack_errors": [{"id": command["id"], "error": "old"}]},
+             format="json")
+    assert AgentCommand.objects.get(pk=command["id"]).status == CommandStatus.REFUSED

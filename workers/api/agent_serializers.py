@@ -52,6 +52,8 @@ class RankStateSerializer(serializers.Serializer):
 class PollSerializer(serializers.Serializer):
     health = serializers.DictField(required=False, default=dict)
     acks = serializers.ListField(child=AckField(), required=False, default=list, max_length=1000)
+    # Refused commands: their ids are in `acks` too; this says why.
+    ack_errors = serializers.ListField(child=AckField(), required=False, default=list, max_length=1000)
     ranks = RankStateSerializer(many=True, required=False, default=list)
     wait_s = serializers.FloatField(min_value=0, max_value=MAX_POLL_WAIT_S, required=False, default=0)
 

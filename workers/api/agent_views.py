@@ -64,7 +64,7 @@ class PollView(AgentView):
         form.is_valid(raise_exception=True)
         node = request.auth
         record_heartbeat(node, form.validated_data["health"])
-        _record_acks(node, form.validated_data["acks"])
+        _record_acks(node, form.validated_data["acks"], form.validated_data["ack_errors"])
         commands = _pending(node)
         wait_s = min(form.validated_data["wait_s"], settings.AGENT_POLL_WAIT_S)
         deadline = time.monotonic() + wait_s
@@ -95,9 +95,11 @@ def _pending(node) -> list[dict]:
     return [c.as_message() for c in AgentCommand.objects.filter(node=node, status=CommandStatus.PENDING)]
 
 
-def _record_acks(node, acks: list[dict]) -> None:
+def _record_acks(node, acks: list[dict], ack_errors: list[dict]) -> None:
     now = timezone.now()
+    errors = {ack["id"]: ack["error"] for ack in ack_errors if ack["error"]}
     for ack in acks:
+        ack = {"id": ack["id"], "error": ack["error"] or errors.get(ack["id"], "")}
         outcome = CommandStatus.REFUSED if ack["error"] else CommandStatus.DONE
         AgentCommand.objects.filter(node=node, pk=ack["id"], status=CommandStatus.PENDING).update(
             status=outcome, error=ack["error"], acked_at=now

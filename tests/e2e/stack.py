@@ -1,0 +1,112 @@
+"""The whole platform around pytest-django's live server: a real Celery worker with beat, and
+real node agents (simulated chips) that train with the real runtime.
+
+The worker and agents are subprocesses; they reach the test database by its real name, so the
+tests that use this stack run with `transaction=True` (committed data).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from django.db import connection
+
+from portal.celery import app as celery_app
+from workers.models import EnrollmentToken, Pool
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_database_url() -> str:
+    db = connection.settings_dict
+    auth = db["USER"] + (f":{db['PASSWORD']}" if db.get("PASSWORD") else "")
+    return f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+
+
+class Stack:
+    """Handles to the running worker and agents, and a way to wait for the database to agree."""
+
+    def __init__(self, url: str, root: Path, env: dict[str, str]):
+        self.url, self.root, self.env = url, root, env
+        self.processes: dict[str, subprocess.Popen] = {}
+
+    def start(self, name: str, args: list[str]) -> subprocess.Popen:
+        log = open(self.root / f"{name}.log", "w")  # noqa: SIM115 - closed with the process
+        process = subprocess.Popen(
+            [sys.executable, *args], cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.processes[name] = process
+        return process
+
+    def add_agent(self, hostname: str, chip: str, chips: int = 1, spot: bool = False) -> subprocess.Popen:
+        pool = Pool.objects.get(chip_type__slug=chip)
+        _, raw = EnrollmentToken.issue(pool, name=f"test {hostname}")
+        args = ["-m", "workers.agent", "--platform", self.url, "--enrollment-token", raw, "--hostname", hostname,
+                "--simulate", f"{chip}:{chips}", "--data-dir", str(self.root / "agents" / hostname)]
+        return self.start(f"agent-{hostname}", [*args, "--spot"] if spot else args)
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        process = self.processes[name]
+        if process.poll() is None:
+            os.killpg(process.pid, sig)
+            process.wait(timeout=30)
+
+    def stop_all(self) -> None:
+        for name in list(self.processes):
+            self.kill(name, signal.SIGTERM)
+
+    def log(self, name: str) -> str:
+        return (self.root / f"{name}.log").read_text(errors="replace")
+
+    def logs(self) -> str:
+        return "\n".join(f"===== {name}\n{self.log(name)[-4000:]}" for name in self.processes)
+
+
+def wait_until(condition: Callable[[], object], timeout: float, what: str, stack: Stack | None = None):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = condition()
+        if result:
+            return result
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}\n{stack.logs() if stack else ''}")
+
+
+@contextmanager
+def platform_stack(live_server, settings, tmp_path: Path) -> Iterator[Stack]:
+    """Worker + beat on a private queue, checkpoint and run folders under tmp_path."""
+    queue = f"test-{uuid.uuid4().hex[:8]}"
+    checkpoints, runs = tmp_path / "checkpoints", tmp_path / "runs"
+    settings.CHECKPOINT_ROOT, settings.RUNS_ROOT = checkpoints, runs
+    previous_queue = celery_app.conf.task_default_queue
+    celery_app.conf.task_default_queue = queue
+    env = {
+        **os.environ,
+        "DATABASE_URL": test_database_url(),
+        "CELERY_QUEUE": queue,
+        "RECONCILE_SECONDS": "1",
+        "CHECKPOINT_ROOT": str(checkpoints),
+        "RUNS_ROOT": str(runs),
+        "STARVERSE_DATA_DIR": str(tmp_path / "data"),
+        "AGENT_HEARTBEAT_DEADLINE_S": str(settings.AGENT_HEARTBEAT_DEADLINE_S),
+        "SIMULATION_SLOWDOWN": str(settings.SIMULATION_SLOWDOWN),
+        "PYTHONUNBUFFERED": "1",
+    }
+    stack = Stack(live_server.url, tmp_path, env)
+    stack.start("worker", ["-m", "celery", "-A", "portal", "worker", "-B", "-Q", queue, "--concurrency", "1",
+                           "--loglevel", "INFO", "--hostname", f"{queue}@%h",
+                           "--schedule", str(tmp_path / "beat-schedule")])
+    try:
+        yield stack
+    finally:
+        stack.stop_all()
+        celery_app.conf.task_default_queue = previous_queue
