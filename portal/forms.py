@@ -7,6 +7,10 @@ from datetime import datetime, timedelta
 from django import forms
 
 from portal.models.tokens import TokenScope
+from workers.api.job_serializers import JobSpecSerializer
+from workers.choices import Policy
+from workers.models import ChipType, Dataset
+from workers.modelspecs import MODELS
 
 MAX_EXPIRY_DAYS = 365
 
@@ -27,3 +31,116 @@ class ApiTokenForm(forms.Form):
     def expires_at(self, now: datetime) -> datetime | None:
         days = self.cleaned_data.get("expires_in_days")
         return now + timedelta(days=days) if days else None
+
+
+class SpecField(forms.CharField):
+    """A field of the launch form: rendered by Django, validated by JobSpecSerializer (as in the API)."""
+
+    def __init__(self, *, widget=None, **kwargs) -> None:
+        super().__init__(required=False, widget=widget, **kwargs)
+
+
+class TrainingForm(forms.Form):
+    """The launch page's job spec; its rules are JobSpecSerializer's, so the page and the API agree."""
+
+    model = SpecField(initial="llama-tiny", widget=forms.Select)
+    dataset = SpecField(initial="synthetic", widget=forms.Select)
+    policy = SpecField(
+        initial=Policy.COST_PERFORMANCE,
+        widget=forms.Select(choices=Policy.choices),
+        help_text="Cost-performance: most tokens per ¥; fastest: most tokens/s; cheapest: lowest total.",
+    )
+    max_budget = SpecField(
+        label="Hourly budget (¥)", initial="28", widget=forms.NumberInput(attrs={"min": "0", "step": "0.01"})
+    )
+    max_steps = SpecField(label="Max steps", initial="200", widget=forms.NumberInput(attrs={"min": "1"}))
+    per_device_batch_size = SpecField(
+        label="Per-device batch",
+        initial="4",
+        widget=forms.NumberInput(attrs={"min": "1"}),
+        help_text="Samples per chip per step on average; faster chips get more.",
+    )
+    name = SpecField(
+        label="Name (optional)",
+        widget=forms.TextInput(attrs={"maxlength": "120", "placeholder": "my first run"}),
+    )
+
+    def __init__(self, *args, request, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.request = request
+        self.spec: JobSpecSerializer | None = None
+        self.fields["model"].widget.choices = [
+            (spec.name, f"{spec.name} · {spec.description}") for spec in MODELS.values()
+        ]
+        self.fields["dataset"].widget.choices = [("synthetic", "synthetic · generated text")] + [
+            (dataset.reference, f"{dataset.name} · {dataset.samples:,} samples ({dataset.reference})")
+            for dataset in Dataset.objects.filter(owner=request.user)
+        ]
+        self.chip_types = list(ChipType.objects.all())
+        for chip in self.chip_types:
+            self.fields[chip_field(chip.slug)] = SpecField(
+                label=chip.name, widget=forms.NumberInput(attrs={"min": "0", "placeholder": "–"})
+            )
+
+    @property
+    def chip_fields(self) -> list[forms.BoundField]:
+        return [self[chip_field(chip.slug)] for chip in self.chip_types]
+
+    @property
+    def picks_chips(self) -> bool:
+        """Open the hand-pick section when it holds values or errors."""
+        return any(field.value() or field.errors for field in self.chip_fields)
+
+    def clean(self) -> dict:
+        data = super().clean()
+        spec = JobSpecSerializer(data=self.spec_data(data), context={"request": self.request})
+        if spec.is_valid():
+            self.spec = spec
+        else:
+            for field, errors in spec.errors.items():
+                self.add_spec_errors(field, errors)
+        return data
+
+    def spec_data(self, data: dict) -> dict:
+        spec = {key: data.get(key, "") for key in SPEC_KEYS}
+        counts = {chip.slug: value for chip in self.chip_types if (value := data.get(chip_field(chip.slug)))}
+        return {**spec, "chip_counts": counts} if counts else spec
+
+    def add_spec_errors(self, field: str, errors) -> None:
+        if field == "chip_counts" and isinstance(errors, dict):
+            for slug, messages in errors.items():
+                name = chip_field(slug)
+                self.add_error(name if name in self.fields else None, [str(m) for m in messages])
+        elif field == "chip_counts":
+            self.add_error(None, [f"Chips picked by hand: {message}" for message in errors])
+        else:
+            self.add_error(field if field in self.fields else None, [str(message) for message in errors])
+
+    def job_fields(self) -> dict:
+        """Job.objects.create keyword arguments; call after is_valid()."""
+        return self.spec.job_fields()
+
+
+SPEC_KEYS = ("model", "dataset", "policy", "max_budget", "max_steps", "per_device_batch_size", "name")
+
+
+def chip_field(slug: str) -> str:
+    return f"chips_{slug}"
+
+
+class DatasetUploadForm(forms.Form):
+    """A text or JSONL file to train on; store_dataset checks its content."""
+
+    # Empty files pass here so that store_dataset, shared with the API, says what is wrong.
+    file = forms.FileField(
+        allow_empty_file=True,
+        widget=forms.ClearableFileInput(attrs={"accept": ".txt,.jsonl,.ndjson,text/plain,application/jsonl"}),
+        help_text="Plain text (one sample per line) or JSON lines with a “text” field.",
+    )
+    name = forms.CharField(
+        label="Name (optional)",
+        max_length=120,
+        required=False,
+        strip=True,
+        help_text="Defaults to the file name.",
+    )

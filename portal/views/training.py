@@ -1,0 +1,233 @@
+"""The launch page: a job spec, a live quote beside it, and the Train button."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from billing.money import MICROS_PER_UNIT, to_decimal
+from portal.forms import TrainingForm
+from portal.views.pages import format_price
+from workers import planner
+from workers.choices import AllocationMode
+from workers.models import ChipType
+from workers.services.fleet import free_chips, schedulable_nodes
+from workers.services.jobs import submit_job
+from workers.services.planning import quote
+
+# What a planning error is called in the quote box, and which field it belongs to at submit.
+PROBLEM_TITLES = {
+    planner.BudgetTooLow: "Budget too low",
+    planner.ModelDoesNotFit: "Model does not fit",
+    planner.NoCapacity: "No free chips",
+    planner.InvalidRequest: "Invalid request",
+}
+PROBLEM_FIELDS = {planner.BudgetTooLow: "max_budget", planner.ModelDoesNotFit: "model"}
+
+
+@dataclass(frozen=True)
+class ChipLine:
+    """Chips of one type in one mode within a plan: "8 × NVIDIA RTX 4090, on-demand"."""
+
+    count: int
+    slug: str
+    name: str
+    mode: str
+    simulated: bool
+
+
+@dataclass(frozen=True)
+class PlanSummary:
+    """A plan's estimate, formatted for the quote box and the job page."""
+
+    chips: list[ChipLine]
+    world_size: int
+    zero_stage: int
+    global_batch: int
+    tokens_per_s: str
+    price_per_hour: str
+    price_per_million_tokens: str
+    eta: str
+    total: str
+    simulated: bool
+    baseline: PlanSummary | None = None
+    speedup: str = ""
+    cost_ratio: str = ""
+    faster: bool = False
+    cheaper: bool = False
+
+    @property
+    def is_baseline(self) -> bool:
+        """The plan is itself the best single-chip-type plan (so there is nothing to compare)."""
+        return self.baseline is not None and self.baseline.chips == self.chips
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Why there is no quote: a title naming the kind of problem and the planner's explanation."""
+
+    title: str
+    message: str
+    can_queue: bool = False
+
+
+def format_duration(seconds: float | None) -> str:
+    """ "45 s", "12 min", "3 h 20 min", "2 d 4 h": two units at most."""
+    if seconds is None:
+        return "—"
+    seconds = max(0, round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes, hours, days = seconds // 60, seconds // 3600, seconds // 86400
+    if hours == 0:
+        return f"{minutes} min"
+    if days == 0:
+        return f"{hours} h {minutes % 60} min" if minutes % 60 else f"{hours} h"
+    return f"{days} d {hours % 24} h" if hours % 24 else f"{days} d"
+
+
+def format_estimate(micros: int) -> str:
+    """An estimated amount: cents and thousands separators from ¥1 up, every digit below."""
+    if abs(micros) < MICROS_PER_UNIT:
+        return format_price(micros)
+    cents = to_decimal(micros).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
+    return f"{settings.CURRENCY_SYMBOL}{cents:,}"
+
+
+def format_rate(value: float | None) -> str:
+    """Tokens per second, compact: "812", "45.6k", "1.23M"."""
+    if value is None:
+        return "—"
+    for limit, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if value >= limit:
+            return f"{value / limit:.3g}{suffix}"
+    return f"{value:.3g}" if value < 100 else f"{value:.0f}"
+
+
+def speed_phrase(ratio: float | None) -> str:
+    if ratio is None:
+        return ""
+    if ratio >= 1.05:
+        return f"{ratio:.1f}× faster"
+    return f"{1 / ratio:.1f}× slower" if ratio <= 0.95 else "as fast"
+
+
+def cost_phrase(ratio: float | None) -> str:
+    """The per-token cost against the baseline, as a reader says it."""
+    if ratio is None:
+        return ""
+    percent = round(abs(1 - ratio) * 100)
+    if percent == 0:
+        return "the same cost per token"
+    return f"{percent}% {'cheaper' if ratio < 1 else 'dearer'} per token"
+
+
+def chip_lines(plan: dict, names: dict[str, str]) -> list[ChipLine]:
+    simulated = Counter(rank["chip"] for rank in plan.get("ranks", []) if rank.get("simulated"))
+    modes = dict(AllocationMode.choices)
+    return [
+        ChipLine(count, slug, names.get(slug, slug), modes.get(mode, mode), simulated[slug] > 0)
+        for slug, per_mode in plan.get("chip_counts", {}).items()
+        for mode, count in sorted(per_mode.items())
+    ]
+
+
+def summarize_plan(plan: dict | None, names: dict[str, str] | None = None) -> PlanSummary | None:
+    """The planner's dict (money in micro-units) as the pages show it."""
+    if not plan:
+        return None
+    names = names if names is not None else dict(ChipType.objects.values_list("slug", "name"))
+    lines = chip_lines(plan, names)
+    baseline = plan.get("baseline")
+    speedup, cost_ratio = plan.get("speedup_vs_baseline"), plan.get("cost_ratio_vs_baseline")
+    return PlanSummary(
+        chips=lines,
+        world_size=plan.get("world_size") or len(plan.get("ranks", [])),
+        zero_stage=plan["zero_stage"],
+        global_batch=plan["global_batch"],
+        tokens_per_s=format_rate(plan["tokens_per_s"]),
+        price_per_hour=format_estimate(plan["price_per_hour"]),
+        price_per_million_tokens=format_estimate(plan["price_per_million_tokens"]),
+        eta=format_duration(plan["eta_seconds"]),
+        total=format_estimate(plan["total_cost"]),
+        simulated=any(line.simulated for line in lines),
+        baseline=summarize_plan(baseline, names) if baseline else None,
+        speedup=speed_phrase(speedup),
+        cost_ratio=cost_phrase(cost_ratio),
+        faster=speedup is not None and speedup >= 1.05,
+        cheaper=cost_ratio is not None and cost_ratio < 1,
+    )
+
+
+def problem_of(error: planner.PlanningError) -> Problem:
+    title = next((title for kind, title in PROBLEM_TITLES.items() if isinstance(error, kind)), "No plan")
+    return Problem(title, str(error), can_queue=isinstance(error, planner.NoCapacity))
+
+
+def free_chips_by_type() -> Counter[str]:
+    nodes = list(schedulable_nodes())
+    free = free_chips(nodes)
+    totals: Counter[str] = Counter()
+    for node in nodes:
+        totals[node.pool.chip_type.slug] += max(free[node.pk], 0)
+    return totals
+
+
+def launch_context(form: TrainingForm) -> dict:
+    free = free_chips_by_type()
+    return {
+        "form": form,
+        "chip_rows": [
+            (field, chip, free[chip.slug])
+            for field, chip in zip(form.chip_fields, form.chip_types, strict=True)
+        ],
+        "simulation_slowdown": f"{settings.SIMULATION_SLOWDOWN:,.0f}",
+    }
+
+
+@login_required
+def train(request: HttpRequest) -> HttpResponse:
+    if request.method != "POST":
+        initial = {key: request.GET[key] for key in ("model", "dataset") if key in request.GET}
+        form = TrainingForm(initial=initial, request=request)
+        return render(request, "portal/training/train.html", launch_context(form))
+    form = TrainingForm(request.POST, request=request)
+    if form.is_valid() and (job := _submit(request, form)):
+        messages.success(request, f"Job {job.pk} is queued: the scheduler is placing it on chips.")
+        return redirect("job", job.pk)
+    return render(request, "portal/training/train.html", launch_context(form))
+
+
+def _submit(request: HttpRequest, form: TrainingForm):
+    """Refuse what can never run (the API does too); a job that only lacks free chips waits in the queue."""
+    fields = form.job_fields()
+    try:
+        quote(fields)
+    except planner.NoCapacity:
+        pass
+    except planner.PlanningError as error:
+        form.add_error(PROBLEM_FIELDS.get(type(error)), f"{problem_of(error).title}: {error}")
+        return None
+    return submit_job(request.user, **fields)
+
+
+@require_POST
+@login_required
+def train_quote(request: HttpRequest) -> HttpResponse:
+    """The quote box: the plan the form's job would get now, or what stops it."""
+    form = TrainingForm(request.POST, request=request)
+    context: dict = {"form": form, "simulation_slowdown": f"{settings.SIMULATION_SLOWDOWN:,.0f}"}
+    if form.is_valid():
+        try:
+            context["plan"] = summarize_plan(quote(form.job_fields()))
+        except planner.PlanningError as error:
+            context["problem"] = problem_of(error)
+    return render(request, "partials/training/quote.html", context)

@@ -1,0 +1,118 @@
+// The job page: loss and tokens/s charts fed by metrics.json, and a log tail that stays scrolled
+// to its end. The rest of the page is live through htmx (#job-poller).
+(() => {
+  const POLL_MS = 2000;
+  const CATCH_UP_STEPS = 100;
+
+  // The log box is replaced on every poll: keep it at its end, unless the reader has scrolled up.
+  const LOGS = "job-log-lines";
+  let logsPinned = true;
+  let logsScrollTop = 0;
+
+  // Called as each out-of-band section is about to be replaced; only the logs section counts.
+  function rememberLogs(event) {
+    const box = event.target.querySelector?.(`#${LOGS}`);
+    if (!box) return;
+    logsPinned = box.scrollTop + box.clientHeight >= box.scrollHeight - 4;
+    logsScrollTop = box.scrollTop;
+  }
+
+  function placeLogs(box) {
+    if (box) box.scrollTop = logsPinned ? box.scrollHeight : logsScrollTop;
+  }
+
+  document.addEventListener("htmx:oobBeforeSwap", rememberLogs);
+  document.addEventListener("htmx:load", (event) => {
+    const elt = event.detail.elt;
+    placeLogs(elt.id === LOGS ? elt : elt.querySelector?.(`#${LOGS}`));
+  });
+  document.addEventListener("DOMContentLoaded", () => placeLogs(document.getElementById(LOGS)));
+
+  // Charts
+  const css = getComputedStyle(document.documentElement);
+  const color = (name, fallback) => css.getPropertyValue(name).trim() || fallback;
+
+  function lineChart(canvas, label, stroke, formatY, maxStep) {
+    return new window.Chart(canvas, {
+      type: "line",
+      data: { datasets: [{ label, data: [], borderColor: stroke, backgroundColor: stroke, borderWidth: 2, pointRadius: 0, tension: 0.15 }] },
+      options: {
+        parsing: false,
+        normalized: true,
+        animation: false,
+        maintainAspectRatio: false,
+        interaction: { mode: "nearest", axis: "x", intersect: false },
+        scales: {
+          x: { type: "linear", min: 0, max: maxStep, title: { display: true, text: "step" }, ticks: { precision: 0 }, grid: { display: false } },
+          y: { ticks: { callback: formatY }, grace: "5%" },
+        },
+        plugins: {
+          legend: { display: false },
+          decimation: { enabled: true, algorithm: "lttb", samples: 600 },
+          tooltip: { callbacks: { title: (items) => `step ${items[0].parsed.x}` } },
+        },
+      },
+    });
+  }
+
+  const compact = new Intl.NumberFormat(undefined, { notation: "compact", maximumSignificantDigits: 3 });
+
+  // A resumed job (after a migration) reports some steps again: the newer run replaces the tail.
+  function append(points, step, value) {
+    while (points.length && points[points.length - 1].x >= step) points.pop();
+    points.push({ x: step, y: value });
+  }
+
+  function start() {
+    const root = document.querySelector("[data-metrics-url]");
+    if (!root || !window.Chart) return;
+    const maxStep = Number(root.dataset.maxSteps) || undefined;
+    const loss = lineChart(document.getElementById("loss-chart"), "loss", color("--accent", "#4f46e5"), (v) => Number(v).toFixed(2), maxStep);
+    const speed = lineChart(document.getElementById("speed-chart"), "tokens/s", color("--ok", "#15803d"), (v) => compact.format(v), maxStep);
+    const lossPoints = [];
+    const speedPoints = [];
+    let since = 0;
+
+    const live = () => document.querySelector("#job-poller[data-live]") !== null;
+
+    async function fetchSteps() {
+      const response = await fetch(`${root.dataset.metricsUrl}?since_step=${since}`, {
+        headers: { Accept: "application/json" },
+        credentials: "same-origin",
+      });
+      if (!response.ok) return;
+      const body = await response.json();
+      for (const entry of body.steps) {
+        append(lossPoints, entry.step, entry.loss);
+        append(speedPoints, entry.step, entry.tokens_per_s);
+        since = Math.max(since, entry.step);
+      }
+      if (body.steps.length) {
+        loss.data.datasets[0].data = lossPoints;
+        speed.data.datasets[0].data = speedPoints;
+        loss.update("none");
+        speed.update("none");
+        root.classList.add("has-data");
+      }
+      return body.steps.length;
+    }
+
+    // Poll while the job runs; catch up at once on a long history (the endpoint sends it in chunks);
+    // once the job has ended, fetch until nothing new is left, then stop.
+    async function poll() {
+      const wasLive = live();
+      let got = 0;
+      try {
+        got = await fetchSteps();
+      } catch {
+        // A network blip: try again on the next tick.
+      }
+      const catchingUp = got > CATCH_UP_STEPS || (got > 0 && !wasLive);
+      if (wasLive || got) window.setTimeout(poll, catchingUp ? 0 : POLL_MS);
+    }
+    poll();
+  }
+
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
+  else start();
+})();
