@@ -9,6 +9,9 @@ from workers.models import Job
 from workers.services.placement import checkpoint_dir
 
 
+TAKE_HOME = {"model.pt", "config.json"}
+
+
 @dataclass(frozen=True)
 class Artifact:
     path: str
@@ -20,8 +23,11 @@ def list_artifacts(job: Job) -> list[Artifact]:
     root = checkpoint_dir(job)
     if not root.is_dir():
         return []
-    files = sorted(p for p in root.rglob("*") if p.is_file() and not p.name.startswith("."))
-    return [Artifact(str(p.relative_to(root)), p.stat().st_size, _kind(p.relative_to(root))) for p in files]
+    files = sorted(
+        p for p in root.rglob("*") if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts)
+    )
+    final = f"step-{job.max_steps}"
+    return [Artifact(str(p.relative_to(root)), p.stat().st_size, _kind(p.relative_to(root), final)) for p in files]
 
 
 def artifact_file(job: Job, relative: str) -> Path | None:
@@ -33,8 +39,9 @@ def artifact_file(job: Job, relative: str) -> Path | None:
     return candidate
 
 
-def _kind(relative: Path) -> str:
+def _kind(relative: Path, final_step: str) -> str:
+    """The last step's plain weights are what the user takes home; the rest is resumable state."""
     top = relative.parts[0]
-    if top == "final":
+    if top == final_step and relative.name in TAKE_HOME:
         return "final model"
     return "checkpoint" if top.startswith("step-") else "other"

@@ -1,0 +1,84 @@
+"""A real mixed-chip training run: real Celery worker and beat, real agents, real DeepSpeed ranks.
+
+The demo fleet here is three simulated chip types on this machine's CPU (labelled simulated);
+everything else, from the HTTP API to the checkpoint files, is the production path.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+from rest_framework.test import APIClient
+
+from portal.models import ApiToken
+from tests.e2e.stack import platform_stack, wait_until
+from workers.choices import AgentStatus, JobStatus
+from workers.models import Job, JobMetric, Node
+from workers.services.fleet import free_chips
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+FLEET = [("e2e-rtx-4090", "rtx-4090"), ("e2e-tpu-v5e", "tpu-v5e"), ("e2e-ascend-910b", "ascend-910b")]
+
+
+@pytest.fixture
+def fleet(live_server, settings, tmp_path):
+    call_command("seed_catalog", stdout=io.StringIO())
+    with platform_stack(live_server, settings, tmp_path) as stack:
+        for hostname, chip in FLEET:
+            stack.add_agent(hostname, chip)
+        wait_until(lambda: Node.objects.filter(hostname__startswith="e2e-", agent_status=AgentStatus.ONLINE).count()
+                   == len(FLEET), 60, "the agents to enroll", stack)
+        yield stack
+
+
+def api_for(user) -> APIClient:
+    _, raw = ApiToken.issue(user)
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    return api
+
+
+def test_the_demo_fleet_trains_llama_tiny_across_three_chip_types(fleet, alice, live_server):
+    api = api_for(alice)
+    response = api.post("/api/v1/jobs/", {"model": "llama-tiny", "dataset": "synthetic", "per_device_batch_size": 4,
+                                          "max_steps": 40, "policy": "fastest", "max_budget": "28"}, format="json")
+    assert response.status_code == 201, response.json()
+    job_id = response.json()["id"]
+
+    job = wait_until(lambda: Job.objects.filter(pk=job_id, status__in=JobStatus.finished()).first(), 300,
+                     "the job to finish", fleet)
+
+    assert job.status == JobStatus.SUCCEEDED, f"{job.status}: {job.status_reason}\n{fleet.logs()}"
+    chips = {rank["chip"] for rank in job.plan["ranks"]}
+    assert chips == {"rtx-4090", "tpu-v5e", "ascend-910b"}
+    assert job.step == 40
+    assert job.loss < job.first_loss * 0.9, (job.first_loss, job.loss)
+    assert set(JobMetric.objects.filter(job=job).values_list("chip_type", flat=True)) == chips
+    assert job.latest_checkpoint and Path(job.latest_checkpoint).exists()
+    artifacts = api.get(f"/api/v1/jobs/{job_id}/artifacts/").json()
+    assert any(a["kind"] == "final model" for a in artifacts)
+    assert not job.allocations.open().exists()
+    nodes = Node.objects.filter(hostname__startswith="e2e-")
+    assert all(free == node.chips for node, free in zip(nodes, free_chips(nodes).values(), strict=True))
+    body = api.get(f"/api/v1/jobs/{job_id}/").json()
+    assert body["status"] == "succeeded" and body["step"] == 40 and body["plan"]["ranks"]
+
+
+def test_a_rank_that_crashes_fails_the_job_with_its_error(fleet, alice):
+    api = api_for(alice)
+    response = api.post("/api/v1/jobs/", {"model": "llama-tiny", "per_device_batch_size": 4, "max_steps": 400,
+                                          "policy": "fastest", "max_budget": "28"}, format="json")
+    job_id = response.json()["id"]
+    wait_until(lambda: Job.objects.filter(pk=job_id, status=JobStatus.RUNNING).exists(), 120, "the job to run", fleet)
+
+    fleet.kill("agent-e2e-tpu-v5e")  # the host dies with its rank; the others lose their peer
+
+    job = wait_until(lambda: Job.objects.filter(pk=job_id, status__in=JobStatus.finished()).first(), 120,
+                     "the job to fail", fleet)
+    assert job.status == JobStatus.FAILED
+    assert job.status_reason
+    assert not job.allocations.open().exists()

@@ -1,0 +1,124 @@
+"""Uploaded datasets are checked on upload; all data is addressed by global sample index."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from workers.modelspecs import resolve_model
+from workers.runtime.data import ByteCorpus, SyntheticCorpus, open_corpus, shard
+from workers.runtime.datasets import DatasetError, read_corpus, validate_dataset_file
+
+LIMIT = 1 << 20
+
+
+def write(tmp_path, name: str, content: bytes):
+    path = tmp_path / name
+    path.write_bytes(content)
+    return path
+
+
+def test_a_text_file_is_accepted_with_its_non_blank_lines_counted(tmp_path):
+    path = write(tmp_path, "corpus.txt", "first line\n\nsecond line é\nthird\n".encode())
+    assert validate_dataset_file(path, LIMIT) == ("text", 3)
+
+
+def test_a_jsonl_file_is_accepted_with_its_records_counted(tmp_path):
+    lines = [json.dumps({"text": "hello"}), "", json.dumps({"text": "world", "id": 2})]
+    path = write(tmp_path, "data.jsonl", "\n".join(lines).encode())
+    assert validate_dataset_file(path, LIMIT) == ("jsonl", 2)
+
+
+def test_jsonl_is_recognised_without_its_extension(tmp_path):
+    path = write(tmp_path, "upload.bin", b'{"text": "a"}\n{"text": "b"}\n')
+    assert validate_dataset_file(path, LIMIT) == ("jsonl", 2)
+
+
+@pytest.mark.parametrize("content", [b"", b"  \n\n\t\n"])
+def test_an_empty_file_is_refused(tmp_path, content):
+    with pytest.raises(DatasetError, match="empty"):
+        validate_dataset_file(write(tmp_path, "empty.txt", content), LIMIT)
+
+
+def test_a_binary_file_is_refused(tmp_path):
+    with pytest.raises(DatasetError, match="binary.*offset 4"):
+        validate_dataset_file(write(tmp_path, "model.txt", b"PK\x03\x04\x00\x00data"), LIMIT)
+
+
+def test_a_file_that_is_not_utf8_is_refused(tmp_path):
+    with pytest.raises(DatasetError, match="not UTF-8.*offset 3"):
+        validate_dataset_file(write(tmp_path, "latin1.txt", "caf\u00e9 na\u00efve".encode("latin-1")), LIMIT)
+
+
+def test_a_malformed_jsonl_line_is_refused_by_number(tmp_path):
+    content = b'{"text": "ok"}\n\n{"text": "broken"\n'
+    with pytest.raises(DatasetError, match="Line 3 is not valid JSON"):
+        validate_dataset_file(write(tmp_path, "bad.jsonl", content), LIMIT)
+
+
+def test_a_jsonl_record_without_text_is_refused_by_number(tmp_path):
+    content = b'{"text": "ok"}\n{"prompt": "no text field"}\n'
+    with pytest.raises(DatasetError, match='Line 2 must be a JSON object with a string "text"'):
+        validate_dataset_file(write(tmp_path, "bad.jsonl", content), LIMIT)
+
+
+def test_a_file_over_the_limit_is_refused(tmp_path):
+    with pytest.raises(DatasetError, match="too large: 2.0 MiB; the limit is 1.0 MiB"):
+        validate_dataset_file(write(tmp_path, "big.txt", b"a" * (2 * LIMIT)), LIMIT)
+
+
+def test_a_missing_file_is_refused(tmp_path):
+    with pytest.raises(DatasetError, match="does not exist"):
+        validate_dataset_file(tmp_path / "nope.txt", LIMIT)
+
+
+def test_validation_does_not_import_torch():
+    code = "import sys; import workers.runtime.datasets; assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_jsonl_is_trained_on_its_texts_only(tmp_path):
+    path = write(tmp_path, "data.jsonl", b'{"text": "ab"}\n{"text": "cd", "x": 1}\n')
+    assert read_corpus(path) == b"ab\ncd"
+
+
+def test_bytes_become_token_ids_in_windows_of_seq_len_plus_one(tmp_path):
+    corpus = ByteCorpus(bytes(range(100)), vocab=512, seq_len=8, seed=1)
+    batch = corpus.batch(0, corpus.windows)
+    assert batch.shape == (corpus.windows, 9)
+    starts = sorted(int(row[0]) for row in batch)
+    assert starts == [8 * w for w in range(corpus.windows)]  # each window once per epoch
+    assert all(torch.equal(row, torch.arange(int(row[0]), int(row[0]) + 9)) for row in batch)
+
+
+def test_a_text_shorter_than_a_sample_is_repeated():
+    batch = ByteCorpus(b"abc", vocab=512, seq_len=8, seed=1).batch(0, 2)
+    assert batch.shape == (2, 9)
+    assert bytes(batch[0, :3].tolist()) == b"abc"
+
+
+def test_synthetic_samples_depend_only_on_their_global_index():
+    corpus = SyntheticCorpus(vocab=512, seq_len=16, seed=7)
+    whole = corpus.batch(0, 8)
+    assert torch.equal(corpus.batch(3, 5), whole[3:])
+    assert torch.equal(SyntheticCorpus(512, 16, 7).batch(5, 1), whole[5:6])
+    assert not torch.equal(SyntheticCorpus(512, 16, 8).batch(0, 8), whole)
+    assert int(whole.max()) < 512 and int(whole.min()) >= 0
+
+
+def test_open_corpus_reads_an_uploaded_file(tmp_path):
+    path = write(tmp_path, "corpus.txt", b"hello world\n" * 20)
+    batch = open_corpus(str(path), resolve_model("llama-tiny"), seed=1).batch(0, 2)
+    assert batch.shape == (2, 65)
+
+
+def test_ranks_take_consecutive_slices_of_each_global_batch():
+    micro_batches = [1, 2, 5]
+    slices = [shard(16, micro_batches, rank) for rank in range(3)]
+    assert slices == [(16, 1), (17, 2), (19, 5)]
+    # After a resume on another mix the next step starts where the last one ended.
+    assert shard(16 + 8, [3, 5], 0) == (24, 3)

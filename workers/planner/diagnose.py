@@ -1,0 +1,164 @@
+"""Why no plan: errors that name the problem and the numbers, so a user knows what to change.
+
+Checked in the order a user can act on them: hand-picked counts that aren't free, a model that
+fits no allowed set of chips (more money can't help), then a budget below the cheapest plan.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from billing.money import format_amount
+from workers.planner.evaluate import OBJECTIVES, Candidate, Counts, Evaluator, total_cost
+from workers.planner.fleet import Kind
+from workers.planner.memory import GIB, ZERO_STAGES, activation_bytes_per_sample, fixed_bytes, rank_bytes
+from workers.planner.types import (
+    BudgetTooLow,
+    ChipInfo,
+    InvalidRequest,
+    ModelDoesNotFit,
+    NoCapacity,
+    PlanningError,
+    PlanRequest,
+)
+
+Optimiser = Callable[..., Candidate | None]
+
+
+def money(micros: int) -> str:
+    return f"¥{format_amount(micros)}"
+
+
+def hand_picked_counts(request: PlanRequest, chips: Sequence[ChipInfo], ev: Evaluator) -> Counts:
+    """The count vector for chips picked by hand, or an error saying what isn't available."""
+    known = {chip.slug for chip in chips}
+    asked = dict(request.chip_counts or {})
+    for slug in sorted(asked):
+        if slug not in known:
+            raise InvalidRequest(f"Unknown chip type '{slug}'. Choose from: {', '.join(sorted(known))}.")
+    if sum(asked.values()) > request.max_ranks:
+        raise InvalidRequest(
+            f"{sum(asked.values())} chips asked for; a job may use at most {request.max_ranks}."
+        )
+    counts = [0] * len(ev.kinds)
+    for slug in sorted(asked):
+        _place(slug, asked[slug], ev.kinds, counts, request)
+    return tuple(counts)
+
+
+def _place(slug: str, wanted: int, kinds: list[Kind], counts: list[int], request: PlanRequest) -> None:
+    """Fill `wanted` chips of one type from its kinds, fastest kind first."""
+    free = sum(kind.limit for kind in kinds if kind.slug == slug)
+    if free < wanted:
+        where = " spot-eligible" if request.spot_only else ""
+        raise NoCapacity(f"Asked for {wanted} × {slug}, but only {free}{where} {slug} chips are free.")
+    for i, kind in enumerate(kinds):
+        if kind.slug == slug and wanted:
+            counts[i] = min(kind.limit, wanted)
+            wanted -= counts[i]
+
+
+def explain_failure(
+    request: PlanRequest, kinds: list[Kind], ev: Evaluator, optimiser: Optimiser
+) -> PlanningError:
+    """The most useful reason why `ev` found no feasible mix."""
+    unbounded = Evaluator(replace(request, total_budget=None), kinds, None)
+    if request.chip_counts:
+        return _explain_hand_picked(request, kinds, ev, unbounded)
+    if not _fits_somewhere(request, kinds):
+        return _does_not_fit(request, kinds)
+    cheapest = _search(request, optimiser, unbounded, "hourly-price")
+    if cheapest is None:
+        if request.policy == "single-type":
+            return ModelDoesNotFit(
+                f"{request.model.name} fits on no single chip type among the free chips; only a mix of "
+                f"types does. Choose another policy."
+            )
+        return _does_not_fit(request, kinds)
+    what = "single-type plan" if request.policy == "single-type" else "plan"
+    budget = request.max_budget_per_hour
+    if budget is not None and cheapest.price_per_hour > budget:
+        return BudgetTooLow(
+            f"The hourly budget {money(budget)}/h is below the cheapest {what} that fits "
+            f"{request.model.name}: {money(cheapest.price_per_hour)}/h ({_describe(kinds, cheapest.counts)})."
+        )
+    if request.total_budget is None:
+        return PlanningError(f"No plan found for {request.model.name} within the limits given.")
+    hourly = Evaluator(replace(request, total_budget=None), kinds, budget)
+    best = _search(request, optimiser, hourly, "cheapest") or cheapest
+    return BudgetTooLow(
+        f"The total budget {money(request.total_budget)} is below the cheapest {what}'s total for "
+        f"{request.max_steps} steps: {money(total_cost(best.price_per_hour, best.eta_seconds))} "
+        f"({_describe(kinds, best.counts)})."
+    )
+
+
+def _search(request: PlanRequest, optimiser: Optimiser, ev: Evaluator, objective: str) -> Candidate | None:
+    """Best mix for an objective; for the single-type policy, the best over one chip type at a time."""
+    key = OBJECTIVES[objective]
+    if request.policy != "single-type":
+        return optimiser(ev, key)
+    found = []
+    for slug in sorted({kind.slug for kind in ev.kinds}):
+        allowed = [i for i, kind in enumerate(ev.kinds) if kind.slug == slug]
+        found.append(optimiser(ev, key, allowed))
+    return min((c for c in found if c is not None), key=key, default=None)
+
+
+def _explain_hand_picked(request, kinds, ev: Evaluator, unbounded: Evaluator) -> PlanningError:
+    counts = hand_picked_counts(request, [k.chip for k in kinds], ev)
+    free = unbounded.evaluate(counts)
+    mix = _describe(kinds, counts)
+    ranks = sum(counts)
+    if ranks > ev.global_batch(ranks):
+        return InvalidRequest(
+            f"{mix} is {ranks} ranks, more than the global batch of {ev.global_batch(ranks)}."
+        )
+    if free is None:
+        smallest = min(k.chip.memory_gib for k, c in zip(kinds, counts, strict=True) if c)
+        need = rank_bytes(request.model, 3, ranks, 1) / GIB
+        return ModelDoesNotFit(
+            f"{request.model.name} does not fit on {mix} with a global batch of {ev.global_batch(ranks)}: "
+            f"at ZeRO-3 a rank needs {need:.1f} GiB with one sample; the smallest chip in the mix has "
+            f"{smallest} GiB."
+        )
+    price = free.price_per_hour
+    if request.max_budget_per_hour is not None and price > request.max_budget_per_hour:
+        return BudgetTooLow(
+            f"{mix} costs {money(price)}/h, above the hourly budget {money(request.max_budget_per_hour)}/h."
+        )
+    return BudgetTooLow(
+        f"{mix} would cost {money(total_cost(price, free.eta_seconds))} in total, above the "
+        f"total budget {money(request.total_budget or 0)}."
+    )
+
+
+def _fits_somewhere(request: PlanRequest, kinds: list[Kind]) -> bool:
+    """Exact: memory caps grow with chip memory, so for each n the n largest chips are the best bet."""
+    memories = sorted((k.chip.memory_gib for k in kinds for _ in range(k.limit)), reverse=True)
+    act = activation_bytes_per_sample(request.model)
+    for n in range(1, min(len(memories), request.max_ranks) + 1):
+        fixed = min(fixed_bytes(request.model, stage, n) for stage in ZERO_STAGES)
+        caps = [int((m * GIB - fixed) // act) for m in memories[:n]]
+        batch = request.global_batch or request.per_device_batch_size * n
+        if min(caps) >= 1 and sum(caps) >= batch >= n:
+            return True
+    return False
+
+
+def _does_not_fit(request: PlanRequest, kinds: list[Kind]) -> ModelDoesNotFit:
+    chips = min(sum(k.limit for k in kinds), request.max_ranks)
+    batch = request.global_batch or request.per_device_batch_size * chips
+    per_chip = max(math.ceil(batch / chips), 1)
+    need = rank_bytes(request.model, 3, chips, per_chip) / GIB
+    largest = max(k.chip.memory_gib for k in kinds)
+    return ModelDoesNotFit(
+        f"{request.model.name} needs {need:.1f} GiB per chip even at ZeRO-3 across {chips} chips "
+        f"({per_chip} sample{'s' if per_chip > 1 else ''} each); the largest chip has {largest} GiB."
+    )
+
+
+def _describe(kinds: list[Kind], counts: Counts) -> str:
+    return " + ".join(f"{c} × {k.slug}" for k, c in zip(kinds, counts, strict=True) if c)

@@ -1,0 +1,122 @@
+"""The free fleet as the optimiser sees it: a few *kinds* of identical ranks, not thousands of chips.
+
+A kind is one chip type at one speed (simulated nodes run at a scaled speed, so they form their
+own kind). Its chips are put in the order the planner would take them: spot chips first when
+the job allows spot (same speed, lower price), then the pool with the most free chips, nodes
+with the most free chips, node id. Taking c chips of a kind always means its first c chips, so
+the price and the pools of any count are prefix sums computed once; the optimiser then only
+chooses a count per kind, and exhaustive search and heuristic agree on what a count means.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from workers.modelspecs import ModelSpec
+from workers.planner.throughput import ThroughputModel
+from workers.planner.types import ON_DEMAND, SPOT, ChipInfo, NodeOffer, PlanRequest
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One chip the plan may take: where it is and what it costs per hour."""
+
+    node: NodeOffer
+    mode: str
+    price: int
+
+
+@dataclass
+class Kind:
+    """Identical ranks: one chip type at one speed, with its chips in taking order."""
+
+    chip: ChipInfo
+    multiplier: float
+    speed: float
+    source: str
+    slots: list[Slot]
+    price_prefix: list[int] = field(default_factory=list)
+    pools_prefix: list[frozenset[str]] = field(default_factory=list)
+
+    limit: int = 0
+
+    def __post_init__(self) -> None:
+        self.limit = len(self.slots)  # read in the optimiser's inner loop: a plain attribute
+        self.price_prefix, self.pools_prefix = [0], [frozenset()]
+        for slot in self.slots:
+            self.price_prefix.append(self.price_prefix[-1] + slot.price)
+            pool = slot.node.pool_key
+            last = self.pools_prefix[-1]
+            self.pools_prefix.append(last if pool in last else last | {pool})
+
+    @property
+    def slug(self) -> str:
+        return self.chip.slug
+
+    def unit_price(self, count: int) -> int:
+        """Price of the `count`-th chip (1-based): spot chips come first."""
+        return self.price_prefix[count] - self.price_prefix[count - 1]
+
+
+def build_kinds(
+    request: PlanRequest, chips: Sequence[ChipInfo], offers: Sequence[NodeOffer], throughput: ThroughputModel
+) -> list[Kind]:
+    """Group usable free chips into kinds, sorted by chip slug then fastest first (determinism)."""
+    by_slug = {chip.slug: chip for chip in chips}
+    groups: dict[tuple[str, float], list[NodeOffer]] = defaultdict(list)
+    for node in offers:
+        if _usable(node, request, by_slug):
+            groups[(node.chip, throughput.node_multiplier(node))].append(node)
+    kinds = [
+        _make_kind(request.model, by_slug[slug], multiplier, nodes, request, throughput)
+        for (slug, multiplier), nodes in groups.items()
+    ]
+    kinds = [kind for kind in kinds if kind.slots]
+    return sorted(kinds, key=lambda k: (k.slug, -k.multiplier))
+
+
+def _usable(node: NodeOffer, request: PlanRequest, by_slug: dict) -> bool:
+    if node.free_chips <= 0 or node.chip not in by_slug:
+        return False
+    return node.spot_eligible or not request.spot_only
+
+
+def _make_kind(
+    model: ModelSpec,
+    chip: ChipInfo,
+    multiplier: float,
+    nodes: list[NodeOffer],
+    request: PlanRequest,
+    throughput: ThroughputModel,
+) -> Kind:
+    speed = throughput.tokens_per_s(model, chip) * multiplier
+    slots = _ordered_slots(chip, nodes, request)
+    return Kind(chip, multiplier, speed, throughput.source(model, chip), slots)
+
+
+def _ordered_slots(chip: ChipInfo, nodes: list[NodeOffer], request: PlanRequest) -> list[Slot]:
+    """The kind's chips in taking order, only as many as one job may use."""
+    # Spot is only worth taking while it undercuts on-demand; a spot-eligible node also sells on-demand.
+    spot = request.spot_only or (request.allow_spot and chip.spot_per_hour < chip.on_demand_per_hour)
+    tiers = [(SPOT, [n for n in nodes if n.spot_eligible])] if spot else []
+    rest = [] if request.spot_only else [n for n in nodes if not (spot and n.spot_eligible)]
+    tiers.append((ON_DEMAND, rest))
+    prices = {SPOT: chip.spot_per_hour, ON_DEMAND: chip.on_demand_per_hour}
+    slots: list[Slot] = []
+    for mode, tier in tiers:
+        for node in _pool_first(tier):
+            take = min(node.free_chips, request.max_ranks - len(slots))
+            slots.extend([Slot(node, mode, prices[mode])] * take)
+            if len(slots) >= request.max_ranks:
+                return slots
+    return slots
+
+
+def _pool_first(nodes: list[NodeOffer]) -> list[NodeOffer]:
+    """Fewest pools and nodes: the biggest pool first, inside it the biggest nodes."""
+    pool_free: dict[str, int] = defaultdict(int)
+    for node in nodes:
+        pool_free[node.pool_key] += node.free_chips
+    return sorted(nodes, key=lambda n: (-pool_free[n.pool_key], n.pool_key, -n.free_chips, n.node_id))

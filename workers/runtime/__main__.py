@@ -1,0 +1,67 @@
+"""Entry point of a rank: `python -m workers.runtime --config launch.json`.
+
+The node agent starts one such process per rank with RANK, WORLD_SIZE, LOCAL_RANK,
+MASTER_ADDR and MASTER_PORT set. Events go to stdout as JSON lines; anything else the process
+prints goes to stderr. An exception prints its traceback on stderr and exits with status 1.
+"""
+
+from __future__ import annotations
+
+import time
+
+STARTED = time.perf_counter()
+
+import argparse  # noqa: E402
+import dataclasses  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+import traceback  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from workers.protocol import RankLaunch  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def load_launch(path: str | Path) -> RankLaunch:
+    """The launch file as a RankLaunch; unknown keys are ignored, missing required ones fail."""
+    data = json.loads(Path(path).read_text())
+    known = {field.name for field in dataclasses.fields(RankLaunch)}
+    return RankLaunch(**{key: value for key, value in data.items() if key in known})
+
+
+def prepare_environment(launch: RankLaunch) -> None:
+    """Settings that must be in place before torch or DeepSpeed is imported."""
+    # Keep JIT-built DeepSpeed ops in one cache per checkout rather than ~/.cache.
+    os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(REPO / ".data" / "torch_extensions"))
+    # A simulated chip trains on the CPU even on a host that has a GPU.
+    os.environ.setdefault("DS_ACCELERATOR", "cuda" if launch.device.startswith("cuda") else "cpu")
+    if launch.device == "cpu":
+        os.environ.setdefault("OMP_NUM_THREADS", "1")  # one thread per rank: ranks share the cores
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m workers.runtime", description=__doc__.splitlines()[0])
+    parser.add_argument("--config", required=True, help="the rank's launch.json (a RankLaunch)")
+    args = parser.parse_args(argv)
+    launch = load_launch(args.config)
+    prepare_environment(launch)
+    from workers.runtime.events import EventStream, claim_stdout
+
+    events = EventStream(launch.rank, claim_stdout())
+    from workers.runtime.train import run
+
+    print(
+        f"rank {launch.rank}: imports took {time.perf_counter() - STARTED:.2f} s", file=sys.stderr, flush=True
+    )
+    run(launch, events)
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except Exception:
+        traceback.print_exc()
+        sys.exit(1)

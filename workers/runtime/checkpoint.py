@@ -1,0 +1,264 @@
+"""Checkpoints that a job can resume from on another mix of chips.
+
+Layout of `checkpoint_dir`:
+
+    latest                  "step-<n>" of the newest complete checkpoint, replaced last
+    step-<n>/
+      meta.json             step, samples consumed (the data position), topology, model, dataset
+      ds/                   DeepSpeed's own checkpoint (tag "ds": model states + ZeRO shards)
+      rng-<rank>.pt         each rank's RNG states
+      universal/            added on demand: the topology-free form (see `universal.py`)
+      model.pt, config.json the plain weights the user takes home (final and stop checkpoints)
+
+Every rank writes into `.tmp-step-<n>-e<epoch>/`; after a barrier rank 0 writes meta.json,
+fsyncs, renames the directory into place and only then moves `latest`, so a reader never sees
+half a checkpoint, and a crash mid-save leaves the previous one current.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from workers.modelspecs import ModelSpec
+from workers.protocol import RankLaunch
+from workers.runtime import universal
+from workers.runtime.engine import Placement
+from workers.runtime.model import spec_from_dict
+
+FORMAT = "starverse-checkpoint/1"
+DS_TAG = "ds"
+META = "meta.json"
+LATEST = "latest"
+NATIVE, UNIVERSAL, UNIVERSAL_PLAIN = "native", "universal", "universal-plain"
+
+
+@dataclass
+class TrainState:
+    """Where training stands: steps done, global samples consumed, the last global loss."""
+
+    step: int = 0
+    samples_seen: int = 0
+    loss: float | None = None
+
+
+@dataclass(frozen=True)
+class ResumePlan:
+    """Which checkpoint to load and how (native when the topology matches, else universal)."""
+
+    step_dir: Path
+    meta: dict
+    mode: str
+
+
+def layout(zero_stage: int) -> str:
+    """How the optimizer state is stored.
+
+    "plain" without ZeRO: all of it (fp32 masters too, under bf16) in the model-states file;
+    "partitioned" under ZeRO 1-2: DeepSpeed shards it per rank.
+    """
+    return "plain" if zero_stage == 0 else "partitioned"
+
+
+def save(
+    engine, launch: RankLaunch, placement: Placement, state: TrainState, export: bool
+) -> tuple[Path, float]:
+    """Collective: write step-<state.step> atomically; returns (path, seconds)."""
+    started = time.perf_counter()
+    root = Path(launch.checkpoint_dir)
+    final = root / f"step-{state.step}"
+    tmp = root / f".tmp-{final.name}-e{launch.epoch}"
+    if placement.rank == 0:
+        root.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+    dist.barrier()
+    engine.save_checkpoint(str(tmp), tag=DS_TAG, client_state=universal.client_state(), save_latest=False)
+    torch.save(rng_state(placement), tmp / f"rng-{placement.rank}.pt")
+    weights = full_fp32_state_dict(engine) if export else None
+    dist.barrier()
+    if placement.rank == 0:
+        spec = spec_from_dict(launch.model)
+        if weights is not None:
+            export_model(tmp, weights, spec, state)
+        _write_json(tmp / META, _meta(launch, placement, spec, state))
+        _fsync_tree(tmp)
+        _publish(tmp, final)
+        _point_latest(root, final.name)
+    return final, time.perf_counter() - started
+
+
+def plan_resume(launch: RankLaunch, placement: Placement) -> ResumePlan | None:
+    """Read the checkpoint's meta and choose the load path (every rank decides alike)."""
+    if not launch.resume_from:
+        return None
+    step_dir = resolve(launch.resume_from)
+    meta = json.loads((step_dir / META).read_text())
+    if meta.get("model") != spec_from_dict(launch.model).as_dict():
+        raise ValueError(f"checkpoint {step_dir} is of model {meta.get('model')}, not {launch.model}")
+    target = layout(launch.zero_stage)
+    same_dtype = meta["dtype"] == _dtype(placement)
+    same_shards = (meta["world_size"], meta["zero_stage"]) == (placement.world_size, launch.zero_stage)
+    if meta["layout"] == target and same_dtype and (target == "plain" or same_shards):
+        return ResumePlan(step_dir, meta, NATIVE)
+    return ResumePlan(step_dir, meta, UNIVERSAL_PLAIN if target == "plain" else UNIVERSAL)
+
+
+def prepare(plan: ResumePlan | None, placement: Placement, workers: int = 1) -> None:
+    """Collective: rank 0 converts to the universal form if the plan needs it; all wait."""
+    if plan is None or plan.mode == NATIVE:
+        return
+    if placement.rank == 0:
+        started = time.perf_counter()
+        out = universal.ensure(plan.step_dir, plan.meta["layout"] == "plain", workers)
+        print(
+            f"universal checkpoint {out} ready in {time.perf_counter() - started:.2f} s",
+            file=sys.stderr,
+            flush=True,
+        )
+    dist.barrier()
+
+
+def load(engine, plan: ResumePlan, placement: Placement) -> TrainState:
+    """Restore weights, optimizer and RNG; returns the state to continue from (step + 1 next)."""
+    if plan.mode == UNIVERSAL_PLAIN:
+        universal.load_into_plain(engine, plan.step_dir / universal.TAG)
+    else:
+        tag = DS_TAG if plan.mode == NATIVE else universal.TAG
+        path, _ = engine.load_checkpoint(str(plan.step_dir), tag=tag, load_lr_scheduler_states=False)
+        if path is None:
+            raise RuntimeError(f"DeepSpeed found no checkpoint under {plan.step_dir / tag}")
+    restore_rng(plan.step_dir / f"rng-{placement.rank}.pt", placement)
+    meta = plan.meta
+    return TrainState(meta["step"], meta["samples_seen"], meta.get("loss"))
+
+
+def resolve(path: str | os.PathLike) -> Path:
+    """A step directory, given either it or a checkpoint root with a `latest` pointer."""
+    path = Path(path)
+    if (path / META).is_file():
+        return path
+    if (path / LATEST).is_file():
+        return resolve(path / (path / LATEST).read_text().strip())
+    raise FileNotFoundError(f"no checkpoint at {path} (neither {META} nor {LATEST} there)")
+
+
+def full_fp32_state_dict(engine) -> dict[str, torch.Tensor]:
+    """Collective under ZeRO: every parameter's full fp32 master copy, on the CPU."""
+    from deepspeed.utils import safe_get_full_fp32_param
+
+    weights = {}
+    for name, param in engine.module.named_parameters():
+        full = safe_get_full_fp32_param(param)
+        weights[name] = (param.detach() if full is None else full).float().cpu().clone()
+    return weights
+
+
+def export_model(
+    directory: Path, weights: dict[str, torch.Tensor], spec: ModelSpec, state: TrainState
+) -> None:
+    """model.pt (a plain state_dict for `LlamaModel(spec)`) and config.json beside it."""
+    torch.save(weights, directory / "model.pt")
+    config = {
+        "architecture": "LlamaModel",
+        "module": "workers.runtime.model",
+        **spec.as_dict(),
+        "parameters": spec.parameters,
+        "dtype": "float32",
+        "step": state.step,
+        "samples_seen": state.samples_seen,
+        "tokens_seen": state.samples_seen * spec.seq_len,
+        "loss": state.loss,
+    }
+    _write_json(directory / "config.json", config)
+
+
+def rng_state(placement: Placement) -> dict:
+    """Python and torch RNG states (CUDA's too on a GPU)."""
+    state = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    if placement.cuda:
+        state["cuda"] = torch.cuda.get_rng_state(placement.device)
+    return state
+
+
+def restore_rng(path: Path, placement: Placement) -> None:
+    """Restore this rank's RNG states when the checkpoint had such a rank; else keep the seed's."""
+    if not path.is_file():
+        return
+    state = torch.load(path, map_location="cpu", weights_only=False)
+    random.setstate(state["python"])
+    torch.set_rng_state(state["torch"])
+    if placement.cuda and "cuda" in state:
+        torch.cuda.set_rng_state(state["cuda"], placement.device)
+
+
+def _dtype(placement: Placement) -> str:
+    return "bfloat16" if placement.cuda else "float32"
+
+
+def _meta(launch: RankLaunch, placement: Placement, spec: ModelSpec, state: TrainState) -> dict:
+    return {
+        "format": FORMAT,
+        "step": state.step,
+        "samples_seen": state.samples_seen,
+        "loss": state.loss,
+        "world_size": placement.world_size,
+        "micro_batches": list(launch.micro_batches),
+        "zero_stage": launch.zero_stage,
+        "layout": layout(launch.zero_stage),
+        "dtype": _dtype(placement),
+        "model": spec.as_dict(),
+        "dataset": launch.dataset,
+        "seed": launch.seed,
+        "job_id": launch.job_id,
+        "epoch": launch.epoch,
+        "saved_at": time.time(),
+    }
+
+
+def _write_json(path: Path, data: dict) -> None:
+    path.write_text(json.dumps(data, indent=2) + "\n")
+
+
+def _fsync_tree(directory: Path) -> None:
+    """Flush every file (other ranks' shards too) before the rename makes them visible."""
+    for path in sorted(directory.rglob("*")):
+        if path.is_file():
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+
+def _publish(tmp: Path, final: Path) -> None:
+    """Rename the finished directory into place, replacing an older save of the same step."""
+    old = final.with_name(f".old-{final.name}-{os.getpid()}")
+    if final.exists():
+        final.rename(old)
+    tmp.rename(final)
+    shutil.rmtree(old, ignore_errors=True)
+    _fsync_dir(final.parent)
+
+
+def _point_latest(root: Path, name: str) -> None:
+    tmp = root / f".{LATEST}.tmp-{os.getpid()}"
+    tmp.write_text(name + "\n")
+    os.replace(tmp, root / LATEST)
+    _fsync_dir(root)
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,200 @@
+"""One rank's training loop: heterogeneous data parallelism over DeepSpeed.
+
+Rank r trains on its own micro-batch `micro_batches[r]` each step. Its loss is the SUM of its
+token losses × world_size / global token count, so when DeepSpeed averages gradients over the
+ranks the result is exactly the gradient of the mean loss over the whole global batch, however
+unevenly the batch is split (DESIGN section 5).
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from workers.protocol import RankLaunch
+from workers.runtime import checkpoint
+from workers.runtime.checkpoint import TrainState
+from workers.runtime.control import ControlFile, Request
+from workers.runtime.data import Corpus, open_corpus, shard
+from workers.runtime.engine import Placement, build_engine, check_launch, init_distributed
+from workers.runtime.events import EventStream
+from workers.runtime.model import spec_from_dict, token_loss_sum
+from workers.runtime.pacing import Pacer
+
+
+def scaled_loss(loss_sum: torch.Tensor, world_size: int, global_tokens: int) -> torch.Tensor:
+    """What this rank backpropagates: averaging it over ranks gives the global-batch mean."""
+    return loss_sum * (world_size / global_tokens)
+
+
+def forward_backward(engine, batch: torch.Tensor, world_size: int, global_tokens: int) -> torch.Tensor:
+    """Forward and backward (DeepSpeed reduces the gradients); returns the token-loss sum."""
+    loss_sum = token_loss_sum(engine, batch)
+    engine.backward(scaled_loss(loss_sum, world_size, global_tokens))
+    return loss_sum.detach()
+
+
+def start_boundary(loss_sum: torch.Tensor, request: Request | None):
+    """One tiny all_reduce, started at once: the global loss sum and rank 0's control decision.
+
+    Only rank 0 passes a request; the others add zeros, so the sum is rank 0's flags.
+    Asynchronous so that it completes while the optimizer steps and a simulated chip waits
+    out its modelled time, instead of adding a synchronisation point at the end of every step.
+    """
+    flags = [request.checkpoint, request.stop, request.export] if request else [False] * 3
+    packed = torch.tensor([0.0, *map(float, flags)], dtype=torch.float64, device=loss_sum.device)
+    packed[0] = loss_sum.detach().double()
+    return packed, dist.all_reduce(packed, async_op=True)
+
+
+def finish_boundary(pending) -> tuple[float, Request]:
+    """Wait for `start_boundary`'s all_reduce; every rank gets the same loss and decision."""
+    packed, work = pending
+    work.wait()
+    total, wanted, stop, export = packed.tolist()
+    return total, Request(checkpoint=wanted > 0, stop=stop > 0, export=export > 0)
+
+
+def memory_mb(placement: Placement) -> float:
+    """Peak CUDA memory allocated on a GPU; resident set size on a CPU."""
+    if placement.cuda:
+        return torch.cuda.max_memory_allocated(placement.device) / 2**20
+    try:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except OSError:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+class Trainer:
+    """The step loop, control handling and checkpoint schedule of one rank."""
+
+    def __init__(
+        self,
+        launch: RankLaunch,
+        placement: Placement,
+        engine,
+        state: TrainState,
+        *,
+        events: EventStream,
+        corpus: Corpus,
+        resumed: Path | None = None,
+    ) -> None:
+        self.launch, self.placement, self.engine, self.state = launch, placement, engine, state
+        self.events, self.corpus = events, corpus
+        self.spec = spec_from_dict(launch.model)
+        self.pacer = Pacer(launch.paced_tokens_per_s)
+        self.control = ControlFile(launch.run_dir, launch.epoch) if placement.rank == 0 else None
+        self.global_batch = sum(launch.micro_batches)
+        self.global_tokens = self.global_batch * self.spec.seq_len
+        self.saved = (state.step, False) if resumed else (-1, False)  # (step, exported)
+        self.last_path: str | None = str(resumed) if resumed else None
+
+    def run(self) -> TrainState:
+        """Train to max_steps or until stopped; the final model is always saved and exported."""
+        request = Request()
+        while self.state.step < self.launch.max_steps and not request.stop:
+            request = self.step()
+            if request.checkpoint or self._due():
+                final = self.state.step >= self.launch.max_steps
+                self.save(export=(request.stop and request.export) or final)
+        if not request.stop and self.saved != (self.state.step, True):
+            self.save(export=True)
+        self.events.done(self.state.step, self.state.loss, path=self.last_path, stopped=request.stop)
+        return self.state
+
+    def step(self) -> Request:
+        """One paced training step; returns the decision all ranks take at its boundary.
+
+        Rank 0 reads control.json once its gradients are reduced; the decision travels with
+        the loss in the step's one extra all_reduce, so every rank acts on it after this step.
+        """
+        started = time.perf_counter()
+        first, count = shard(self.state.samples_seen, self.launch.micro_batches, self.placement.rank)
+        batch = self.corpus.batch(first, count).to(self.placement.device)
+        loss_sum = forward_backward(self.engine, batch, self.placement.world_size, self.global_tokens)
+        pending = start_boundary(loss_sum, self.control.poll() if self.control else None)
+        self.engine.step()
+        if self.placement.cuda:
+            torch.cuda.synchronize(self.placement.device)
+        tokens = count * self.spec.seq_len
+        self.pacer.wait(started, tokens)
+        total, request = finish_boundary(pending)
+        elapsed = time.perf_counter() - started
+        samples_seen = self.state.samples_seen + self.global_batch
+        self.state = TrainState(self.state.step + 1, samples_seen, total / self.global_tokens)
+        self._report(tokens, elapsed)
+        return request
+
+    def save(self, export: bool) -> None:
+        path, seconds = checkpoint.save(self.engine, self.launch, self.placement, self.state, export)
+        self.saved, self.last_path = (self.state.step, export), str(path)
+        if self.placement.rank == 0:
+            self.events.checkpoint(self.state.step, str(path), seconds)
+
+    def _due(self) -> bool:
+        every = self.launch.checkpoint_every
+        return bool(every) and self.state.step % every == 0
+
+    def _report(self, tokens: int, elapsed: float) -> None:
+        self.events.metric(
+            step=self.state.step,
+            loss=self.state.loss,
+            tokens=tokens,
+            tokens_per_s=round(tokens / elapsed, 2),
+            step_time_s=round(elapsed, 5),
+            samples_seen=self.state.samples_seen,
+            memory_mb=round(memory_mb(self.placement), 1),
+        )
+
+
+def run(launch: RankLaunch, events: EventStream) -> TrainState:
+    """Join the job, build or restore the engine, train, leave the process group."""
+    check_launch(launch)
+    spec = spec_from_dict(launch.model)
+    corpus = open_corpus(launch.dataset, spec, launch.seed)  # a bad dataset fails before any rendezvous
+    clock = _PhaseClock()
+    placement = init_distributed(launch)
+    clock.mark("process group")
+    try:
+        plan = checkpoint.plan_resume(launch, placement)
+        checkpoint.prepare(plan, placement, int(launch.extra.get("convert_workers", 1)))
+        clock.mark("convert")
+        universal = plan is not None and plan.mode == checkpoint.UNIVERSAL
+        engine = build_engine(launch, spec, placement, load_universal=universal)
+        clock.mark("engine")
+        state = checkpoint.load(engine, plan, placement) if plan else TrainState()
+        clock.mark("load")
+        resumed = f"resumed {plan.mode} from {plan.step_dir} at step {state.step}" if plan else "fresh start"
+        _log(f"rank {placement.rank}/{placement.world_size} on {placement.device}: {resumed}; {clock}")
+        resumed = plan.step_dir if plan else None
+        return Trainer(launch, placement, engine, state, events=events, corpus=corpus, resumed=resumed).run()
+    finally:
+        dist.destroy_process_group()
+
+
+class _PhaseClock:
+    """Start-up timings for the log: where a rank's first seconds go."""
+
+    def __init__(self) -> None:
+        self.started = self.last = time.perf_counter()
+        self.phases: list[tuple[str, float]] = []
+
+    def mark(self, phase: str) -> None:
+        now = time.perf_counter()
+        self.phases.append((phase, now - self.last))
+        self.last = now
+
+    def __str__(self) -> str:
+        parts = ", ".join(f"{name} {seconds:.2f} s" for name, seconds in self.phases)
+        return f"ready in {self.last - self.started:.2f} s ({parts})"
+
+
+def _log(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
