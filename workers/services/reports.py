@@ -87,7 +87,7 @@ def _record_metrics(job: Job, node: Node, metrics: list[dict], now) -> None:
     if newest["step"] >= job.step:
         job.step = newest["step"]
         job.loss = newest["loss"]
-        job.tokens = max(job.tokens, int(newest.get("tokens_total") or 0))
+        job.tokens = job.step * int(job.plan.get("tokens_per_step") or 0)
     if job.first_loss is None:
         job.first_loss = min(metrics, key=lambda m: m["step"])["loss"]
     job.tokens_per_s = _aggregate_tokens_per_s(job)
