@@ -13,3 +13,11 @@ class BearerTokenScheme(OpenApiAuthenticationExtension):
             "scheme": "bearer",
             "description": "An API token from `POST /api/v1/tokens/` or the dashboard.",
         }
+
+
+class NodeTokenScheme(OpenApiAuthenticationExtension):
+    target_class = "workers.api.agent_auth.NodeTokenAuthentication"
+    name = "nodeToken"
+
+    def get_security_definition(self, auto_schema):
+        return {"type": "http", "scheme": "bearer", "description": "A node token from `POST /api/v1/agent/enroll/`."}

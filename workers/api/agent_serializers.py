@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from workers.protocol import MAX_POLL_WAIT_S, ReportKind
@@ -25,6 +26,8 @@ class EnrollSerializer(serializers.Serializer):
     devices = DeviceSerializer(many=True, required=False, default=list)
 
 
+@extend_schema_field({"oneOf": [{"type": "integer"}, {"type": "object", "properties": {
+    "id": {"type": "integer"}, "error": {"type": "string"}}, "required": ["id"]}]})
 class AckField(serializers.Field):
     """An ack is a command id, or {"id": ..., "error": "..."} for a refused command."""
 

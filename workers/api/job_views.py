@@ -110,7 +110,7 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         base = request.build_absolute_uri(f"/api/v1/jobs/{job.pk}/artifacts/")
         return Response([{**a.__dict__, "url": base + a.path} for a in list_artifacts(job)])
 
-    @extend_schema(responses={(200, "application/octet-stream"): bytes})
+    @extend_schema(responses={(200, "application/octet-stream"): bytes}, operation_id="jobs_artifact_download")
     @action(detail=True, url_path=r"artifacts/(?P<path>.+)")
     def artifact(self, request, pk=None, path=""):
         found = artifact_file(self.get_object(), path)

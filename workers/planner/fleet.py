@@ -47,7 +47,7 @@ class Kind:
         self.price_prefix, self.pools_prefix = [0], [frozenset()]
         for slot in self.slots:
             self.price_prefix.append(self.price_prefix[-1] + slot.price)
-            pool = slot.node.pool_key
+            pool = slot.node.pool
             last = self.pools_prefix[-1]
             self.pools_prefix.append(last if pool in last else last | {pool})
 
@@ -118,5 +118,5 @@ def _pool_first(nodes: list[NodeOffer]) -> list[NodeOffer]:
     """Fewest pools and nodes: the biggest pool first, inside it the biggest nodes."""
     pool_free: dict[str, int] = defaultdict(int)
     for node in nodes:
-        pool_free[node.pool_key] += node.free_chips
-    return sorted(nodes, key=lambda n: (-pool_free[n.pool_key], n.pool_key, -n.free_chips, n.node_id))
+        pool_free[node.pool] += node.free_chips
+    return sorted(nodes, key=lambda n: (-pool_free[n.pool], n.pool, -n.free_chips, n.node_id))

@@ -173,7 +173,7 @@ def _ranks(request: PlanRequest, ev: Evaluator, best: Candidate) -> list[Rank]:
                     chip=kind.slug,
                     node_id=node.node_id,
                     hostname=node.hostname,
-                    pool=node.pool_key,
+                    pool=node.pool,
                     micro_batch=micro,
                     mode=slot.mode,
                     tokens_per_s=kind.speed,

@@ -70,7 +70,9 @@ def _seeds(ev: Evaluator, allowed: list[int]) -> dict[Counts, Candidate]:
         candidate = ev.evaluate(counts)
         for option in [candidate] if candidate is not None else _made_feasible(ev, counts, allowed):
             found[option.counts] = option
-    return found or _repair(ev, tried, allowed)
+    if found or len(allowed) == 1:  # one kind alone: its sweep already tried every regime edge
+        return found
+    return _repair(ev, tried, allowed)
 
 
 def _kicked(ev: Evaluator, key: Key, best: Candidate, allowed: list[int], spent: int) -> Candidate:

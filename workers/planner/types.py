@@ -6,7 +6,6 @@ into JSON, so the planner can be tested and benchmarked without a database.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -44,10 +43,9 @@ class NodeOffer:
     zone: str = ""
     simulated: bool = False
 
-    @functools.cached_property
-    def pool_key(self) -> str:
-        """Pool = chips of one type in one zone; links inside a pool are fast."""
-        return self.pool or f"{self.chip}@{self.zone}"
+    def __post_init__(self) -> None:
+        if not self.pool:  # pool = chips of one type in one zone; links inside a pool are fast
+            object.__setattr__(self, "pool", f"{self.chip}@{self.zone}")
 
 
 @dataclass(frozen=True)
