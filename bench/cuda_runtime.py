@@ -74,9 +74,7 @@ def report(job: LocalJob, gpus: int, args) -> None:
         step_ms = 1000 * statistics.median(e["step_time_s"] for e in measured)
         total += tokens_per_s
         last = measured[-1]
-        print(
-            f"{rank:<6}{tokens_per_s:>12,.0f}{step_ms:>12.1f}{last['memory_mb']:>16,.0f}{last['loss']:>11.3f}"
-        )
+        print(f"{rank:<6}{tokens_per_s:>12,.0f}{step_ms:>12.1f}{last['memory_mb']:>16,.0f}{last['loss']:>11.3f}")
     print(f"{'total':<6}{total:>12,.0f}")
     for event in job.events(0):
         if event["event"] == "checkpoint":

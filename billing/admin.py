@@ -79,7 +79,9 @@ class TransactionAdmin(ReadOnlyAdmin):
     def reverse_selected(self, request, queryset) -> None:
         for txn in queryset:
             try:
-                reversal = reverse_transaction(txn, reason=f"reversed by {request.user} in the admin", actor=request.user)
+                reversal = reverse_transaction(
+                    txn, reason=f"reversed by {request.user} in the admin", actor=request.user
+                )
             except LedgerError as error:
                 self.message_user(request, f"#{txn.pk}: {error}", messages.ERROR)
             else:

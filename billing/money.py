@@ -35,7 +35,7 @@ def to_decimal(micros: int) -> Decimal:
 
 
 def format_amount(micros: int) -> str:
-    """"10.00", "0.000333", "-1.50": at least two decimals, more only when they carry value."""
+    """ "10.00", "0.000333", "-1.50": at least two decimals, more only when they carry value."""
     text = f"{to_decimal(micros):.6f}".rstrip("0")
     whole, _, fraction = text.partition(".")
     return f"{whole}.{fraction.ljust(2, '0')}"

@@ -85,7 +85,16 @@ class OperatorUserAdmin(UserAdmin):
 
 @admin.register(ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin):
-    list_display = ["name", "user", "prefix", "scope", "created_at", "last_used_at", "expires_at", "revoked_at"]
+    list_display = [
+        "name",
+        "user",
+        "prefix",
+        "scope",
+        "created_at",
+        "last_used_at",
+        "expires_at",
+        "revoked_at",
+    ]
     list_filter = ["scope"]
     search_fields = ["user__username", "prefix", "name"]
     readonly_fields = ["user", "prefix", "token_hash", "created_at", "last_used_at", "revoked_at"]

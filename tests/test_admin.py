@@ -22,8 +22,14 @@ def console(client, operator):
 def add_price(console, chip, on_demand, spot_floor):
     return console.post(
         "/admin/billing/price/add/",
-        {"chip_type": chip.pk, "on_demand": on_demand, "spot_floor": spot_floor,
-         "effective_at_0": "2026-11-30", "effective_at_1": "10:00:00", "note": "test"},
+        {
+            "chip_type": chip.pk,
+            "on_demand": on_demand,
+            "spot_floor": spot_floor,
+            "effective_at_0": "2026-11-30",
+            "effective_at_1": "10:00:00",
+            "note": "test",
+        },
     )
 
 
@@ -54,8 +60,9 @@ def test_a_new_price_is_a_new_row_with_its_author(console, operator, catalog):
         ("0", "0", "on_demand", b"greater than or equal to"),
     ],
 )
-def test_a_bad_price_is_refused_with_a_message_and_nothing_saved(console, catalog, on_demand, spot_floor, field,
-                                                                 message):
+def test_a_bad_price_is_refused_with_a_message_and_nothing_saved(
+    console, catalog, on_demand, spot_floor, field, message
+):
     chip = ChipType.objects.get(slug="rtx-4090")
     response = add_price(console, chip, on_demand, spot_floor)
     assert response.status_code == 200
@@ -73,7 +80,8 @@ def test_past_prices_cannot_be_edited_or_deleted_in_the_console(console, catalog
 
 def adjust(console, user, amount, reason, key="adjust:test"):
     return console.post(
-        f"/admin/auth/user/{user.pk}/adjust-credit/", {"amount": amount, "reason": reason, "idempotency_key": key}
+        f"/admin/auth/user/{user.pk}/adjust-credit/",
+        {"amount": amount, "reason": reason, "idempotency_key": key},
     )
 
 

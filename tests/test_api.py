@@ -68,8 +68,12 @@ def test_the_account_shows_the_balance_as_a_decimal_string(api, alice):
     _, raw = ApiToken.issue(alice)
     response = bearer(api, raw).get("/api/v1/account/")
     assert response.status_code == 200
-    assert response.json() == {"username": "alice", "email": "alice@example.com", "balance": "10.00",
-                               "currency": "CNY"}
+    assert response.json() == {
+        "username": "alice",
+        "email": "alice@example.com",
+        "balance": "10.00",
+        "currency": "CNY",
+    }
 
 
 @pytest.mark.parametrize("header", ["Bearer sv_wrong", "Bearer", "Bearer a b", "Token abc"])
@@ -162,7 +166,13 @@ def test_the_schema_and_docs_are_served_without_login(api):
     schema = api.get("/api/v1/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json")
     assert schema.status_code == 200
     paths = schema.json()["paths"]
-    for path in ["/api/v1/chips/", "/api/v1/pools/", "/api/v1/account/", "/api/v1/ledger/", "/api/v1/tokens/"]:
+    for path in [
+        "/api/v1/chips/",
+        "/api/v1/pools/",
+        "/api/v1/account/",
+        "/api/v1/ledger/",
+        "/api/v1/tokens/",
+    ]:
         assert path in paths
     docs = api.get("/api/v1/docs/")
     assert docs.status_code == 200

@@ -8,11 +8,12 @@ from django.db.utils import DatabaseError
 
 from billing.choices import AccountKind, TransactionKind
 from billing.models import AppendOnlyError, Entry, Transaction
+from billing.services.credits import grant_trial_credit
 from billing.services.ledger import (
     IdempotencyConflict,
     InsufficientFunds,
-    Leg,
     LedgerError,
+    Leg,
     UnbalancedTransaction,
     audit_ledger,
     balance_of,
@@ -22,7 +23,6 @@ from billing.services.ledger import (
     transfer,
     wallet_for,
 )
-from billing.services.credits import grant_trial_credit
 
 pytestmark = pytest.mark.django_db
 
@@ -49,15 +49,23 @@ def test_a_posted_transaction_moves_the_balances_of_both_accounts(alice):
 def test_entries_sum_to_zero_across_many_transactions(alice, bob):
     fund(alice, key="a")
     fund(bob, key="b")
-    transfer(key="spend", kind=TransactionKind.CHARGE, source=wallet_for(alice),
-             destination=platform_account(AccountKind.REVENUE), amount=3)
+    transfer(
+        key="spend",
+        kind=TransactionKind.CHARGE,
+        source=wallet_for(alice),
+        destination=platform_account(AccountKind.REVENUE),
+        amount=3,
+    )
     assert sum(Entry.objects.values_list("amount", flat=True)) == 0
 
 
 def test_python_refuses_an_unbalanced_transaction(alice):
     with pytest.raises(UnbalancedTransaction):
-        post_transaction(key="bad", kind=TransactionKind.ADJUSTMENT,
-                         legs=[Leg(wallet_for(alice), 5), Leg(platform_account(AccountKind.ADJUSTMENTS), -4)])
+        post_transaction(
+            key="bad",
+            kind=TransactionKind.ADJUSTMENT,
+            legs=[Leg(wallet_for(alice), 5), Leg(platform_account(AccountKind.ADJUSTMENTS), -4)],
+        )
     assert not Transaction.objects.exists()
 
 
@@ -67,8 +75,9 @@ def test_the_database_refuses_an_unbalanced_transaction(alice):
     with pytest.raises(IntegrityError, match="unbalanced"), transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute("SET CONSTRAINTS billing_entry_balanced IMMEDIATE")
-        txn = Transaction.objects.create(idempotency_key="raw", fingerprint="x", kind="adjustment",
-                                         created_at="2026-01-01T00:00:00Z")
+        txn = Transaction.objects.create(
+            idempotency_key="raw", fingerprint="x", kind="adjustment", created_at="2026-01-01T00:00:00Z"
+        )
         Entry.objects.create(transaction=txn, account=wallet, amount=5, created_at=txn.created_at)
     assert balance_of(alice) == 0
 
@@ -77,8 +86,9 @@ def test_the_database_refuses_an_unbalanced_transaction(alice):
 def test_the_database_refuses_to_commit_an_unbalanced_transaction(alice):
     wallet = wallet_for(alice)
     with pytest.raises(IntegrityError, match="unbalanced"), transaction.atomic():
-        txn = Transaction.objects.create(idempotency_key="raw", fingerprint="x", kind="adjustment",
-                                         created_at="2026-01-01T00:00:00Z")
+        txn = Transaction.objects.create(
+            idempotency_key="raw", fingerprint="x", kind="adjustment", created_at="2026-01-01T00:00:00Z"
+        )
         Entry.objects.create(transaction=txn, account=wallet, amount=5, created_at=txn.created_at)
     assert not Transaction.objects.exists()
     assert balance_of(alice) == 0
@@ -87,15 +97,21 @@ def test_the_database_refuses_to_commit_an_unbalanced_transaction(alice):
 @pytest.mark.django_db(transaction=True)
 def test_the_database_refuses_a_transaction_without_entries():
     with pytest.raises(IntegrityError, match="no entries"), transaction.atomic():
-        Transaction.objects.create(idempotency_key="empty", fingerprint="x", kind="adjustment",
-                                   created_at="2026-01-01T00:00:00Z")
+        Transaction.objects.create(
+            idempotency_key="empty", fingerprint="x", kind="adjustment", created_at="2026-01-01T00:00:00Z"
+        )
 
 
 def test_a_wallet_cannot_be_overdrawn_through_the_service(alice):
     fund(alice, amount=5)
     with pytest.raises(InsufficientFunds, match="balance is"):
-        transfer(key="too-much", kind=TransactionKind.CHARGE, source=wallet_for(alice),
-                 destination=platform_account(AccountKind.REVENUE), amount=6)
+        transfer(
+            key="too-much",
+            kind=TransactionKind.CHARGE,
+            source=wallet_for(alice),
+            destination=platform_account(AccountKind.REVENUE),
+            amount=6,
+        )
     assert balance_of(alice) == 5
     assert not Transaction.objects.filter(idempotency_key="too-much").exists()
 
@@ -104,12 +120,15 @@ def test_the_database_refuses_to_overdraw_a_wallet_even_around_the_service(alice
     fund(alice, amount=5)
     revenue = platform_account(AccountKind.REVENUE)
     with pytest.raises(IntegrityError, match="wallet_never_negative"), transaction.atomic():
-        txn = Transaction.objects.create(idempotency_key="raw", fingerprint="x", kind="charge",
-                                         created_at="2026-01-01T00:00:00Z")
-        Entry.objects.bulk_create([
-            Entry(transaction=txn, account=wallet_for(alice), amount=-6, created_at=txn.created_at),
-            Entry(transaction=txn, account=revenue, amount=6, created_at=txn.created_at),
-        ])
+        txn = Transaction.objects.create(
+            idempotency_key="raw", fingerprint="x", kind="charge", created_at="2026-01-01T00:00:00Z"
+        )
+        Entry.objects.bulk_create(
+            [
+                Entry(transaction=txn, account=wallet_for(alice), amount=-6, created_at=txn.created_at),
+                Entry(transaction=txn, account=revenue, amount=6, created_at=txn.created_at),
+            ]
+        )
     assert balance_of(alice) == 5
 
 
@@ -141,9 +160,12 @@ def test_entries_cannot_be_changed_or_deleted_through_the_orm(alice):
 )
 def test_raw_sql_cannot_change_or_delete_ledger_rows_or_prices(alice, catalog, sql):
     fund(alice)
-    with pytest.raises((InternalError, DatabaseError), match="append-only"), transaction.atomic():
-        with connection.cursor() as cursor:
-            cursor.execute(sql)
+    with (
+        pytest.raises((InternalError, DatabaseError), match="append-only"),
+        transaction.atomic(),
+        connection.cursor() as cursor,
+    ):
+        cursor.execute(sql)
     assert balance_of(alice) == TEN
 
 
@@ -181,8 +203,13 @@ def test_a_transaction_is_reversed_at_most_once(alice):
 
 def test_a_reversal_that_would_overdraw_the_wallet_is_refused(alice):
     original = fund(alice)
-    transfer(key="spent", kind=TransactionKind.CHARGE, source=wallet_for(alice),
-             destination=platform_account(AccountKind.REVENUE), amount=TEN)
+    transfer(
+        key="spent",
+        kind=TransactionKind.CHARGE,
+        source=wallet_for(alice),
+        destination=platform_account(AccountKind.REVENUE),
+        amount=TEN,
+    )
     with pytest.raises(InsufficientFunds):
         reverse_transaction(original, reason="chargeback")
     assert balance_of(alice) == 0

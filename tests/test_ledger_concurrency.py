@@ -43,8 +43,13 @@ def run_at_once(count: int, work):
 
 
 def fund(user, amount):
-    transfer(key=f"fund-{user.pk}", kind=TransactionKind.ADJUSTMENT,
-             source=platform_account(AccountKind.ADJUSTMENTS), destination=wallet_for(user), amount=amount)
+    transfer(
+        key=f"fund-{user.pk}",
+        kind=TransactionKind.ADJUSTMENT,
+        source=platform_account(AccountKind.ADJUSTMENTS),
+        destination=wallet_for(user),
+        amount=amount,
+    )
 
 
 def test_fifty_threads_spending_one_from_ten_leave_exactly_ten_successes(alice):
@@ -52,8 +57,9 @@ def test_fifty_threads_spending_one_from_ten_leave_exactly_ten_successes(alice):
     wallet, revenue = wallet_for(alice), platform_account(AccountKind.REVENUE)
 
     def spend(index):
-        return transfer(key=f"spend-{index}", kind=TransactionKind.CHARGE, source=wallet,
-                        destination=revenue, amount=UNIT)
+        return transfer(
+            key=f"spend-{index}", kind=TransactionKind.CHARGE, source=wallet, destination=revenue, amount=UNIT
+        )
 
     outcomes = run_at_once(50, spend)
 
@@ -70,12 +76,15 @@ def test_without_the_service_check_the_database_alone_still_stops_the_overdraft(
     def spend_unchecked(index):
         with transaction.atomic():
             now = timezone.now()
-            txn = Transaction.objects.create(idempotency_key=f"raw-{index}", fingerprint="-",
-                                             kind=TransactionKind.CHARGE, created_at=now)
-            Entry.objects.bulk_create([
-                Entry(transaction=txn, account=wallet, amount=-UNIT, created_at=now),
-                Entry(transaction=txn, account=revenue, amount=UNIT, created_at=now),
-            ])
+            txn = Transaction.objects.create(
+                idempotency_key=f"raw-{index}", fingerprint="-", kind=TransactionKind.CHARGE, created_at=now
+            )
+            Entry.objects.bulk_create(
+                [
+                    Entry(transaction=txn, account=wallet, amount=-UNIT, created_at=now),
+                    Entry(transaction=txn, account=revenue, amount=UNIT, created_at=now),
+                ]
+            )
         return txn
 
     outcomes = run_at_once(50, spend_unchecked)
@@ -89,8 +98,13 @@ def test_twenty_concurrent_posts_with_one_key_have_one_effect_and_one_answer(ali
     source, destination = platform_account(AccountKind.PROMOTIONS), wallet_for(alice)
 
     def credit(index):
-        return transfer(key="same-key", kind=TransactionKind.ADJUSTMENT, source=source,
-                        destination=destination, amount=5 * UNIT)
+        return transfer(
+            key="same-key",
+            kind=TransactionKind.ADJUSTMENT,
+            source=source,
+            destination=destination,
+            amount=5 * UNIT,
+        )
 
     outcomes = run_at_once(20, credit)
 
@@ -104,8 +118,13 @@ def test_concurrent_posts_with_one_key_but_different_amounts_have_one_effect(ali
     source, destination = platform_account(AccountKind.PROMOTIONS), wallet_for(alice)
 
     def credit(index):
-        return transfer(key="contested", kind=TransactionKind.ADJUSTMENT, source=source,
-                        destination=destination, amount=(1 + index % 2) * UNIT)
+        return transfer(
+            key="contested",
+            kind=TransactionKind.ADJUSTMENT,
+            source=source,
+            destination=destination,
+            amount=(1 + index % 2) * UNIT,
+        )
 
     outcomes = run_at_once(20, credit)
 

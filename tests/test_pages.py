@@ -117,9 +117,7 @@ def test_creating_a_token_shows_it_once_and_stores_only_its_hash(alice_client, a
 
 
 def test_a_token_can_expire_in_some_days(alice_client, alice):
-    alice_client.post(
-        reverse("tokens"), {"name": "ci", "scope": TokenScope.READ_WRITE, "expires_in_days": 30}
-    )
+    alice_client.post(reverse("tokens"), {"name": "ci", "scope": TokenScope.READ_WRITE, "expires_in_days": 30})
     token = ApiToken.objects.get(user=alice)
     assert abs(token.expires_at - token.created_at - timedelta(days=30)) < timedelta(minutes=1)
 

@@ -35,7 +35,10 @@ def test_deploy_checks_pass_with_production_settings():
     }
     result = subprocess.run(
         [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
-        env=env, capture_output=True, text=True, timeout=120,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -46,7 +49,12 @@ def test_seeding_twice_creates_nothing_the_second_time():
     counts = (ChipType.objects.count(), Price.objects.count(), Pool.objects.count(), Node.objects.count())
     out = io.StringIO()
     call_command("seed_catalog", stdout=out)
-    assert (ChipType.objects.count(), Price.objects.count(), Pool.objects.count(), Node.objects.count()) == counts
+    assert (
+        ChipType.objects.count(),
+        Price.objects.count(),
+        Pool.objects.count(),
+        Node.objects.count(),
+    ) == counts
     assert counts[0] == 7
     assert "already seeded" in out.getvalue()
 

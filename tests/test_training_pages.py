@@ -246,9 +246,7 @@ def test_an_unknown_model_is_refused_naming_the_field(alice_client, fleet):
 
 
 def test_someone_elses_dataset_is_refused(alice_client, bob, fleet):
-    theirs = Dataset.objects.create(
-        owner=bob, name="secret", kind="text", file="x.txt", size_bytes=1, samples=1
-    )
+    theirs = Dataset.objects.create(owner=bob, name="secret", kind="text", file="x.txt", size_bytes=1, samples=1)
     html = launch(alice_client, dataset=theirs.reference).content.decode()
     assert "Dataset: Unknown dataset" in html
     assert not Job.objects.exists()

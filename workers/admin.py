@@ -28,7 +28,16 @@ class PriceHistoryInline(admin.TabularInline):
 
 @admin.register(ChipType)
 class ChipTypeAdmin(admin.ModelAdmin):
-    list_display = ["name", "slug", "vendor", "family", "memory_gib", "bf16_tflops", "software_stack", "default_mfu"]
+    list_display = [
+        "name",
+        "slug",
+        "vendor",
+        "family",
+        "memory_gib",
+        "bf16_tflops",
+        "software_stack",
+        "default_mfu",
+    ]
     list_filter = ["family", "software_stack"]
     search_fields = ["slug", "name", "vendor"]
     prepopulated_fields = {"slug": ["name"]}
@@ -51,11 +60,25 @@ class PoolAdmin(admin.ModelAdmin):
 
 @admin.register(Node)
 class NodeAdmin(admin.ModelAdmin):
-    list_display = ["hostname", "pool", "chips", "agent_status", "simulated", "spot_eligible", "last_heartbeat_at"]
+    list_display = [
+        "hostname",
+        "pool",
+        "chips",
+        "agent_status",
+        "simulated",
+        "spot_eligible",
+        "last_heartbeat_at",
+    ]
     list_filter = ["pool__chip_type", "agent_status", "simulated", "spot_eligible"]
     search_fields = ["hostname"]
     readonly_fields = [
-        "agent_status", "last_heartbeat_at", "created_at", "address", "devices", "health", "agent_version",
+        "agent_status",
+        "last_heartbeat_at",
+        "created_at",
+        "address",
+        "devices",
+        "health",
+        "agent_version",
         "enrolled_at",
     ]
 
@@ -82,7 +105,10 @@ class EnrollmentTokenAdmin(admin.ModelAdmin):
             format_html(
                 "Enrollment token for {} (shown once): <code>{}</code><br>Start an agent with "
                 "<code>python -m workers.agent --platform {} --enrollment-token {}</code>",
-                obj.pool, raw, request.build_absolute_uri("/").rstrip("/"), raw,
+                obj.pool,
+                raw,
+                request.build_absolute_uri("/").rstrip("/"),
+                raw,
             ),
             messages.SUCCESS,
         )
@@ -105,7 +131,17 @@ class AllocationInline(admin.TabularInline):
 
 @admin.register(Job)
 class JobAdmin(admin.ModelAdmin):
-    list_display = ["id", "owner", "model_name", "status", "step", "max_steps", "policy", "epoch", "created_at"]
+    list_display = [
+        "id",
+        "owner",
+        "model_name",
+        "status",
+        "step",
+        "max_steps",
+        "policy",
+        "epoch",
+        "created_at",
+    ]
     list_filter = ["status", "policy", "model_name"]
     search_fields = ["owner__username", "name", "model_name"]
     readonly_fields = [f.name for f in Job._meta.fields]

@@ -16,7 +16,19 @@ CHIP_TYPES = [
     ("h100-80g", "NVIDIA H100 80G", "NVIDIA", "gpu", 80, "989.0", 3350, "cuda", "0.400", "9.80", "3.90"),
     ("tpu-v4", "Google TPU v4", "Google", "tpu", 32, "275.0", 1228, "xla", "0.500", "3.60", "1.20"),
     ("tpu-v5e", "Google TPU v5e", "Google", "tpu", 16, "197.0", 819, "xla", "0.450", "2.80", "0.80"),
-    ("ascend-910b", "Huawei Ascend 910B", "Huawei", "npu", 64, "320.0", 1600, "cann", "0.350", "1.50", "0.60"),
+    (
+        "ascend-910b",
+        "Huawei Ascend 910B",
+        "Huawei",
+        "npu",
+        64,
+        "320.0",
+        1600,
+        "cann",
+        "0.350",
+        "1.50",
+        "0.60",
+    ),
     ("mlu370", "Cambricon MLU370-X8", "Cambricon", "npu", 48, "96.0", 614, "bang", "0.300", "0.90", "0.35"),
 ]
 
@@ -35,9 +47,17 @@ SEED_NODES = {
 
 
 def chip_specs() -> list[dict]:
-    keys = (
-        "slug name vendor family memory_gib bf16_tflops memory_bandwidth_gbps software_stack default_mfu"
-    ).split()
+    keys = [
+        "slug",
+        "name",
+        "vendor",
+        "family",
+        "memory_gib",
+        "bf16_tflops",
+        "memory_bandwidth_gbps",
+        "software_stack",
+        "default_mfu",
+    ]
     rows = []
     for order, row in enumerate(CHIP_TYPES):
         spec = dict(zip(keys, row[:9], strict=True))

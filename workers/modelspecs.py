@@ -61,7 +61,17 @@ class ModelSpec:
 MODELS: dict[str, ModelSpec] = {
     spec.name: spec
     for spec in [
-        ModelSpec("llama-tiny", 512, 64, 2, 4, 4, 172, 64, "A 0.2M-parameter decoder that trains on a CPU in seconds"),
+        ModelSpec(
+            "llama-tiny",
+            512,
+            64,
+            2,
+            4,
+            4,
+            172,
+            64,
+            "A 0.2M-parameter decoder that trains on a CPU in seconds",
+        ),
         ModelSpec("llama-2-7b", 32000, 4096, 32, 32, 32, 11008, 4096, "Llama 2 7B architecture"),
         ModelSpec("llama-2-13b", 32000, 5120, 40, 40, 40, 13824, 4096, "Llama 2 13B architecture"),
         ModelSpec("llama-2-70b", 32000, 8192, 80, 64, 8, 28672, 4096, "Llama 2 70B architecture (grouped-query)"),

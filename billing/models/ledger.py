@@ -29,10 +29,14 @@ class Account(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(
-                fields=["owner", "kind", "currency"], condition=Q(owner__isnull=False), name="one_wallet_per_user"
+                fields=["owner", "kind", "currency"],
+                condition=Q(owner__isnull=False),
+                name="one_wallet_per_user",
             ),
             models.UniqueConstraint(
-                fields=["kind", "currency"], condition=Q(owner__isnull=True), name="one_platform_account_per_kind"
+                fields=["kind", "currency"],
+                condition=Q(owner__isnull=True),
+                name="one_platform_account_per_kind",
             ),
             models.CheckConstraint(
                 condition=~Q(kind=AccountKind.WALLET) | Q(balance__gte=0), name="wallet_never_negative"
@@ -64,9 +68,7 @@ class Transaction(models.Model):
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
-    reverses = models.OneToOneField(
-        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="reversed_by"
-    )
+    reverses = models.OneToOneField("self", null=True, blank=True, on_delete=models.PROTECT, related_name="reversed_by")
     created_at = models.DateTimeField(db_index=True)
 
     class Meta:

@@ -15,9 +15,7 @@ class PriceQuerySet(models.QuerySet):
         """The newest effective row per chip type at `now`."""
         now = now or timezone.now()
         return (
-            self.filter(effective_at__lte=now)
-            .order_by("chip_type_id", "-effective_at", "-id")
-            .distinct("chip_type_id")
+            self.filter(effective_at__lte=now).order_by("chip_type_id", "-effective_at", "-id").distinct("chip_type_id")
         )
 
 
@@ -42,7 +40,8 @@ class Price(models.Model):
             models.CheckConstraint(condition=Q(on_demand_per_hour__gt=0), name="on_demand_price_positive"),
             models.CheckConstraint(condition=Q(spot_floor_per_hour__gt=0), name="spot_floor_positive"),
             models.CheckConstraint(
-                condition=Q(spot_floor_per_hour__lte=F("on_demand_per_hour")), name="spot_floor_not_above_on_demand"
+                condition=Q(spot_floor_per_hour__lte=F("on_demand_per_hour")),
+                name="spot_floor_not_above_on_demand",
             ),
         ]
 

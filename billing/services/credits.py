@@ -7,7 +7,7 @@ from django.conf import settings
 from billing.choices import AccountKind, TransactionKind
 from billing.models import OperatorSettings, Transaction
 from billing.money import format_amount
-from billing.services.ledger import Leg, LedgerError, platform_account, post_transaction, wallet_for
+from billing.services.ledger import LedgerError, Leg, platform_account, post_transaction, wallet_for
 
 
 def grant_trial_credit(user, now=None) -> Transaction | None:

@@ -146,9 +146,7 @@ def transfer(*, key: str, kind: str, source: Account, destination: Account, amou
     """Move `amount` micro-units from one account to another."""
     if amount <= 0:
         raise LedgerError("A transfer amount must be positive.")
-    return post_transaction(
-        key=key, kind=kind, legs=[Leg(source, -amount), Leg(destination, amount)], **kwargs
-    )
+    return post_transaction(key=key, kind=kind, legs=[Leg(source, -amount), Leg(destination, amount)], **kwargs)
 
 
 def _check_legs(legs: Sequence[Leg]) -> None:
@@ -194,5 +192,7 @@ def audit_ledger(accounts: Iterable[Account] | None = None) -> list[str]:
     sums = dict(Entry.objects.values_list("account_id").annotate(total=Sum("amount")))
     for account in accounts if accounts is not None else Account.objects.all():
         if account.balance != sums.get(account.pk, 0):
-            problems.append(f"account {account.pk} balance {account.balance} != sum of entries {sums.get(account.pk, 0)}")
+            problems.append(
+                f"account {account.pk} balance {account.balance} != sum of entries {sums.get(account.pk, 0)}"
+            )
     return problems

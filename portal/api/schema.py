@@ -20,4 +20,8 @@ class NodeTokenScheme(OpenApiAuthenticationExtension):
     name = "nodeToken"
 
     def get_security_definition(self, auto_schema):
-        return {"type": "http", "scheme": "bearer", "description": "A node token from `POST /api/v1/agent/enroll/`."}
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "A node token from `POST /api/v1/agent/enroll/`.",
+        }

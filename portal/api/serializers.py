@@ -79,7 +79,17 @@ class TokenSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = ApiToken
-        fields = ["id", "name", "prefix", "scope", "created_at", "expires_at", "last_used_at", "revoked_at", "active"]
+        fields = [
+            "id",
+            "name",
+            "prefix",
+            "scope",
+            "created_at",
+            "expires_at",
+            "last_used_at",
+            "revoked_at",
+            "active",
+        ]
         read_only_fields = fields
 
 

@@ -13,7 +13,11 @@ router.register("tokens", views.TokenViewSet, basename="token")
 urlpatterns = [
     path("chips/", views.ChipListView.as_view(), name="api-chips"),
     path("account/", views.AccountView.as_view(), name="api-account"),
-    path("schema/", SpectacularAPIView.as_view(authentication_classes=[], permission_classes=[]), name="api-schema"),
+    path(
+        "schema/",
+        SpectacularAPIView.as_view(authentication_classes=[], permission_classes=[]),
+        name="api-schema",
+    ),
     path(
         "docs/",
         SpectacularSwaggerView.as_view(url_name="api-schema", authentication_classes=[], permission_classes=[]),

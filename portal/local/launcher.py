@@ -182,8 +182,16 @@ def demo_fleet_processes(env: Mapping[str, str], platform_url: str) -> dict[str,
     processes = {}
     for entry in json.loads(fleet_file.read_text()):
         args = [
-            "--platform", platform_url, "--enrollment-token", entry["token"], "--hostname", entry["hostname"],
-            "--simulate", f"{entry['chip']}:{entry['chips']}", "--data-dir", str(data_dir / "agents" / entry["hostname"]),
+            "--platform",
+            platform_url,
+            "--enrollment-token",
+            entry["token"],
+            "--hostname",
+            entry["hostname"],
+            "--simulate",
+            f"{entry['chip']}:{entry['chips']}",
+            "--data-dir",
+            str(data_dir / "agents" / entry["hostname"]),
         ]
         if entry["spot"]:
             args.append("--spot")

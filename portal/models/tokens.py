@@ -54,7 +54,12 @@ class ApiToken(models.Model):
         """Create a token; returns (token, raw secret). The raw secret is never stored."""
         raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
         token = cls.objects.create(
-            user=user, name=name, prefix=raw[:10], token_hash=hash_token(raw), scope=scope, expires_at=expires_at
+            user=user,
+            name=name,
+            prefix=raw[:10],
+            token_hash=hash_token(raw),
+            scope=scope,
+            expires_at=expires_at,
         )
         return token, raw
 

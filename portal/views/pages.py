@@ -50,9 +50,7 @@ def pricing_row(offer: ChipOffer, reference: ChipType) -> PricingRow:
 
 def home(request: HttpRequest) -> HttpResponse:
     trial_credit = OperatorSettings.load().trial_credit
-    return render(
-        request, "portal/home.html", {"trial_credit": format_amount(trial_credit) if trial_credit else ""}
-    )
+    return render(request, "portal/home.html", {"trial_credit": format_amount(trial_credit) if trial_credit else ""})
 
 
 def pricing(request: HttpRequest) -> HttpResponse:

@@ -186,8 +186,7 @@ def launch_context(form: TrainingForm) -> dict:
     return {
         "form": form,
         "chip_rows": [
-            (field, chip, free[chip.slug])
-            for field, chip in zip(form.chip_fields, form.chip_types, strict=True)
+            (field, chip, free[chip.slug]) for field, chip in zip(form.chip_fields, form.chip_types, strict=True)
         ],
         "simulation_slowdown": f"{settings.SIMULATION_SLOWDOWN:,.0f}",
     }

@@ -68,9 +68,7 @@ class FakePlatform:
     def send(self, type_: str, job_id: int, epoch: int, payload: dict, command_id=None) -> int:
         command_id = command_id or next(self._ids) + 1000
         with self.cond:
-            self.pending.append(
-                {"id": command_id, "type": type_, "job_id": job_id, "epoch": epoch, "payload": payload}
-            )
+            self.pending.append({"id": command_id, "type": type_, "job_id": job_id, "epoch": epoch, "payload": payload})
             self.cond.notify_all()
         return command_id
 

@@ -41,11 +41,7 @@ def test_newer_epoch_start_stops_the_older_ranks(platform, start_agent):
     wait_for(lambda: 2 in _metric_epochs(platform, 2), what="epoch 2 metrics")
     assert old_exit[0]["code"] == -15
     states = wait_for(
-        lambda: (
-            (s := {(r["epoch"], r["state"]) for r in platform.polls[-1]["ranks"]})
-            and (2, "running") in s
-            and s
-        ),
+        lambda: (s := {(r["epoch"], r["state"]) for r in platform.polls[-1]["ranks"]}) and (2, "running") in s and s,
         what="a poll reporting epoch 2 running",
     )
     assert (1, "running") not in states
@@ -63,9 +59,7 @@ def test_a_command_resent_before_its_ack_runs_once(platform, start_agent, agent_
     platform.send("checkpoint", 3, 1, checkpoint, command_id=command_id)  # the ack got lost: re-sent
     wait_for(lambda: 77 in platform.acks, what="second ack")
     running.stop()
-    assert (
-        '"checkpoint": 1' in (agent_config.data_dir / "runs" / "job-3-epoch-1" / "control.json").read_text()
-    )
+    assert '"checkpoint": 1' in (agent_config.data_dir / "runs" / "job-3-epoch-1" / "control.json").read_text()
 
 
 def test_stale_epoch_on_report_kills_those_ranks(platform, start_agent):

@@ -17,8 +17,15 @@ def enroll(catalog):
     def make(hostname: str, chip: str = "rtx-4090", chips: int = 1, spot: bool = False):
         pool = Pool.objects.get(chip_type__slug=chip)
         _, raw = EnrollmentToken.issue(pool)
-        enrolled = enroll_node(enrollment_token=raw, hostname=hostname, chip_type=chip, chips=chips,
-                               simulated=True, spot_eligible=spot, address="127.0.0.1")
+        enrolled = enroll_node(
+            enrollment_token=raw,
+            hostname=hostname,
+            chip_type=chip,
+            chips=chips,
+            simulated=True,
+            spot_eligible=spot,
+            address="127.0.0.1",
+        )
         return enrolled.node, enrolled.token
 
     return make
@@ -39,8 +46,16 @@ def hand_plan(*nodes_and_batches) -> dict:
     return {
         "zero_stage": 0,
         "ranks": [
-            {"chip": node.pool.chip_type.slug, "node_id": node.pk, "hostname": node.hostname, "micro_batch": batch,
-             "mode": "on_demand", "tokens_per_s": 1000.0, "simulated": True, "paced_tokens_per_s": 1000.0}
+            {
+                "chip": node.pool.chip_type.slug,
+                "node_id": node.pk,
+                "hostname": node.hostname,
+                "micro_batch": batch,
+                "mode": "on_demand",
+                "tokens_per_s": 1000.0,
+                "simulated": True,
+                "paced_tokens_per_s": 1000.0,
+            }
             for node, batch in nodes_and_batches
         ],
     }
@@ -49,8 +64,13 @@ def hand_plan(*nodes_and_batches) -> dict:
 @pytest.fixture
 def planning_job(alice):
     def make(**fields) -> Job:
-        defaults = {"model_name": "llama-tiny", "per_device_batch_size": 4, "max_steps": 10,
-                    "max_budget_per_hour": 28_000_000, "status": JobStatus.PLANNING}
+        defaults = {
+            "model_name": "llama-tiny",
+            "per_device_batch_size": 4,
+            "max_steps": 10,
+            "max_budget_per_hour": 28_000_000,
+            "status": JobStatus.PLANNING,
+        }
         return Job.objects.create(owner=alice, **{**defaults, **fields})
 
     return make

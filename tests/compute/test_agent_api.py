@@ -19,8 +19,14 @@ pytestmark = pytest.mark.django_db
 
 
 def enroll_body(raw, **extra):
-    return {"enrollment_token": raw, "hostname": "gpu-host-1", "chip_type": "rtx-4090", "chips": 2,
-            "simulated": True, **extra}
+    return {
+        "enrollment_token": raw,
+        "hostname": "gpu-host-1",
+        "chip_type": "rtx-4090",
+        "chips": 2,
+        "simulated": True,
+        **extra,
+    }
 
 
 def test_an_agent_enrolls_with_the_pools_token_and_gets_a_hashed_node_token(catalog):
@@ -134,7 +140,14 @@ def report(api, job, epoch, *items):
 
 
 def metric(rank, step, loss=2.0):
-    return {"kind": "metric", "rank": rank, "step": step, "loss": loss, "tokens_per_s": 500.0, "t": time.time()}
+    return {
+        "kind": "metric",
+        "rank": rank,
+        "step": step,
+        "loss": loss,
+        "tokens_per_s": 500.0,
+        "t": time.time(),
+    }
 
 
 def test_metrics_start_the_job_and_move_its_progress(enroll, agent_api, planning_job):
@@ -142,8 +155,18 @@ def test_metrics_start_the_job_and_move_its_progress(enroll, agent_api, planning
     job = planning_job()
     allocate(job, hand_plan((node, 2), (node, 2)))
     api = agent_api(token)
-    assert report(api, job, 1, metric(0, 1, 5.0), metric(1, 1, 5.0), metric(0, 2, 4.0),
-                  {"kind": "log", "rank": 1, "line": "hello"}).status_code == 200
+    assert (
+        report(
+            api,
+            job,
+            1,
+            metric(0, 1, 5.0),
+            metric(1, 1, 5.0),
+            metric(0, 2, 4.0),
+            {"kind": "log", "rank": 1, "line": "hello"},
+        ).status_code
+        == 200
+    )
     job.refresh_from_db()
     assert (job.status, job.step, job.loss, job.first_loss) == (JobStatus.RUNNING, 2, 4.0, 5.0)
     assert JobMetric.objects.filter(job=job).count() == 3
@@ -155,8 +178,15 @@ def test_all_ranks_exiting_cleanly_at_the_last_step_succeeds_and_frees_the_chips
     job = planning_job(max_steps=2)
     allocate(job, hand_plan((node, 2), (node, 2)))
     api = agent_api(token)
-    report(api, job, 1, metric(0, 2), metric(1, 2), {"kind": "exit", "rank": 0, "code": 0},
-           {"kind": "exit", "rank": 1, "code": 0})
+    report(
+        api,
+        job,
+        1,
+        metric(0, 2),
+        metric(1, 2),
+        {"kind": "exit", "rank": 0, "code": 0},
+        {"kind": "exit", "rank": 1, "code": 0},
+    )
     job.refresh_from_db()
     assert job.status == JobStatus.SUCCEEDED
     assert not job.allocations.open().exists()
@@ -167,8 +197,12 @@ def test_a_rank_failure_ends_the_job_with_the_ranks_error_visible(enroll, agent_
     b, _ = enroll("b")
     job = planning_job()
     allocate(job, hand_plan((a, 2), (b, 2)))
-    report(agent_api(token_a), job, 1,
-           {"kind": "exit", "rank": 0, "code": 1, "error": "Traceback...\nRuntimeError: CUDA out of memory"})
+    report(
+        agent_api(token_a),
+        job,
+        1,
+        {"kind": "exit", "rank": 0, "code": 1, "error": "Traceback...\nRuntimeError: CUDA out of memory"},
+    )
     job.refresh_from_db()
     assert job.status == JobStatus.FAILED
     assert "CUDA out of memory" in job.status_reason
@@ -197,8 +231,12 @@ def test_a_node_cannot_report_for_a_job_it_does_not_run(enroll, agent_api, plann
 
 @pytest.mark.parametrize(
     "body",
-    [{"job_id": 1}, {"job_id": 1, "epoch": 1, "items": [{"kind": "metric", "rank": 0}]},
-     {"job_id": 1, "epoch": 1, "items": [{"kind": "nonsense", "rank": 0}]}, {"job_id": "x", "epoch": 1, "items": []}],
+    [
+        {"job_id": 1},
+        {"job_id": 1, "epoch": 1, "items": [{"kind": "metric", "rank": 0}]},
+        {"job_id": 1, "epoch": 1, "items": [{"kind": "nonsense", "rank": 0}]},
+        {"job_id": "x", "epoch": 1, "items": []},
+    ],
 )
 def test_a_malformed_report_is_a_400_naming_the_field(enroll, agent_api, body):
     _, token = enroll("a")
@@ -219,6 +257,9 @@ def test_a_refusal_reason_can_come_beside_the_ack(enroll, agent_api, planning_jo
     allocate(planning_job(), hand_plan((node, 2)))
     api = agent_api(token)
     command = api.post("/api/v1/agent/poll/", {}, format="json").json()["commands"][0]
-    api.post("/api/v1/agent/poll/", {"acks": [command["id"]], "ack_errors": [{"id": command["id"], "error": "old"}]},
-             format="json")
+    api.post(
+        "/api/v1/agent/poll/",
+        {"acks": [command["id"]], "ack_errors": [{"id": command["id"], "error": "old"}]},
+        format="json",
+    )
     assert AgentCommand.objects.get(pk=command["id"]).status == CommandStatus.REFUSED

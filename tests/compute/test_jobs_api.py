@@ -14,8 +14,14 @@ from workers.services.placement import allocate
 
 pytestmark = pytest.mark.django_db
 
-SPEC = {"model": "llama-tiny", "dataset": "synthetic", "per_device_batch_size": 4, "max_steps": 100,
-        "policy": "cost-performance", "max_budget": "28"}
+SPEC = {
+    "model": "llama-tiny",
+    "dataset": "synthetic",
+    "per_device_batch_size": 4,
+    "max_steps": 100,
+    "policy": "cost-performance",
+    "max_budget": "28",
+}
 
 
 @pytest.fixture
@@ -38,8 +44,11 @@ def no_celery(monkeypatch):
 
 @pytest.fixture
 def online_fleet(enroll):
-    return [enroll("f-4090", "rtx-4090", chips=2)[0], enroll("f-v5e", "tpu-v5e")[0],
-            enroll("f-910b", "ascend-910b")[0]]
+    return [
+        enroll("f-4090", "rtx-4090", chips=2)[0],
+        enroll("f-v5e", "tpu-v5e")[0],
+        enroll("f-910b", "ascend-910b")[0],
+    ]
 
 
 def test_a_quote_returns_the_plan_and_the_single_type_baseline(api_as, alice, online_fleet):
@@ -54,8 +63,11 @@ def test_a_quote_returns_the_plan_and_the_single_type_baseline(api_as, alice, on
 
 
 def test_the_article_alias_is_accepted(api_as, alice, online_fleet):
-    response = api_as(alice).post("/api/v1/quotes/", {**SPEC, "model": "meta-llama/Llama-2-70b-hf",
-                                                      "max_budget": "100000"}, format="json")
+    response = api_as(alice).post(
+        "/api/v1/quotes/",
+        {**SPEC, "model": "meta-llama/Llama-2-70b-hf", "max_budget": "100000"},
+        format="json",
+    )
     assert response.status_code in (200, 400)
     if response.status_code == 400:  # 70B fits no chip of a 4-chip demo fleet: named on the model field
         assert "model" in response.json()["errors"]
@@ -77,8 +89,9 @@ def test_the_article_alias_is_accepted(api_as, alice, online_fleet):
         ({"max_budget": "0.01"}, "max_budget"),
     ],
 )
-def test_a_bad_job_is_refused_naming_the_field_and_nothing_is_created(api_as, alice, online_fleet, no_celery, change,
-                                                                      field):
+def test_a_bad_job_is_refused_naming_the_field_and_nothing_is_created(
+    api_as, alice, online_fleet, no_celery, change, field
+):
     response = api_as(alice).post("/api/v1/jobs/", {**SPEC, **change}, format="json")
     assert response.status_code == 400
     assert field in response.json()["errors"], response.json()
@@ -87,14 +100,16 @@ def test_a_bad_job_is_refused_naming_the_field_and_nothing_is_created(api_as, al
 
 def test_a_job_that_fits_no_chip_is_refused_on_the_model_field(api_as, alice, enroll, no_celery):
     enroll("small", "tpu-v5e")
-    response = api_as(alice).post("/api/v1/jobs/", {**SPEC, "model": "llama-2-70b", "max_budget": "100000"},
-                                  format="json")
+    response = api_as(alice).post(
+        "/api/v1/jobs/", {**SPEC, "model": "llama-2-70b", "max_budget": "100000"}, format="json"
+    )
     assert response.status_code == 400
     assert "model" in response.json()["errors"]
 
 
-def test_a_valid_job_is_queued_and_scheduled_after_commit(api_as, alice, online_fleet, no_celery,
-                                                          django_capture_on_commit_callbacks):
+def test_a_valid_job_is_queued_and_scheduled_after_commit(
+    api_as, alice, online_fleet, no_celery, django_capture_on_commit_callbacks
+):
     with django_capture_on_commit_callbacks(execute=True):
         response = api_as(alice).post("/api/v1/jobs/", SPEC, format="json")
     assert response.status_code == 201
@@ -111,8 +126,11 @@ def test_a_job_waits_in_the_queue_when_no_chips_are_free(api_as, alice, catalog,
 
 
 def test_fields_a_user_must_not_set_are_ignored(api_as, alice, online_fleet, no_celery):
-    response = api_as(alice).post("/api/v1/jobs/", {**SPEC, "status": "succeeded", "step": 99, "epoch": 7,
-                                                    "owner": 12345}, format="json")
+    response = api_as(alice).post(
+        "/api/v1/jobs/",
+        {**SPEC, "status": "succeeded", "step": 99, "epoch": 7, "owner": 12345},
+        format="json",
+    )
     job = Job.objects.get(pk=response.json()["id"])
     assert (job.status, job.step, job.epoch, job.owner) == (JobStatus.QUEUED, 0, 0, alice)
 
@@ -140,8 +158,16 @@ def test_metrics_events_and_logs_of_a_job(api_as, alice, enroll, planning_job):
     job = planning_job()
     allocate(job, hand_plan((node, 1), (node, 3)))
     for rank, tps in [(0, 100.0), (1, 300.0)]:
-        JobMetric.objects.create(job=job, epoch=1, rank=rank, step=1, loss=3.0, tokens_per_s=tps,
-                                 chip_type="rtx-4090", created_at=job.created_at)
+        JobMetric.objects.create(
+            job=job,
+            epoch=1,
+            rank=rank,
+            step=1,
+            loss=3.0,
+            tokens_per_s=tps,
+            chip_type="rtx-4090",
+            created_at=job.created_at,
+        )
     JobLogLine.objects.create(job=job, epoch=1, rank=0, line="step 1", created_at=job.created_at)
     api = api_as(alice)
     metrics = api.get(f"/api/v1/jobs/{job.pk}/metrics/").json()
@@ -163,12 +189,14 @@ def test_an_artifact_outside_the_jobs_folder_is_never_served(api_as, alice, plan
 
 @pytest.mark.parametrize(
     ("content", "name", "message"),
-    [(b"", "empty.txt", "empty"), (b"\x00\x01\x02binary", "blob.txt", ""), (b'{"text": "a"}\nnot json\n', "x.jsonl",
-                                                                              "line 2")],
+    [
+        (b"", "empty.txt", "empty"),
+        (b"\x00\x01\x02binary", "blob.txt", ""),
+        (b'{"text": "a"}\nnot json\n', "x.jsonl", "line 2"),
+    ],
 )
 def test_a_bad_dataset_upload_is_refused_and_nothing_is_stored(api_as, alice, content, name, message):
-    response = api_as(alice).post("/api/v1/datasets/", {"file": SimpleUploadedFile(name, content)},
-                                  format="multipart")
+    response = api_as(alice).post("/api/v1/datasets/", {"file": SimpleUploadedFile(name, content)}, format="multipart")
     assert response.status_code == 400
     assert message in str(response.json()["errors"]["file"]).lower()
     assert not Dataset.objects.exists()
@@ -176,8 +204,9 @@ def test_a_bad_dataset_upload_is_refused_and_nothing_is_stored(api_as, alice, co
 
 def test_a_good_dataset_upload_can_be_trained_on_by_its_owner_only(api_as, alice, bob, online_fleet, no_celery):
     text = "\n".join(f"line {i} of a small corpus for training" for i in range(200)).encode()
-    response = api_as(alice).post("/api/v1/datasets/", {"file": SimpleUploadedFile("corpus.txt", text)},
-                                  format="multipart")
+    response = api_as(alice).post(
+        "/api/v1/datasets/", {"file": SimpleUploadedFile("corpus.txt", text)}, format="multipart"
+    )
     assert response.status_code == 201, response.json()
     reference = response.json()["reference"]
     assert api_as(alice).post("/api/v1/quotes/", {**SPEC, "dataset": reference}, format="json").status_code == 200

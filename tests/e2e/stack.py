@@ -41,7 +41,11 @@ class Stack:
     def start(self, name: str, args: list[str]) -> subprocess.Popen:
         log = open(self.root / f"{name}.log", "w")  # noqa: SIM115 - closed with the process
         process = subprocess.Popen(
-            [sys.executable, *args], cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+            [sys.executable, *args],
+            cwd=REPO,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         )
         self.processes[name] = process
@@ -50,8 +54,20 @@ class Stack:
     def add_agent(self, hostname: str, chip: str, chips: int = 1, spot: bool = False) -> subprocess.Popen:
         pool = Pool.objects.get(chip_type__slug=chip)
         _, raw = EnrollmentToken.issue(pool, name=f"test {hostname}")
-        args = ["-m", "workers.agent", "--platform", self.url, "--enrollment-token", raw, "--hostname", hostname,
-                "--simulate", f"{chip}:{chips}", "--data-dir", str(self.root / "agents" / hostname)]
+        args = [
+            "-m",
+            "workers.agent",
+            "--platform",
+            self.url,
+            "--enrollment-token",
+            raw,
+            "--hostname",
+            hostname,
+            "--simulate",
+            f"{chip}:{chips}",
+            "--data-dir",
+            str(self.root / "agents" / hostname),
+        ]
         return self.start(f"agent-{hostname}", [*args, "--spot"] if spot else args)
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
@@ -102,9 +118,27 @@ def platform_stack(live_server, settings, tmp_path: Path) -> Iterator[Stack]:
         "PYTHONUNBUFFERED": "1",
     }
     stack = Stack(live_server.url, tmp_path, env)
-    stack.start("worker", ["-m", "celery", "-A", "portal", "worker", "-B", "-Q", queue, "--concurrency", "1",
-                           "--loglevel", "INFO", "--hostname", f"{queue}@%h",
-                           "--schedule", str(tmp_path / "beat-schedule")])
+    stack.start(
+        "worker",
+        [
+            "-m",
+            "celery",
+            "-A",
+            "portal",
+            "worker",
+            "-B",
+            "-Q",
+            queue,
+            "--concurrency",
+            "1",
+            "--loglevel",
+            "INFO",
+            "--hostname",
+            f"{queue}@%h",
+            "--schedule",
+            str(tmp_path / "beat-schedule"),
+        ],
+    )
     try:
         yield stack
     finally:

@@ -41,9 +41,7 @@ def create_token(page: Page, base_url: str) -> str:
 
 def get_account(base_url: str, token: str) -> dict:
     # urllib, not page.request: the browser's session cookie must not be what authenticates.
-    request = urllib.request.Request(
-        f"{base_url}/api/v1/account/", headers={"Authorization": f"Bearer {token}"}
-    )
+    request = urllib.request.Request(f"{base_url}/api/v1/account/", headers={"Authorization": f"Bearer {token}"})
     with urllib.request.urlopen(request, timeout=10) as response:
         return json.load(response)
 

@@ -16,15 +16,20 @@ from workers.models import Job, Node
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
-def test_a_run_launched_in_one_click_reaches_100_percent(live_server, settings, tmp_path, alice, browser_page,
-                                                         screenshots):
+def test_a_run_launched_in_one_click_reaches_100_percent(
+    live_server, settings, tmp_path, alice, browser_page, screenshots
+):
     call_command("seed_catalog", stdout=io.StringIO())
     page = browser_page
     with platform_stack(live_server, settings, tmp_path) as stack:
         stack.add_agent("ui-rtx-4090", "rtx-4090")
         stack.add_agent("ui-ascend-910b", "ascend-910b")
-        wait_until(lambda: Node.objects.filter(hostname__startswith="ui-", agent_status=AgentStatus.ONLINE).count()
-                   == 2, 60, "the agents to enroll", stack)
+        wait_until(
+            lambda: Node.objects.filter(hostname__startswith="ui-", agent_status=AgentStatus.ONLINE).count() == 2,
+            60,
+            "the agents to enroll",
+            stack,
+        )
 
         page.goto(f"{live_server.url}/accounts/login/")
         page.fill("input[name=login]", "alice")
@@ -44,8 +49,12 @@ def test_a_run_launched_in_one_click_reaches_100_percent(live_server, settings, 
         progress.filter(has_text="100%").wait_for(timeout=180_000)
 
         job = Job.objects.get(owner=alice)
-        wait_until(lambda: Job.objects.filter(pk=job.pk, status=JobStatus.SUCCEEDED).exists(), 60,
-                   "the job to succeed", stack)
+        wait_until(
+            lambda: Job.objects.filter(pk=job.pk, status=JobStatus.SUCCEEDED).exists(),
+            60,
+            "the job to succeed",
+            stack,
+        )
         page.get_by_text("Succeeded").first.wait_for(timeout=10_000)
         assert "Step 30 of 30" in progress.inner_text()
         page.screenshot(path=str(screenshots / "e2e-job-finished.png"), full_page=True)

@@ -30,8 +30,14 @@ def fleet(live_server, settings, tmp_path):
     with platform_stack(live_server, settings, tmp_path) as stack:
         for hostname, chip in FLEET:
             stack.add_agent(hostname, chip)
-        wait_until(lambda: Node.objects.filter(hostname__startswith="e2e-", agent_status=AgentStatus.ONLINE).count()
-                   == len(FLEET), 60, "the agents to enroll", stack)
+        wait_until(
+            lambda: (
+                Node.objects.filter(hostname__startswith="e2e-", agent_status=AgentStatus.ONLINE).count() == len(FLEET)
+            ),
+            60,
+            "the agents to enroll",
+            stack,
+        )
         yield stack
 
 
@@ -44,13 +50,27 @@ def api_for(user) -> APIClient:
 
 def test_the_demo_fleet_trains_llama_tiny_across_three_chip_types(fleet, alice, live_server):
     api = api_for(alice)
-    response = api.post("/api/v1/jobs/", {"model": "llama-tiny", "dataset": "synthetic", "per_device_batch_size": 4,
-                                          "max_steps": 40, "policy": "fastest", "max_budget": "28"}, format="json")
+    response = api.post(
+        "/api/v1/jobs/",
+        {
+            "model": "llama-tiny",
+            "dataset": "synthetic",
+            "per_device_batch_size": 4,
+            "max_steps": 40,
+            "policy": "fastest",
+            "max_budget": "28",
+        },
+        format="json",
+    )
     assert response.status_code == 201, response.json()
     job_id = response.json()["id"]
 
-    job = wait_until(lambda: Job.objects.filter(pk=job_id, status__in=JobStatus.finished()).first(), 300,
-                     "the job to finish", fleet)
+    job = wait_until(
+        lambda: Job.objects.filter(pk=job_id, status__in=JobStatus.finished()).first(),
+        300,
+        "the job to finish",
+        fleet,
+    )
 
     assert job.status == JobStatus.SUCCEEDED, f"{job.status}: {job.status_reason}\n{fleet.logs()}"
     chips = {rank["chip"] for rank in job.plan["ranks"]}
@@ -70,15 +90,28 @@ def test_the_demo_fleet_trains_llama_tiny_across_three_chip_types(fleet, alice, 
 
 def test_a_rank_that_crashes_fails_the_job_with_its_error(fleet, alice):
     api = api_for(alice)
-    response = api.post("/api/v1/jobs/", {"model": "llama-tiny", "per_device_batch_size": 4, "max_steps": 400,
-                                          "policy": "fastest", "max_budget": "28"}, format="json")
+    response = api.post(
+        "/api/v1/jobs/",
+        {
+            "model": "llama-tiny",
+            "per_device_batch_size": 4,
+            "max_steps": 400,
+            "policy": "fastest",
+            "max_budget": "28",
+        },
+        format="json",
+    )
     job_id = response.json()["id"]
     wait_until(lambda: Job.objects.filter(pk=job_id, status=JobStatus.RUNNING).exists(), 120, "the job to run", fleet)
 
     fleet.kill("agent-e2e-tpu-v5e")  # the host dies with its rank; the others lose their peer
 
-    job = wait_until(lambda: Job.objects.filter(pk=job_id, status__in=JobStatus.finished()).first(), 120,
-                     "the job to fail", fleet)
+    job = wait_until(
+        lambda: Job.objects.filter(pk=job_id, status__in=JobStatus.finished()).first(),
+        120,
+        "the job to fail",
+        fleet,
+    )
     assert job.status == JobStatus.FAILED
     assert job.status_reason
     assert not job.allocations.open().exists()

@@ -86,9 +86,7 @@ def fleets(draw, chip_list: list[ChipInfo], max_nodes: int = 3, max_free: int = 
 
 
 @st.composite
-def requests(
-    draw, models=("llama-tiny", "llama-2-7b", "llama-2-13b"), max_budget: int = 60_000_000
-) -> PlanRequest:
+def requests(draw, models=("llama-tiny", "llama-2-7b", "llama-2-13b"), max_budget: int = 60_000_000) -> PlanRequest:
     spot_only = draw(st.sampled_from([False, False, False, True]))
     return request(
         draw(st.sampled_from(models)),

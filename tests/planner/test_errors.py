@@ -73,9 +73,7 @@ def test_hand_picked_chips_that_cannot_hold_the_model_are_refused():
 
 
 def test_hand_picked_chips_above_the_budget_are_refused():
-    with pytest.raises(
-        BudgetTooLow, match=r"8 × a100-80g costs ¥36\.00/h, above the hourly budget ¥10\.00/h"
-    ):
+    with pytest.raises(BudgetTooLow, match=r"8 × a100-80g costs ¥36\.00/h, above the hourly budget ¥10\.00/h"):
         plan(request(chip_counts={"a100-80g": 8}, max_budget_per_hour=yuan(10)), chips(), MIXED)
 
 

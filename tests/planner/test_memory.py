@@ -32,11 +32,7 @@ def test_a_rank_needs_state_buffers_activations_and_the_reserve():
     m = resolve_model("llama-2-7b")
     need = rank_bytes(m, 3, 16, 2)
     assert (
-        need
-        == 16 * m.parameters / 16
-        + gather_buffer_bytes(m, 3)
-        + 2 * activation_bytes_per_sample(m)
-        + RESERVED_BYTES
+        need == 16 * m.parameters / 16 + gather_buffer_bytes(m, 3) + 2 * activation_bytes_per_sample(m) + RESERVED_BYTES
     )
 
 
@@ -52,21 +48,15 @@ def lowest_stage_by_formula(model, memory_gib, ranks, micro_batch):
 @pytest.mark.parametrize("count", [8, 16, 32])
 def test_llama_2_7b_on_4090s_gets_the_lowest_stage_the_formula_allows(count):
     model = resolve_model("llama-2-7b")
-    quote = plan(
-        request(per_device_batch_size=1, chip_counts={"rtx-4090": count}), chips(), nodes("rtx-4090", 4)
-    )
+    quote = plan(request(per_device_batch_size=1, chip_counts={"rtx-4090": count}), chips(), nodes("rtx-4090", 4))
     assert quote.zero_stage == lowest_stage_by_formula(model, 24, count, 1)
     assert quote.zero_stage >= 2  # 7B's 16 bytes per parameter can't sit unsharded on 24 GiB
 
 
 def test_every_rank_fits_its_chip_and_its_micro_batch_cap():
-    quote = plan(
-        request("llama-2-13b", policy="fastest"), chips(), nodes("rtx-4090", 4) + nodes("a100-80g", 1)
-    )
+    quote = plan(request("llama-2-13b", policy="fastest"), chips(), nodes("rtx-4090", 4) + nodes("a100-80g", 1))
     memory = {c.slug: c.memory_gib for c in chips()}
     model = resolve_model("llama-2-13b")
     for rank in quote.ranks:
         assert rank.memory_gib <= memory[rank.chip]
-        assert rank.micro_batch <= micro_batch_cap(
-            model, memory[rank.chip], quote.zero_stage, quote.world_size
-        )
+        assert rank.micro_batch <= micro_batch_cap(model, memory[rank.chip], quote.zero_stage, quote.world_size)

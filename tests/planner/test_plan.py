@@ -23,21 +23,14 @@ from workers.planner import (
 
 from .fleets import CHIPS, chips, fleets, nodes, priced_chips, request, requests, yuan
 
-MIXED = (
-    nodes("rtx-4090", 2, spot=True)
-    + nodes("tpu-v5e", 2, free=4)
-    + nodes("a100-80g", 2)
-    + nodes("ascend-910b", 2)
-)
+MIXED = nodes("rtx-4090", 2, spot=True) + nodes("tpu-v5e", 2, free=4) + nodes("a100-80g", 2) + nodes("ascend-910b", 2)
 
 
 @st.composite
 def big_instances(draw):
     chip_list = draw(priced_chips(max_types=7))
     offers = draw(fleets(chip_list, max_nodes=6, max_free=8))
-    req = draw(
-        requests(models=("llama-tiny", "llama-2-7b", "llama-2-13b", "llama-2-70b"), max_budget=200_000_000)
-    )
+    req = draw(requests(models=("llama-tiny", "llama-2-7b", "llama-2-13b", "llama-2-70b"), max_budget=200_000_000))
     return req, chip_list, offers
 
 
@@ -97,10 +90,7 @@ def test_micro_batches_are_the_speed_proportional_split():
     quote = plan(request(policy="fastest", max_budget_per_hour=yuan(40)), chips(), MIXED)
     assert len({r.chip for r in quote.ranks}) > 1
     model = resolve_model("llama-2-7b")
-    caps = [
-        micro_batch_cap(model, CHIPS[r.chip].memory_gib, quote.zero_stage, quote.world_size)
-        for r in quote.ranks
-    ]
+    caps = [micro_batch_cap(model, CHIPS[r.chip].memory_gib, quote.zero_stage, quote.world_size) for r in quote.ranks]
     expected = split_micro_batches(quote.global_batch, [r.tokens_per_s for r in quote.ranks], caps)
     assert [r.micro_batch for r in quote.ranks] == expected
 
@@ -111,9 +101,7 @@ def test_every_quote_carries_the_best_single_type_plan_with_ratios():
     assert baseline is not None and len(baseline.chip_counts) == 1
     assert quote.speedup_vs_baseline == pytest.approx(quote.tokens_per_s / baseline.tokens_per_s)
     per_token = quote.price_per_hour / quote.tokens_per_s
-    assert quote.cost_ratio_vs_baseline == pytest.approx(
-        per_token / (baseline.price_per_hour / baseline.tokens_per_s)
-    )
+    assert quote.cost_ratio_vs_baseline == pytest.approx(per_token / (baseline.price_per_hour / baseline.tokens_per_s))
     assert quote.to_dict()["baseline"]["chip_counts"] == baseline.chip_counts
 
 
@@ -130,11 +118,7 @@ def test_policies_trade_speed_for_money():
         for p in ("fastest", "cost-performance", "cheapest")
     }
     per_token = {p: q.price_per_hour / q.tokens_per_s for p, q in quotes.items()}
-    assert (
-        quotes["fastest"].tokens_per_s
-        >= quotes["cost-performance"].tokens_per_s
-        >= quotes["cheapest"].tokens_per_s
-    )
+    assert quotes["fastest"].tokens_per_s >= quotes["cost-performance"].tokens_per_s >= quotes["cheapest"].tokens_per_s
     assert per_token["cheapest"] <= per_token["cost-performance"] <= per_token["fastest"]
 
 
@@ -156,9 +140,7 @@ def test_hand_picked_counts_are_honoured_exactly():
 
 
 def test_it_fills_the_biggest_pool_and_nodes_first():
-    offers = (
-        nodes("a100-80g", 1, free=2, zone="z2") + nodes("a100-80g", 2, free=8) + nodes("a100-80g", 1, free=3)
-    )
+    offers = nodes("a100-80g", 1, free=2, zone="z2") + nodes("a100-80g", 2, free=8) + nodes("a100-80g", 1, free=3)
     quote = plan(request(chip_counts={"a100-80g": 10}), chips(), offers)
     assert {r.pool for r in quote.ranks} == {"a100-80g-z1"}
     assert [r.node_id for r in quote.ranks].count("a100-80g-z1-000") == 8

@@ -49,9 +49,7 @@ def test_collectives_move_gradients_and_zero3_also_weights(stage, passes):
 
 
 def test_a_job_spanning_pools_gets_the_slow_link():
-    within = plan(
-        request(chip_counts={"a100-80g": 8}), chips(), nodes("a100-80g", 1) + nodes("a100-80g", 1, zone="z2")
-    )
+    within = plan(request(chip_counts={"a100-80g": 8}), chips(), nodes("a100-80g", 1) + nodes("a100-80g", 1, zone="z2"))
     across = plan(
         request(chip_counts={"a100-80g": 12}), chips(), nodes("a100-80g", 1) + nodes("a100-80g", 1, zone="z2")
     )

@@ -59,9 +59,7 @@ _KEY = pytest.StashKey[_TestStores]()
 
 
 @pytest.hookimpl(tryfirst=True)
-def pytest_load_initial_conftests(
-    early_config: pytest.Config, parser: pytest.Parser, args: list[str]
-) -> None:
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
     """Runs before pytest-django's own hook of this name, which loads the settings."""
     need_db, need_redis = not os.environ.get("DATABASE_URL"), not os.environ.get("REDIS_URL")
     options = early_config.known_args_namespace

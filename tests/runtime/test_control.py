@@ -33,9 +33,7 @@ def test_checkpoint_and_stop_requests_are_honoured_by_all_ranks_at_the_same_step
     run_dir = tmp_path / "run"
     # ZeRO 1 so every rank writes its own optimizer shard into each checkpoint; paced to
     # ~40 ms a step so requests land mid-run.
-    job = start_job(
-        tmp_path, [1, 1], zero_stage=1, max_steps=100_000, run_dir=run_dir, paced_tokens_per_s=1600.0
-    )
+    job = start_job(tmp_path, [1, 1], zero_stage=1, max_steps=100_000, run_dir=run_dir, paced_tokens_per_s=1600.0)
     try:
         wait_for(lambda: max(metrics(job.events(0)), default=0) >= 3, what="step 3")
         write_control(run_dir, checkpoint=1, stop=False)
@@ -55,9 +53,7 @@ def test_checkpoint_and_stop_requests_are_honoured_by_all_ranks_at_the_same_step
     for rank in (0, 1):
         assert max(metrics(job.events(rank))) == stopped_at
     for step in (asked_at, stopped_at):
-        shards = sorted(
-            p.name for p in (tmp_path / "checkpoints" / f"step-{step}" / "ds").glob("*optim_states.pt")
-        )
+        shards = sorted(p.name for p in (tmp_path / "checkpoints" / f"step-{step}" / "ds").glob("*optim_states.pt"))
         assert len(shards) == 2, shards  # both ranks saved at that very step
     # "export": false from rank 0 reached every rank: nobody gathered weights for model.pt.
     assert not (tmp_path / "checkpoints" / f"step-{stopped_at}" / "model.pt").exists()

@@ -32,9 +32,7 @@ def runs(tmp_path_factory):
         checkpoint_every=3,
         resume_from=str(c_ckpt / "step-6"),
     )
-    e = run_job(
-        root / "e", [8], zero_stage=0, max_steps=12, resume_from=str(root / "d" / "checkpoints" / "step-9")
-    )
+    e = run_job(root / "e", [8], zero_stage=0, max_steps=12, resume_from=str(root / "d" / "checkpoints" / "step-9"))
     f = run_job(root / "f", [8], zero_stage=0, max_steps=12, resume_from=str(c_ckpt / "step-6"))
     return {"c": c, "d": d, "e": e, "f": f}
 

@@ -42,9 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--simulate", metavar="CHIP:COUNT", help="offer COUNT simulated CHIP chips (CPU)")
     parser.add_argument("--chip-type", metavar="SLUG", help="chip slug of the GPUs when not recognised")
     parser.add_argument("--spot", action="store_true", help="offer this node to the spot market")
-    parser.add_argument(
-        "--address", default="127.0.0.1", help="address other nodes' ranks reach this host at"
-    )
+    parser.add_argument("--address", default="127.0.0.1", help="address other nodes' ranks reach this host at")
     parser.add_argument(
         "--data-dir",
         default=env("STARVERSE_AGENT_DATA_DIR"),
@@ -96,9 +94,7 @@ def _raise_interrupt(signum, frame) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not args.platform:
         parser.error("--platform (or STARVERSE_PLATFORM_URL) is required")
     config = config_from(args)
@@ -106,9 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         agent = Agent(config)
         if not agent.state.node_token and not config.enrollment_token:
-            parser.error(
-                "no saved node token: --enrollment-token (or STARVERSE_ENROLLMENT_TOKEN) is required"
-            )
+            parser.error("no saved node token: --enrollment-token (or STARVERSE_ENROLLMENT_TOKEN) is required")
         log.info(
             "agent %s for %s: %d x %s%s",
             config.hostname,

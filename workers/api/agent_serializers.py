@@ -26,8 +26,18 @@ class EnrollSerializer(serializers.Serializer):
     devices = DeviceSerializer(many=True, required=False, default=list)
 
 
-@extend_schema_field({"oneOf": [{"type": "integer"}, {"type": "object", "properties": {
-    "id": {"type": "integer"}, "error": {"type": "string"}}, "required": ["id"]}]})
+@extend_schema_field(
+    {
+        "oneOf": [
+            {"type": "integer"},
+            {
+                "type": "object",
+                "properties": {"id": {"type": "integer"}, "error": {"type": "string"}},
+                "required": ["id"],
+            },
+        ]
+    }
+)
 class AckField(serializers.Field):
     """An ack is a command id, or {"id": ..., "error": "..."} for a refused command."""
 

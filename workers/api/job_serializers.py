@@ -20,8 +20,9 @@ def format_plan(plan: dict | None) -> dict | None:
     """The planner's dict with money as decimal strings (the API's money format)."""
     if not plan:
         return plan
-    shown = {key: (format_amount(value) if key in MONEY_KEYS and value is not None else value)
-             for key, value in plan.items()}
+    shown = {
+        key: (format_amount(value) if key in MONEY_KEYS and value is not None else value) for key, value in plan.items()
+    }
     if plan.get("baseline"):
         shown["baseline"] = format_plan(plan["baseline"])
     return shown
@@ -30,19 +31,37 @@ def format_plan(plan: dict | None) -> dict | None:
 class JobSpecSerializer(serializers.Serializer):
     """What to train and under which policy and budget (shared by quotes and jobs)."""
 
-    model = serializers.CharField(max_length=80, help_text="llama-tiny, llama-2-7b, llama-2-13b, llama-2-70b "
-                                  "(or meta-llama/Llama-2-70b-hf)")
-    dataset = serializers.CharField(max_length=120, default="synthetic",
-                                    help_text="'synthetic' or 'upload:<id>' of one of your datasets")
+    model = serializers.CharField(
+        max_length=80,
+        help_text="llama-tiny, llama-2-7b, llama-2-13b, llama-2-70b (or meta-llama/Llama-2-70b-hf)",
+    )
+    dataset = serializers.CharField(
+        max_length=120, default="synthetic", help_text="'synthetic' or 'upload:<id>' of one of your datasets"
+    )
     per_device_batch_size = serializers.IntegerField(min_value=1, max_value=settings.JOB_MAX_BATCH)
     max_steps = serializers.IntegerField(min_value=1, max_value=settings.JOB_MAX_STEPS)
     policy = serializers.ChoiceField(choices=Policy.choices, default=Policy.COST_PERFORMANCE)
-    max_budget = serializers.DecimalField(max_digits=12, decimal_places=6, min_value=Decimal("0.000001"),
-                                          max_value=Decimal("1000000"), help_text="Hourly cap, in currency units")
-    total_budget = serializers.DecimalField(max_digits=14, decimal_places=6, min_value=Decimal("0.000001"),
-                                            max_value=Decimal("100000000"), required=False, allow_null=True)
-    chip_counts = serializers.DictField(child=serializers.IntegerField(min_value=0, max_value=4096), required=False,
-                                        allow_null=True, help_text="Pick chips by hand: {chip slug: count}")
+    max_budget = serializers.DecimalField(
+        max_digits=12,
+        decimal_places=6,
+        min_value=Decimal("0.000001"),
+        max_value=Decimal("1000000"),
+        help_text="Hourly cap, in currency units",
+    )
+    total_budget = serializers.DecimalField(
+        max_digits=14,
+        decimal_places=6,
+        min_value=Decimal("0.000001"),
+        max_value=Decimal("100000000"),
+        required=False,
+        allow_null=True,
+    )
+    chip_counts = serializers.DictField(
+        child=serializers.IntegerField(min_value=0, max_value=4096),
+        required=False,
+        allow_null=True,
+        help_text="Pick chips by hand: {chip slug: count}",
+    )
     name = serializers.CharField(max_length=120, required=False, allow_blank=True, default="")
 
     def validate_model(self, value: str) -> str:
@@ -55,9 +74,9 @@ class JobSpecSerializer(serializers.Serializer):
         if value == "synthetic":
             return value
         user = self.context["request"].user
-        if value.startswith("upload:") and value[7:].isdigit():
-            if Dataset.objects.filter(pk=int(value[7:]), owner=user).exists():
-                return value
+        reference = value.startswith("upload:") and value[7:].isdigit()
+        if reference and Dataset.objects.filter(pk=int(value[7:]), owner=user).exists():
+            return value
         raise serializers.ValidationError(f"Unknown dataset '{value}': use 'synthetic' or 'upload:<id>' of yours.")
 
     def validate_chip_counts(self, value):
@@ -101,9 +120,28 @@ class JobSerializer(serializers.ModelSerializer):
     class Meta:
         model = Job
         fields = [
-            "id", "name", "status", "status_reason", "model", "dataset", "per_device_batch_size", "max_steps",
-            "policy", "max_budget", "total_budget", "chip_counts", "epoch", "step", "progress", "loss",
-            "first_loss", "tokens_per_s", "latest_checkpoint_step", "plan", "created_at", "started_at",
+            "id",
+            "name",
+            "status",
+            "status_reason",
+            "model",
+            "dataset",
+            "per_device_batch_size",
+            "max_steps",
+            "policy",
+            "max_budget",
+            "total_budget",
+            "chip_counts",
+            "epoch",
+            "step",
+            "progress",
+            "loss",
+            "first_loss",
+            "tokens_per_s",
+            "latest_checkpoint_step",
+            "plan",
+            "created_at",
+            "started_at",
             "finished_at",
         ]
         read_only_fields = fields

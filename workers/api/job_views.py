@@ -19,8 +19,12 @@ from workers.services.datasets import DatasetRejected, store_dataset
 from workers.services.jobs import cancel_job, submit_job
 from workers.services.planning import quote
 
-PLANNING_FIELD = {planner.ModelDoesNotFit: "model", planner.BudgetTooLow: "max_budget",
-                  planner.NoCapacity: "chip_counts", planner.InvalidRequest: "non_field_errors"}
+PLANNING_FIELD = {
+    planner.ModelDoesNotFit: "model",
+    planner.BudgetTooLow: "max_budget",
+    planner.NoCapacity: "chip_counts",
+    planner.InvalidRequest: "non_field_errors",
+}
 
 
 def quote_or_400(fields: dict, *, capacity_is_error: bool = True) -> dict | None:
@@ -85,8 +89,10 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         rows = JobMetric.objects.filter(job=job, step__gt=since).order_by("epoch", "step", "rank")
         steps: dict[tuple[int, int], dict] = {}
         for row in rows.values("epoch", "step", "rank", "loss", "tokens_per_s", "chip_type")[:20000]:
-            entry = steps.setdefault((row["epoch"], row["step"]), {"step": row["step"], "epoch": row["epoch"],
-                                                                   "loss": row["loss"], "tokens_per_s": 0.0})
+            entry = steps.setdefault(
+                (row["epoch"], row["step"]),
+                {"step": row["step"], "epoch": row["epoch"], "loss": row["loss"], "tokens_per_s": 0.0},
+            )
             entry["tokens_per_s"] += row["tokens_per_s"]
         return Response({"job": job.pk, "steps": list(steps.values()), "ranks": _rank_table(job)})
 
@@ -122,13 +128,19 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
 def _rank_table(job: Job) -> list[dict]:
     ranks = (job.plan or {}).get("ranks", [])
     latest = {
-        m.rank: m
-        for m in JobMetric.objects.filter(job=job, epoch=job.epoch).order_by("rank", "-step").distinct("rank")
+        m.rank: m for m in JobMetric.objects.filter(job=job, epoch=job.epoch).order_by("rank", "-step").distinct("rank")
     }
     return [
-        {"rank": index, "chip": r["chip"], "hostname": r.get("hostname"), "micro_batch": r["micro_batch"],
-         "mode": r.get("mode"), "simulated": r.get("simulated", False), "planned_tokens_per_s": r["tokens_per_s"],
-         "measured_tokens_per_s": latest[index].tokens_per_s if index in latest else None}
+        {
+            "rank": index,
+            "chip": r["chip"],
+            "hostname": r.get("hostname"),
+            "micro_batch": r["micro_batch"],
+            "mode": r.get("mode"),
+            "simulated": r.get("simulated", False),
+            "planned_tokens_per_s": r["tokens_per_s"],
+            "measured_tokens_per_s": latest[index].tokens_per_s if index in latest else None,
+        }
         for index, r in enumerate(ranks)
     ]
 

@@ -77,4 +77,10 @@ class AgentCommand(models.Model):
         return f"{self.type} job {self.job_id} epoch {self.epoch} → {self.node_id}"
 
     def as_message(self) -> dict:
-        return {"id": self.pk, "type": self.type, "job_id": self.job_id, "epoch": self.epoch, "payload": self.payload}
+        return {
+            "id": self.pk,
+            "type": self.type,
+            "job_id": self.job_id,
+            "epoch": self.epoch,
+            "payload": self.payload,
+        }

@@ -162,6 +162,9 @@ class JobMetric(models.Model):
             models.UniqueConstraint(fields=["job", "epoch", "rank", "step"], name="one_metric_per_rank_step")
         ]
 
+    def __str__(self) -> str:
+        return f"job {self.job_id} rank {self.rank} step {self.step}: loss {self.loss:.4f}"
+
 
 class JobLogLine(models.Model):
     """A line a rank printed."""
@@ -174,6 +177,9 @@ class JobLogLine(models.Model):
 
     class Meta:
         ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} rank {self.rank}: {self.line[:80]}"
 
 
 class MeasuredThroughput(models.Model):
@@ -191,6 +197,9 @@ class MeasuredThroughput(models.Model):
             models.UniqueConstraint(fields=["model_name", "chip_type", "simulated"], name="one_measure_per_model_chip")
         ]
 
+    def __str__(self) -> str:
+        return f"{self.model_name} on {self.chip_type_id}: {self.tokens_per_s:.0f} tokens/s"
+
 
 class RankExit(models.Model):
     """How one rank of one placement ended."""
@@ -204,3 +213,6 @@ class RankExit(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["job", "epoch", "rank"], name="one_exit_per_rank")]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} epoch {self.epoch} rank {self.rank} exited {self.code}"

@@ -39,9 +39,7 @@ def hand_picked_counts(request: PlanRequest, chips: Sequence[ChipInfo], ev: Eval
         if slug not in known:
             raise InvalidRequest(f"Unknown chip type '{slug}'. Choose from: {', '.join(sorted(known))}.")
     if sum(asked.values()) > request.max_ranks:
-        raise InvalidRequest(
-            f"{sum(asked.values())} chips asked for; a job may use at most {request.max_ranks}."
-        )
+        raise InvalidRequest(f"{sum(asked.values())} chips asked for; a job may use at most {request.max_ranks}.")
     counts = [0] * len(ev.kinds)
     for slug in sorted(asked):
         _place(slug, asked[slug], ev.kinds, counts, request)
@@ -60,9 +58,7 @@ def _place(slug: str, wanted: int, kinds: list[Kind], counts: list[int], request
             wanted -= counts[i]
 
 
-def explain_failure(
-    request: PlanRequest, kinds: list[Kind], ev: Evaluator, optimiser: Optimiser
-) -> PlanningError:
+def explain_failure(request: PlanRequest, kinds: list[Kind], ev: Evaluator, optimiser: Optimiser) -> PlanningError:
     """The most useful reason why `ev` found no feasible mix."""
     unbounded = Evaluator(replace(request, total_budget=None), kinds, None)
     if request.chip_counts:
@@ -113,9 +109,7 @@ def _explain_hand_picked(request, kinds, ev: Evaluator, unbounded: Evaluator) ->
     mix = _describe(kinds, counts)
     ranks = sum(counts)
     if ranks > ev.global_batch(ranks):
-        return InvalidRequest(
-            f"{mix} is {ranks} ranks, more than the global batch of {ev.global_batch(ranks)}."
-        )
+        return InvalidRequest(f"{mix} is {ranks} ranks, more than the global batch of {ev.global_batch(ranks)}.")
     if free is None:
         smallest = min(k.chip.memory_gib for k, c in zip(kinds, counts, strict=True) if c)
         need = rank_bytes(request.model, 3, ranks, 1) / GIB

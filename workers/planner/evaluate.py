@@ -159,9 +159,7 @@ class Evaluator:
                 batch, [counts[i] for i in used], [self.speeds[i] for i in used], [caps[i] for i in used]
             )
         seq = self.model.seq_len
-        compute = max(
-            (b + (1 if e else 0)) * seq / self.speeds[i] for i, b, e in zip(used, bases, extras, strict=True)
-        )
+        compute = max((b + (1 if e else 0)) * seq / self.speeds[i] for i, b, e in zip(used, bases, extras, strict=True))
         cross = self._cross_pool(counts, used)
         step = compute + comm_seconds(self.params, stage, ranks, cross)
         eta = self.request.max_steps * step
@@ -180,13 +178,9 @@ class Evaluator:
         """The ZeRO stage `count` ranks of kind i alone would need (4: they don't fit)."""
         caps_by_stage = self._stage_table(count)[1]
         batch = self.global_batch(count)
-        return next(
-            (s for s in ZERO_STAGES if caps_by_stage[s][i] >= 1 and count * caps_by_stage[s][i] >= batch), 4
-        )
+        return next((s for s in ZERO_STAGES if caps_by_stage[s][i] >= 1 and count * caps_by_stage[s][i] >= batch), 4)
 
-    def _fit(
-        self, counts: Counts, used: list[int], ranks: int, batch: int
-    ) -> tuple[int, tuple[int, ...]] | None:
+    def _fit(self, counts: Counts, used: list[int], ranks: int, batch: int) -> tuple[int, tuple[int, ...]] | None:
         """The lowest ZeRO stage at which every used kind holds a sample and all hold the batch."""
         first, caps_by_stage = self._stage_table(ranks)
         lowest = max(first[i] for i in used)

@@ -74,11 +74,7 @@ def activation_bytes_per_sample(model: ModelSpec) -> int:
 
 def fixed_bytes(model: ModelSpec, stage: int, ranks: int) -> float:
     """Everything on a rank except its micro-batch's activations."""
-    return (
-        model_state_bytes(_parameters(model), stage, ranks)
-        + gather_buffer_bytes(model, stage)
-        + RESERVED_BYTES
-    )
+    return model_state_bytes(_parameters(model), stage, ranks) + gather_buffer_bytes(model, stage) + RESERVED_BYTES
 
 
 def rank_bytes(model: ModelSpec, stage: int, ranks: int, micro_batch: int) -> float:

@@ -95,9 +95,7 @@ def _quote(request, chips, offers, throughput, optimiser: Optimiser) -> Plan:
     if best is None:
         raise explain_failure(request, kinds, ev, optimiser)
     baseline = _best_single_type(ev, key, optimiser)
-    return _with_baseline(
-        _assemble(request, ev, best), _assemble(request, ev, baseline) if baseline else None
-    )
+    return _with_baseline(_assemble(request, ev, best), _assemble(request, ev, baseline) if baseline else None)
 
 
 def _choose(request, chips, ev: Evaluator, key, optimiser: Optimiser) -> Candidate | None:

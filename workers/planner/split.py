@@ -30,9 +30,7 @@ class GroupShare:
         return self.base + (1 if self.extras else 0)
 
 
-def split_groups(
-    total: int, counts: Sequence[int], speeds: Sequence[float], caps: Sequence[int]
-) -> list[GroupShare]:
+def split_groups(total: int, counts: Sequence[int], speeds: Sequence[float], caps: Sequence[int]) -> list[GroupShare]:
     """Largest-remainder split of `total` samples over groups of identical ranks."""
     _check_feasible(total, counts, caps)
     bases, extras = largest_remainder(total, counts, speeds, caps)

@@ -52,9 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     events = EventStream(launch.rank, claim_stdout())
     from workers.runtime.train import run
 
-    print(
-        f"rank {launch.rank}: imports took {time.perf_counter() - STARTED:.2f} s", file=sys.stderr, flush=True
-    )
+    print(f"rank {launch.rank}: imports took {time.perf_counter() - STARTED:.2f} s", file=sys.stderr, flush=True)
     run(launch, events)
     return 0
 

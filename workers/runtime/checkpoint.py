@@ -69,9 +69,7 @@ def layout(zero_stage: int) -> str:
     return "plain" if zero_stage == 0 else "partitioned"
 
 
-def save(
-    engine, launch: RankLaunch, placement: Placement, state: TrainState, export: bool
-) -> tuple[Path, float]:
+def save(engine, launch: RankLaunch, placement: Placement, state: TrainState, export: bool) -> tuple[Path, float]:
     """Collective: write step-<state.step> atomically; returns (path, seconds)."""
     started = time.perf_counter()
     root = Path(launch.checkpoint_dir)
@@ -162,9 +160,7 @@ def full_fp32_state_dict(engine) -> dict[str, torch.Tensor]:
     return weights
 
 
-def export_model(
-    directory: Path, weights: dict[str, torch.Tensor], spec: ModelSpec, state: TrainState
-) -> None:
+def export_model(directory: Path, weights: dict[str, torch.Tensor], spec: ModelSpec, state: TrainState) -> None:
     """model.pt (a plain state_dict for `LlamaModel(spec)`) and config.json beside it."""
     torch.save(weights, directory / "model.pt")
     config = {

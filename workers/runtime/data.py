@@ -54,9 +54,7 @@ class SyntheticCorpus:
     of a walk is one lookup (a simulated rank's real CPU time goes to the model, not to data).
     """
 
-    def __init__(
-        self, vocab: int, seq_len: int, seed: int, successors: int = 4, resolution: int = 64
-    ) -> None:
+    def __init__(self, vocab: int, seq_len: int, seed: int, successors: int = 4, resolution: int = 64) -> None:
         chain = np.random.default_rng([seed, 0])
         targets = chain.integers(vocab, size=(vocab, successors))
         weights = chain.random((vocab, successors)) ** 2 + 0.05

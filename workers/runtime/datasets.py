@@ -25,9 +25,7 @@ class DatasetError(ValueError):
     """A dataset the runtime cannot train on; the message says why in the user's terms."""
 
 
-def validate_dataset_file(
-    path: str | os.PathLike, max_bytes: int, kind: str | None = None
-) -> tuple[str, int]:
+def validate_dataset_file(path: str | os.PathLike, max_bytes: int, kind: str | None = None) -> tuple[str, int]:
     """Check an uploaded file and return (kind, number of records).
 
     Raises DatasetError for a missing, empty, too large, binary or non-UTF-8 file, and for a

@@ -39,9 +39,7 @@ class Placement:
 def check_launch(launch: RankLaunch) -> None:
     """Refuse a launch file that cannot train, before any collective can hang on it."""
     if len(launch.micro_batches) != launch.world_size:
-        raise ValueError(
-            f"micro_batches has {len(launch.micro_batches)} entries for world size {launch.world_size}"
-        )
+        raise ValueError(f"micro_batches has {len(launch.micro_batches)} entries for world size {launch.world_size}")
     if min(launch.micro_batches) < 1:
         raise ValueError(f"every rank needs a micro-batch of at least 1 sample, got {launch.micro_batches}")
     if launch.zero_stage not in (0, 1, 2):
@@ -57,9 +55,7 @@ def init_distributed(launch: RankLaunch) -> Placement:
         raise RuntimeError(f"missing torch.distributed environment: {', '.join(missing)}")
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     if (rank, world_size) != (launch.rank, launch.world_size):
-        raise RuntimeError(
-            f"environment says rank {rank}/{world_size}, launch file {launch.rank}/{launch.world_size}"
-        )
+        raise RuntimeError(f"environment says rank {rank}/{world_size}, launch file {launch.rank}/{launch.world_size}")
     device = torch.device(launch.device)
     if device.type == "cuda":
         torch.cuda.set_device(device)
@@ -123,9 +119,7 @@ def build_engine(launch: RankLaunch, spec: ModelSpec, placement: Placement, load
     model = build_model(spec, launch.seed).to(placement.device)
     optimizer = make_optimizer(model, launch)
     config = deepspeed_config(launch, placement, load_universal)
-    engine, _, _, _ = deepspeed.initialize(
-        model=model, optimizer=optimizer, config=config, dist_init_required=False
-    )
+    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config, dist_init_required=False)
     return engine
 
 

@@ -45,9 +45,7 @@ def job_launches(micro_batches: list[int], run_dir: Path, **fields) -> list[Rank
         **fields,
     }
     world = len(micro_batches)
-    return [
-        RankLaunch(rank=r, world_size=world, micro_batches=list(micro_batches), **base) for r in range(world)
-    ]
+    return [RankLaunch(rank=r, world_size=world, micro_batches=list(micro_batches), **base) for r in range(world)]
 
 
 class LocalJob:

@@ -51,7 +51,12 @@ def ensure(step_dir: Path, plain: bool, workers: int = 1) -> Path:
         _run_ds_to_universal(source, tmp, workers)
     # ds_to_universal also drops a `latest_universal` pointer beside its output; we name tags.
     (step_dir / "latest_universal").unlink(missing_ok=True)
-    tmp.rename(out)
+    try:
+        tmp.rename(out)
+    except OSError:
+        if not out.is_dir():
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)  # another process converted it first
     return out
 
 

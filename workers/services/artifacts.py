@@ -8,7 +8,6 @@ from pathlib import Path
 from workers.models import Job
 from workers.services.placement import checkpoint_dir
 
-
 TAKE_HOME = {"model.pt", "config.json"}
 
 
@@ -24,7 +23,9 @@ def list_artifacts(job: Job) -> list[Artifact]:
     if not root.is_dir():
         return []
     files = sorted(
-        p for p in root.rglob("*") if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts)
+        p
+        for p in root.rglob("*")
+        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts)
     )
     final = f"step-{job.max_steps}"
     return [Artifact(str(p.relative_to(root)), p.stat().st_size, _kind(p.relative_to(root), final)) for p in files]

@@ -20,9 +20,7 @@ def store_dataset(owner, upload, *, name: str) -> Dataset:
     from workers.runtime.datasets import DatasetError, validate_dataset_file
 
     if upload.size > settings.DATASET_MAX_BYTES:
-        raise DatasetRejected(
-            f"The file is {upload.size:,} bytes; the limit is {settings.DATASET_MAX_BYTES:,} bytes."
-        )
+        raise DatasetRejected(f"The file is {upload.size:,} bytes; the limit is {settings.DATASET_MAX_BYTES:,} bytes.")
     suffix = Path(upload.name).suffix.lower()
     with tempfile.NamedTemporaryFile(suffix=suffix) as scratch:
         for chunk in upload.chunks():

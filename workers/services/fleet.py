@@ -25,13 +25,23 @@ class Enrolled:
 
 
 def enroll_node(
-    *, enrollment_token: str, hostname: str, chip_type: str, chips: int, simulated: bool,
-    spot_eligible: bool = False, address: str = "", devices: list | None = None, agent_version: str = "",
+    *,
+    enrollment_token: str,
+    hostname: str,
+    chip_type: str,
+    chips: int,
+    simulated: bool,
+    spot_eligible: bool = False,
+    address: str = "",
+    devices: list | None = None,
+    agent_version: str = "",
 ) -> Enrolled:
     """Register (or re-register) a host in the token's pool; returns its new node token."""
-    token = EnrollmentToken.objects.select_related("pool__chip_type").filter(
-        token_hash=hash_secret(enrollment_token)
-    ).first()
+    token = (
+        EnrollmentToken.objects.select_related("pool__chip_type")
+        .filter(token_hash=hash_secret(enrollment_token))
+        .first()
+    )
     if token is None or not token.is_usable:
         raise EnrollmentError("Invalid, expired or revoked enrollment token.")
     if not ChipType.objects.filter(slug=chip_type).exists():
@@ -43,9 +53,16 @@ def enroll_node(
     raw = new_node_token()
     now = timezone.now()
     fields = {
-        "pool": token.pool, "chips": chips, "simulated": simulated, "spot_eligible": spot_eligible,
-        "address": address, "devices": devices or [], "agent_version": agent_version,
-        "token_hash": hash_secret(raw), "agent_status": AgentStatus.ONLINE, "last_heartbeat_at": now,
+        "pool": token.pool,
+        "chips": chips,
+        "simulated": simulated,
+        "spot_eligible": spot_eligible,
+        "address": address,
+        "devices": devices or [],
+        "agent_version": agent_version,
+        "token_hash": hash_secret(raw),
+        "agent_status": AgentStatus.ONLINE,
+        "last_heartbeat_at": now,
         "enrolled_at": now,
     }
     with transaction.atomic():

@@ -46,8 +46,12 @@ def fail_jobs_on_silent_nodes(now) -> int:
             silence = f"{(now - node.last_heartbeat_at).total_seconds():.0f}s" if node.last_heartbeat_at else "ever"
             for job_id in Allocation.objects.open().filter(node=node).values_list("job_id", flat=True).distinct():
                 job = Job.objects.get(pk=job_id)
-                finish_job(job, JobStatus.FAILED, f"Node {node.hostname} went silent (no heartbeat for {silence}).",
-                           now=now)
+                finish_job(
+                    job,
+                    JobStatus.FAILED,
+                    f"Node {node.hostname} went silent (no heartbeat for {silence}).",
+                    now=now,
+                )
         logger.warning("node %s declared lost", node.hostname)
     return lost
 
@@ -57,8 +61,12 @@ def fail_stuck_provisioning(now) -> int:
     count = 0
     for job in Job.objects.filter(status=JobStatus.PROVISIONING, updated_at__lt=deadline):
         with transaction.atomic():
-            finish_job(job, JobStatus.FAILED,
-                       f"The ranks did not start within {settings.JOB_PROVISIONING_TIMEOUT_S}s.", now=now)
+            finish_job(
+                job,
+                JobStatus.FAILED,
+                f"The ranks did not start within {settings.JOB_PROVISIONING_TIMEOUT_S}s.",
+                now=now,
+            )
             count += 1
     return count
 

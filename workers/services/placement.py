@@ -58,8 +58,14 @@ def allocate(job: Job, plan: dict, now=None) -> list[Allocation]:
 def _allocation(job: Job, node: Node, ranks: list[dict], now) -> Allocation:
     mode = AllocationMode.SPOT if any(rank.get("mode") == "spot" for rank in ranks) else AllocationMode.ON_DEMAND
     return Allocation.objects.create(
-        job=job, node=node, chip_type=node.pool.chip_type, chips=len(ranks), mode=mode,
-        epoch=job.epoch, started_at=now, billed_through=now,
+        job=job,
+        node=node,
+        chip_type=node.pool.chip_type,
+        chips=len(ranks),
+        mode=mode,
+        epoch=job.epoch,
+        started_at=now,
+        billed_through=now,
     )
 
 
@@ -70,8 +76,12 @@ def _queue_start_commands(job: Job, plan: dict, nodes: dict[int, Node], now) -> 
         by_node[node_id].append(launch.as_dict())
     for node_id, ranks in by_node.items():
         AgentCommand.objects.create(
-            node_id=node_id, job=job, epoch=job.epoch, type=CommandType.START,
-            payload={"ranks": ranks}, created_at=now,
+            node_id=node_id,
+            job=job,
+            epoch=job.epoch,
+            type=CommandType.START,
+            payload={"ranks": ranks},
+            created_at=now,
         )
 
 
@@ -86,17 +96,32 @@ def rank_launches(job: Job, plan: dict, nodes: dict[int, Node]) -> list[tuple[in
         node = nodes[rank["node_id"]]
         device = "cpu" if node.simulated else f"cuda:{device_index[node.pk]}"
         device_index[node.pk] += 1
-        launches.append((node.pk, RankLaunch(
-            job_id=job.pk, epoch=job.epoch, rank=index, world_size=len(ranks),
-            master_addr=master.address or "127.0.0.1", master_port=master_port(job),
-            model=resolve_model(job.model_name).as_dict(), dataset=dataset_location(job),
-            micro_batches=micro_batches, max_steps=job.max_steps, zero_stage=plan["zero_stage"],
-            run_dir=str(settings.RUNS_ROOT / f"job-{job.pk}" / f"epoch-{job.epoch}"),
-            checkpoint_dir=str(checkpoint_dir(job)), resume_from=job.latest_checkpoint or None,
-            checkpoint_every=checkpoint_interval(job), device=device,
-            paced_tokens_per_s=rank.get("paced_tokens_per_s") if node.simulated else None,
-            chip_type=rank["chip"], seed=job.pk,
-        )))
+        launches.append(
+            (
+                node.pk,
+                RankLaunch(
+                    job_id=job.pk,
+                    epoch=job.epoch,
+                    rank=index,
+                    world_size=len(ranks),
+                    master_addr=master.address or "127.0.0.1",
+                    master_port=master_port(job),
+                    model=resolve_model(job.model_name).as_dict(),
+                    dataset=dataset_location(job),
+                    micro_batches=micro_batches,
+                    max_steps=job.max_steps,
+                    zero_stage=plan["zero_stage"],
+                    run_dir=str(settings.RUNS_ROOT / f"job-{job.pk}" / f"epoch-{job.epoch}"),
+                    checkpoint_dir=str(checkpoint_dir(job)),
+                    resume_from=job.latest_checkpoint or None,
+                    checkpoint_every=checkpoint_interval(job),
+                    device=device,
+                    paced_tokens_per_s=rank.get("paced_tokens_per_s") if node.simulated else None,
+                    chip_type=rank["chip"],
+                    seed=job.pk,
+                ),
+            )
+        )
     return launches
 
 

@@ -42,8 +42,14 @@ def node_offers() -> list[planner.NodeOffer]:
     free = free_chips(nodes)
     return [
         planner.NodeOffer(
-            node_id=str(node.pk), hostname=node.hostname, chip=node.pool.chip_type.slug, free_chips=free[node.pk],
-            spot_eligible=node.spot_eligible, pool=node.pool.name, zone=node.pool.zone, simulated=node.simulated,
+            node_id=str(node.pk),
+            hostname=node.hostname,
+            chip=node.pool.chip_type.slug,
+            free_chips=free[node.pk],
+            spot_eligible=node.spot_eligible,
+            pool=node.pool.name,
+            zone=node.pool.zone,
+            simulated=node.simulated,
         )
         for node in nodes
         if free[node.pk] > 0

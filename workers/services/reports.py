@@ -57,11 +57,18 @@ def _apply(job: Job, node: Node, items: list[dict], now) -> None:
     if metrics:
         _record_metrics(job, node, metrics, now)
     if logs:
-        JobLogLine.objects.bulk_create([
-            JobLogLine(job=job, epoch=job.epoch, rank=item["rank"], line=str(item["line"])[:MAX_LOG_LINE],
-                       created_at=_time(item, now))
-            for item in logs
-        ])
+        JobLogLine.objects.bulk_create(
+            [
+                JobLogLine(
+                    job=job,
+                    epoch=job.epoch,
+                    rank=item["rank"],
+                    line=str(item["line"])[:MAX_LOG_LINE],
+                    created_at=_time(item, now),
+                )
+                for item in logs
+            ]
+        )
     for item in items:
         if item["kind"] == ReportKind.CHECKPOINT:
             _record_checkpoint(job, item, now)
@@ -74,10 +81,17 @@ def _record_metrics(job: Job, node: Node, metrics: list[dict], now) -> None:
     JobMetric.objects.bulk_create(
         [
             JobMetric(
-                job=job, epoch=job.epoch, rank=m["rank"], step=m["step"], loss=m["loss"],
-                tokens_per_s=m.get("tokens_per_s") or 0, step_time_s=m.get("step_time_s") or 0,
-                samples_seen=m.get("samples_seen") or 0, memory_mb=m.get("memory_mb") or 0,
-                chip_type=chip, created_at=_time(m, now),
+                job=job,
+                epoch=job.epoch,
+                rank=m["rank"],
+                step=m["step"],
+                loss=m["loss"],
+                tokens_per_s=m.get("tokens_per_s") or 0,
+                step_time_s=m.get("step_time_s") or 0,
+                samples_seen=m.get("samples_seen") or 0,
+                memory_mb=m.get("memory_mb") or 0,
+                chip_type=chip,
+                created_at=_time(m, now),
             )
             for m in metrics
         ],
@@ -95,8 +109,18 @@ def _record_metrics(job: Job, node: Node, metrics: list[dict], now) -> None:
         job.status = JobStatus.RUNNING
         job.started_at = job.started_at or now
         record_event(job, JobEventKind.STARTED, f"Training started on {len(job.plan['ranks'])} rank(s)", now=now)
-    job.save(update_fields=["step", "loss", "tokens", "first_loss", "tokens_per_s", "status", "started_at",
-                            "updated_at"])
+    job.save(
+        update_fields=[
+            "step",
+            "loss",
+            "tokens",
+            "first_loss",
+            "tokens_per_s",
+            "status",
+            "started_at",
+            "updated_at",
+        ]
+    )
 
 
 def _aggregate_tokens_per_s(job: Job) -> float:
@@ -116,15 +140,26 @@ def _record_checkpoint(job: Job, item: dict, now) -> None:
     job.latest_checkpoint = item["path"]
     job.latest_checkpoint_step = item["step"]
     job.save(update_fields=["latest_checkpoint", "latest_checkpoint_step", "updated_at"])
-    record_event(job, JobEventKind.CHECKPOINTED, f"Checkpoint at step {item['step']}",
-                 data={"path": item["path"], "seconds": item.get("seconds")}, now=now)
+    record_event(
+        job,
+        JobEventKind.CHECKPOINTED,
+        f"Checkpoint at step {item['step']}",
+        data={"path": item["path"], "seconds": item.get("seconds")},
+        now=now,
+    )
 
 
 def _record_exit(job: Job, item: dict, now) -> None:
     try:
         with transaction.atomic():
-            RankExit.objects.create(job=job, epoch=job.epoch, rank=item["rank"], code=item["code"],
-                                    error=str(item.get("error") or "")[-8000:], created_at=now)
+            RankExit.objects.create(
+                job=job,
+                epoch=job.epoch,
+                rank=item["rank"],
+                code=item["code"],
+                error=str(item.get("error") or "")[-8000:],
+                created_at=now,
+            )
     except IntegrityError:
         return  # a re-sent exit report
     if job.is_finished:

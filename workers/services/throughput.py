@@ -27,7 +27,9 @@ def remember_throughput(job: Job) -> None:
         if slug not in simulated_by_chip or not row["tps"]:
             continue
         record, created = MeasuredThroughput.objects.get_or_create(
-            model_name=job.model_name, chip_type_id=_chip_id(job, slug), simulated=simulated_by_chip[slug],
+            model_name=job.model_name,
+            chip_type_id=_chip_id(job, slug),
+            simulated=simulated_by_chip[slug],
             defaults={"tokens_per_s": row["tps"], "samples": 1},
         )
         if not created:

@@ -25,15 +25,18 @@ class Command(BaseCommand):
     def handle(self, *args, **options) -> None:
         path = Path(settings.DATA_DIR) / "demo-fleet.json"
         known = {entry["hostname"]: entry for entry in json.loads(path.read_text())} if path.exists() else {}
-        fleet = [self._entry(known.get(hostname), hostname, chip, chips, spot)
-                 for hostname, chip, chips, spot in DEMO_FLEET]
+        fleet = [
+            self._entry(known.get(hostname), hostname, chip, chips, spot) for hostname, chip, chips, spot in DEMO_FLEET
+        ]
         path.write_text(json.dumps(fleet, indent=2))
         path.chmod(0o600)
         self.stdout.write(f"Demo fleet: {len(fleet)} simulated agents ({path})")
 
     def _entry(self, known: dict | None, hostname: str, chip: str, chips: int, spot: bool) -> dict:
-        if known and EnrollmentToken.objects.filter(token_hash=hash_secret(known["token"]),
-                                                    revoked_at__isnull=True).exists():
+        if (
+            known
+            and EnrollmentToken.objects.filter(token_hash=hash_secret(known["token"]), revoked_at__isnull=True).exists()
+        ):
             return known
         pool = Pool.objects.filter(chip_type__slug=chip).order_by("pk").first()
         _, raw = EnrollmentToken.issue(pool, name=f"demo fleet: {hostname}")
