@@ -107,13 +107,13 @@ def test_checkpoint_and_stop_write_control_json(platform, start_agent, agent_con
     wait_for(lambda: platform.items(ReportKind.METRIC), what="first metric")
     checkpoint = platform.send("checkpoint", 5, 1, {"reason": "schedule"})
     wait_for(lambda: platform.items(ReportKind.CHECKPOINT), what="checkpoint event")
-    assert _control(agent_config, 5, 1) == {"checkpoint": 1, "stop": False}
+    assert _control(agent_config, 5, 1) == {"checkpoint": 1, "stop": False, "stop_checkpoint": True}
     assert platform.acks[checkpoint] is None
 
     platform.send("stop", 5, 1, {"reason": "user", "checkpoint": True})
     exit_item = wait_for(lambda: _exits(platform).get(0), what="exit after stop")
     running.stop()
-    assert _control(agent_config, 5, 1) == {"checkpoint": 2, "stop": True}
+    assert _control(agent_config, 5, 1) == {"checkpoint": 2, "stop": True, "stop_checkpoint": True}
     assert exit_item["code"] == 0  # it stopped by itself, well inside the grace period
     assert len(platform.items(ReportKind.CHECKPOINT)) == 2
 

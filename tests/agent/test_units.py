@@ -84,11 +84,12 @@ def test_rank_env_and_visible_devices():
 
 
 def test_control_file_updates(tmp_path):
-    assert read_control(tmp_path) == {"checkpoint": 0, "stop": False}
+    assert read_control(tmp_path) == {"checkpoint": 0, "stop": False, "stop_checkpoint": True}
     update_control(tmp_path, checkpoint=True)
     update_control(tmp_path, checkpoint=True)
-    assert update_control(tmp_path, stop=True) == {"checkpoint": 2, "stop": True}
-    assert json.loads((tmp_path / "control.json").read_text()) == {"checkpoint": 2, "stop": True}
+    stopped = {"checkpoint": 2, "stop": True, "stop_checkpoint": False}
+    assert update_control(tmp_path, stop=True) == stopped
+    assert json.loads((tmp_path / "control.json").read_text()) == stopped
     assert [p.name for p in tmp_path.iterdir()] == ["control.json"]  # no temp files left
 
 

@@ -95,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per long-poll drowns what matters
     if not args.platform:
         parser.error("--platform (or STARVERSE_PLATFORM_URL) is required")
     config = config_from(args)

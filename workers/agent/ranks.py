@@ -38,7 +38,11 @@ def read_control(run_dir: Path) -> dict:
         control = json.loads((Path(run_dir) / CONTROL_FILE).read_text())
     except (OSError, ValueError):
         control = {}
-    return {"checkpoint": int(control.get("checkpoint", 0)), "stop": bool(control.get("stop", False))}
+    return {
+        "checkpoint": int(control.get("checkpoint", 0)),
+        "stop": bool(control.get("stop", False)),
+        "stop_checkpoint": bool(control.get("stop_checkpoint", True)),
+    }
 
 
 def update_control(run_dir: Path, checkpoint: bool = False, stop: bool = False) -> dict:
@@ -46,7 +50,9 @@ def update_control(run_dir: Path, checkpoint: bool = False, stop: bool = False) 
     with _control_lock:
         control = read_control(run_dir)
         control["checkpoint"] += 1 if checkpoint else 0
-        control["stop"] = control["stop"] or stop
+        if stop and not control["stop"]:
+            # The runtime checkpoints before stopping unless told not to (a cancel keeps no state).
+            control["stop"], control["stop_checkpoint"] = True, checkpoint
         write_json_atomic(Path(run_dir) / CONTROL_FILE, control, mode=0o644)
     return control
 

@@ -4,7 +4,12 @@
 (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT). See `workers/protocol.py` for the
 launch file and the JSON-lines events a rank prints.
 
-This package imports no Django. Only `datasets` is safe to import without torch (the platform
-validates uploads with it); every other module needs torch, and `engine`/`train`/`checkpoint`
-need DeepSpeed, so nothing heavy is imported here.
+This package imports no Django, and nothing heavy here. `datasets` (the platform validates
+uploads with it), `control`, `pacing`, `events` and `local` need no torch; the rest need torch,
+and DeepSpeed is imported only when an engine is built or a checkpoint converted.
+
+Modules: `train` (the loop), `engine` (process group, DeepSpeed config), `model` (the Llama
+decoder), `data`/`datasets` (corpora), `checkpoint`/`universal` (save, resume anywhere),
+`control` (control.json), `pacing` (simulated chips), `events` (stdout JSON lines), `local`
+(start a job's ranks on this host, for tests and benchmarks).
 """

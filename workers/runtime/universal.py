@@ -5,7 +5,7 @@ fp32 weight and Adam moments, whatever world size and ZeRO stage wrote them, so 
 resume on another mix of chips. Conversion happens lazily, the first time a checkpoint is
 resumed on a topology other than its own, by rank 0 into a temp directory renamed into place.
 
-- ZeRO 1-2 (or DeepSpeed's bf16 optimizer) source: `deepspeed.checkpoint.ds_to_universal`.
+- ZeRO 1-2 source (fp32 or bf16): `deepspeed.checkpoint.ds_to_universal`, in-process.
 - no ZeRO ("plain": the whole optimizer state sits in the model-states file): DeepSpeed's
   converter needs ZeRO shards, so `_write_from_plain` writes the same layout.
 - ZeRO 1-2 target: DeepSpeed's `load_universal`. Plain target: DeepSpeed has no universal
