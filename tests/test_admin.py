@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
+from django.utils import timezone
 
 from billing.choices import TransactionKind
 from billing.models import OperatorSettings, Price, Transaction
@@ -20,14 +23,15 @@ def console(client, operator):
 
 
 def add_price(console, chip, on_demand, spot_floor):
+    effective = timezone.localtime() + timedelta(hours=1)  # after the seeded launch price, whenever this runs
     return console.post(
         "/admin/billing/price/add/",
         {
             "chip_type": chip.pk,
             "on_demand": on_demand,
             "spot_floor": spot_floor,
-            "effective_at_0": "2026-11-30",
-            "effective_at_1": "10:00:00",
+            "effective_at_0": effective.strftime("%Y-%m-%d"),
+            "effective_at_1": effective.strftime("%H:%M:%S"),
             "note": "test",
         },
     )
