@@ -1,5 +1,19 @@
 from billing.models.ledger import Account, AppendOnlyError, Entry, Transaction
 from billing.models.operator_settings import OperatorSettings
+from billing.models.payments import Payment, PaymentStatus, Refund, StripeEvent
 from billing.models.prices import Price
+from billing.models.usage import Charge
 
-__all__ = ["Account", "AppendOnlyError", "Entry", "OperatorSettings", "Price", "Transaction"]
+__all__ = [
+    "Account",
+    "AppendOnlyError",
+    "Charge",
+    "Entry",
+    "OperatorSettings",
+    "Payment",
+    "PaymentStatus",
+    "Price",
+    "Refund",
+    "StripeEvent",
+    "Transaction",
+]

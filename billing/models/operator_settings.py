@@ -19,6 +19,14 @@ class OperatorSettings(models.Model):
     trial_credit = models.BigIntegerField(
         default=default_trial_credit, help_text="Credit granted once at sign-up, in micro-units."
     )
+    hold_minutes = models.PositiveIntegerField(
+        default=5, help_text="A launch needs the balance to cover this many minutes of its plan."
+    )
+    stop_margin_minutes = models.PositiveIntegerField(
+        default=2, help_text="A job is checkpointed and stopped when its balance would run out within this time."
+    )
+    topup_minimum = models.BigIntegerField(default=10_000_000, help_text="Smallest top-up, in micro-units.")
+    topup_maximum = models.BigIntegerField(default=10_000_000_000, help_text="Largest top-up, in micro-units.")
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

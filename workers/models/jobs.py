@@ -104,8 +104,10 @@ class Allocation(models.Model):
     epoch = models.PositiveIntegerField()
     started_at = models.DateTimeField()
     ended_at = models.DateTimeField(null=True, blank=True)
-    # High-water mark of per-second billing (the meter comes with the billing issue).
+    # High-water mark of per-second billing and what has been charged up to it (micro-units,
+    # cumulative-exact: the price integrated from started_at to billed_through, rounded once).
     billed_through = models.DateTimeField()
+    charged_total = models.BigIntegerField(default=0)
 
     objects = AllocationQuerySet.as_manager()
 
