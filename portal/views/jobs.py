@@ -17,7 +17,8 @@ from django.views.decorators.http import require_POST
 from portal.views.pages import format_price
 from portal.views.training import format_duration, format_rate, summarize_plan
 from workers.choices import AllocationMode, JobStatus
-from workers.models import ChipType, Job, JobMetric
+from workers.models import ChipType, Job
+from workers.services import metrics
 from workers.services.artifacts import artifact_file, list_artifacts
 from workers.services.jobs import cancel_job
 
@@ -25,7 +26,6 @@ JOBS_PAGE_SIZE = 20
 LOG_TAIL = 100
 EVENT_LIMIT = 50
 # The API's cap on metric rows per request: enough for 2,500 steps of an 8-rank job.
-METRIC_ROWS = 20_000
 REASON_TONES = {
     JobStatus.FAILED: "error",
     JobStatus.STOPPED_NO_CREDIT: "error",
@@ -55,29 +55,6 @@ def owned_job(request: HttpRequest, pk: int) -> Job:
     return get_object_or_404(Job, pk=pk, owner=request.user)
 
 
-def latest_rank_metrics(job: Job) -> dict[int, JobMetric]:
-    latest = JobMetric.objects.filter(job=job, epoch=job.epoch).order_by("rank", "-step").distinct("rank")
-    return {metric.rank: metric for metric in latest}
-
-
-def rank_table(job: Job) -> list[dict]:
-    """Per rank: chip, node, micro-batch, planned and measured tokens/s (the API's `ranks` shape)."""
-    latest = latest_rank_metrics(job)
-    return [
-        {
-            "rank": index,
-            "chip": r["chip"],
-            "hostname": r.get("hostname"),
-            "micro_batch": r["micro_batch"],
-            "mode": r.get("mode"),
-            "simulated": r.get("simulated", False),
-            "planned_tokens_per_s": r["tokens_per_s"],
-            "measured_tokens_per_s": latest[index].tokens_per_s if index in latest else None,
-        }
-        for index, r in enumerate((job.plan or {}).get("ranks", []))
-    ]
-
-
 def rank_rows(job: Job, names: dict[str, str]) -> list[RankRow]:
     modes = dict(AllocationMode.choices)
     paced = {index: r.get("paced_tokens_per_s") for index, r in enumerate((job.plan or {}).get("ranks", []))}
@@ -94,7 +71,7 @@ def rank_rows(job: Job, names: dict[str, str]) -> list[RankRow]:
             paced=format_rate(paced[row["rank"]]),
             simulated=row["simulated"],
         )
-        for row in rank_table(job)
+        for row in metrics.rank_table(job)
     ]
 
 
@@ -166,23 +143,7 @@ def job_metrics(request: HttpRequest, pk: int) -> HttpResponse:
         since = int(request.GET.get("since_step") or 0)
     except ValueError:
         return HttpResponseBadRequest("since_step must be an integer.")
-    rows = list(
-        JobMetric.objects.filter(job=job, step__gt=since)
-        .order_by("epoch", "step", "rank")
-        .values("epoch", "step", "rank", "loss", "tokens_per_s")[:METRIC_ROWS]
-    )
-    if len(rows) == METRIC_ROWS:
-        # The cut may fall inside a step; leave that step whole for the next request.
-        last = (rows[-1]["epoch"], rows[-1]["step"])
-        rows = [row for row in rows if (row["epoch"], row["step"]) != last]
-    steps: dict[tuple[int, int], dict] = {}
-    for row in rows:
-        key = (row["epoch"], row["step"])
-        entry = steps.setdefault(
-            key, {"step": row["step"], "epoch": row["epoch"], "loss": row["loss"], "tokens_per_s": 0.0}
-        )
-        entry["tokens_per_s"] += row["tokens_per_s"]
-    return JsonResponse({"job": job.pk, "steps": list(steps.values()), "ranks": rank_table(job)})
+    return JsonResponse(metrics.job_metrics(job, since))
 
 
 @require_POST

@@ -11,12 +11,14 @@ from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from billing.services.holds import HoldRefused, check_hold
 from workers import planner
 from workers.api import job_serializers as s
-from workers.models import Dataset, Job, JobMetric
+from workers.models import Dataset, Job
 from workers.services.artifacts import artifact_file, list_artifacts
 from workers.services.datasets import DatasetRejected, store_dataset
 from workers.services.jobs import cancel_job, submit_job
+from workers.services.metrics import job_metrics
 from workers.services.planning import quote
 
 PLANNING_FIELD = {
@@ -70,7 +72,12 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         spec = s.JobSpecSerializer(data=request.data, context={"request": request})
         spec.is_valid(raise_exception=True)
         fields = spec.job_fields()
-        quote_or_400(fields, capacity_is_error=False)  # refuse what can never run; queue what waits for chips
+        plan = quote_or_400(fields, capacity_is_error=False)  # refuse what can never run; queue what waits for chips
+        if plan is not None:  # a job waiting for chips is held at placement instead
+            try:
+                check_hold(request.user, plan["price_per_hour"])
+            except HoldRefused as error:
+                raise ValidationError({"balance": [str(error)]}) from None
         job = submit_job(request.user, **fields)
         return Response(s.JobSerializer(job).data, status=status.HTTP_201_CREATED)
 
@@ -85,16 +92,11 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     def metrics(self, request, pk=None):
         """Per step: the global loss and the job's tokens/s; per rank: chip, micro-batch and tokens/s."""
         job = self.get_object()
-        since = int(request.query_params.get("since_step") or 0)
-        rows = JobMetric.objects.filter(job=job, step__gt=since).order_by("epoch", "step", "rank")
-        steps: dict[tuple[int, int], dict] = {}
-        for row in rows.values("epoch", "step", "rank", "loss", "tokens_per_s", "chip_type")[:20000]:
-            entry = steps.setdefault(
-                (row["epoch"], row["step"]),
-                {"step": row["step"], "epoch": row["epoch"], "loss": row["loss"], "tokens_per_s": 0.0},
-            )
-            entry["tokens_per_s"] += row["tokens_per_s"]
-        return Response({"job": job.pk, "steps": list(steps.values()), "ranks": _rank_table(job)})
+        try:
+            since = int(request.query_params.get("since_step") or 0)
+        except ValueError:
+            raise ValidationError({"since_step": ["Must be an integer."]}) from None
+        return Response(job_metrics(job, since))
 
     @action(detail=True)
     def events(self, request, pk=None):
@@ -123,26 +125,6 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         if found is None:
             raise Http404("No such artifact.")
         return FileResponse(found.open("rb"), as_attachment=True, filename=found.name)
-
-
-def _rank_table(job: Job) -> list[dict]:
-    ranks = (job.plan or {}).get("ranks", [])
-    latest = {
-        m.rank: m for m in JobMetric.objects.filter(job=job, epoch=job.epoch).order_by("rank", "-step").distinct("rank")
-    }
-    return [
-        {
-            "rank": index,
-            "chip": r["chip"],
-            "hostname": r.get("hostname"),
-            "micro_batch": r["micro_batch"],
-            "mode": r.get("mode"),
-            "simulated": r.get("simulated", False),
-            "planned_tokens_per_s": r["tokens_per_s"],
-            "measured_tokens_per_s": latest[index].tokens_per_s if index in latest else None,
-        }
-        for index, r in enumerate(ranks)
-    ]
 
 
 class DatasetViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets.ReadOnlyModelViewSet):
