@@ -25,4 +25,5 @@ urlpatterns = [
     ),
     *router.urls,
     path("", include("workers.api.urls")),
+    path("", include("portal.api.usage")),
 ]

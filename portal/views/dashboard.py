@@ -20,6 +20,7 @@ from billing.choices import AccountKind
 from billing.models import Entry
 from billing.money import format_amount
 from billing.services.ledger import balance_of
+from billing.services.statements import format_hours, spend_rate
 from portal.forms import ApiTokenForm
 from portal.models.tokens import ApiToken
 from portal.views.pages import format_price
@@ -64,8 +65,12 @@ def wallet_entries(user) -> QuerySet[Entry]:
 @login_required
 def dashboard(request: HttpRequest) -> HttpResponse:
     page = Paginator(wallet_entries(request.user), LEDGER_PAGE_SIZE).get_page(request.GET.get("page"))
+    rate = spend_rate(request.user)
     context = {
         "balance": format_price(balance_of(request.user)),
+        "spend_rate": f"{format_price(rate.per_hour)}/h" if rate.per_hour else "—",
+        "balance_lasts": format_hours(rate.lasts_hours),
+        "this_month": timezone.localdate().strftime("%Y-%m"),
         "page": page,
         "lines": [ledger_line(entry) for entry in page.object_list],
     }

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from portal.views import dashboard, datasets, jobs, pages, training
+from portal.views import dashboard, datasets, jobs, pages, statements, training
 
 urlpatterns = [
     path("", pages.home, name="home"),
@@ -17,4 +17,10 @@ urlpatterns = [
     path("jobs/<int:pk>/cancel/", jobs.job_cancel, name="job_cancel"),
     path("jobs/<int:pk>/artifacts/<path:path>", jobs.job_artifact, name="job_artifact"),
     path("datasets/", datasets.datasets, name="datasets"),
+    # Statements (issue 4, item 4); /billing/ itself is the top-up page.
+    path("billing/usage/", statements.usage, name="billing_usage"),
+    path("billing/ledger.csv", statements.ledger_csv, name="billing_ledger_csv"),
+    path("billing/usage.csv", statements.usage_csv, name="billing_usage_csv"),
+    path("billing/statements/", statements.statements, name="billing_statements"),
+    path("billing/statements/<str:month>/", statements.statement, name="billing_statement"),
 ]
