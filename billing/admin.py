@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.contrib import admin, messages
 from django.utils import timezone
 
-from billing import admin_reports  # noqa: F401  (operator reports: /admin/billing-reports/*, a box on the index)
+from billing import admin_payments, admin_reports  # noqa: F401  (operator reports: /admin/billing-reports/*, a box on the index)
 from billing.forms import OperatorSettingsForm, PriceForm
 from billing.models import Account, Entry, OperatorSettings, Price, Transaction
 from billing.money import format_amount

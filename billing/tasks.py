@@ -18,3 +18,31 @@ def audit_ledger() -> int:
     for problem in problems:
         logger.error("ledger audit: %s", problem)
     return len(problems)
+
+
+@shared_task(ignore_result=True, soft_time_limit=60)
+def run_meter() -> None:
+    """Charge every open allocation up to now; a second beat or a redelivery charges nothing twice."""
+    from billing.services.meter import run_meter as charge_due_allocations
+
+    result = charge_due_allocations()
+    if result.charges:
+        logger.info("meter: %d charge(s), %d chip-second(s)", result.charges, result.seconds)
+
+
+# -- Stripe top-ups (issue 4, item 3) -----------------------------------------------------------
+
+
+@shared_task(bind=True, max_retries=8, acks_late=True)
+def process_stripe_event(self, event_id: str) -> None:
+    """Apply one stored Stripe event; a retry or duplicate delivery is a no-op (credit key per PaymentIntent)."""
+    import stripe
+
+    from billing.models import StripeEvent
+    from billing.services.stripe_payments import process_event
+
+    try:
+        process_event(event_id)
+    except (stripe.APIConnectionError, stripe.APIError, stripe.RateLimitError) as error:  # transient
+        StripeEvent.objects.filter(pk=event_id).update(error=str(error)[:2000])
+        raise self.retry(exc=error, countdown=min(300, 5 * 2**self.request.retries)) from error

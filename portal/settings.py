@@ -167,6 +167,7 @@ CELERY_TASK_TIME_LIMIT = 600
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_BEAT_SCHEDULE = {
     "reconcile-jobs": {"task": "workers.tasks.reconcile_jobs", "schedule": env_int("RECONCILE_SECONDS", 3)},
+    "run-meter": {"task": "billing.tasks.run_meter", "schedule": env_int("METER_SECONDS", 5)},
     "audit-ledger": {"task": "billing.tasks.audit_ledger", "schedule": env_int("LEDGER_AUDIT_SECONDS", 300)},
 }
 
@@ -189,6 +190,15 @@ TRAINING_PYTHON = env("TRAINING_PYTHON", "")
 CURRENCY = env("CURRENCY", "CNY")
 CURRENCY_SYMBOL = env("CURRENCY_SYMBOL", "¥")
 DEFAULT_TRIAL_CREDIT = env("DEFAULT_TRIAL_CREDIT", "10.00")
+
+# Stripe top-ups. Without both keys the billing page says top-ups are not configured. STRIPE_API_BASE
+# points the stripe library at a Stripe-compatible server (tests run localstripe); STRIPE_JS_URL is
+# where the page loads Stripe.js from (localstripe serves a stand-in at <base>/js.stripe.com/v3/).
+STRIPE_SECRET_KEY = env_secret("STRIPE_SECRET_KEY")
+STRIPE_PUBLISHABLE_KEY = env("STRIPE_PUBLISHABLE_KEY")
+STRIPE_WEBHOOK_SECRET = env_secret("STRIPE_WEBHOOK_SECRET")
+STRIPE_API_BASE = env("STRIPE_API_BASE", "https://api.stripe.com")
+STRIPE_JS_URL = env("STRIPE_JS_URL", "https://js.stripe.com/v3/")
 
 # Production hardening; all on unless DEBUG or explicitly relaxed for plain-HTTP local mode.
 SECURE_HTTPS = env_bool("SECURE_HTTPS", False)

@@ -56,3 +56,15 @@ def operator(django_user_model):
 @pytest.fixture
 def catalog(db):
     call_command("seed_catalog", stdout=io.StringIO())
+
+
+@pytest.fixture
+def fund():
+    """Give a user credit through the ledger (an operator adjustment), as a top-up would."""
+    from billing.money import to_micros
+    from billing.services.credits import adjust_credit
+
+    def give(user, amount: str = "100") -> None:
+        adjust_credit(user, to_micros(amount), reason="test funds", actor=None, key=f"test-funds:{user.pk}:{amount}")
+
+    return give

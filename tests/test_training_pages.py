@@ -35,7 +35,8 @@ def storage(settings, tmp_path):
 
 
 @pytest.fixture
-def alice_client(client, alice):
+def alice_client(client, alice, fund):
+    fund(alice)  # a launch needs the balance to hold a few minutes of its plan
     client.force_login(alice)
     return client
 
@@ -219,6 +220,14 @@ def test_training_queues_a_job_and_opens_its_page(alice_client, alice, fleet):
     assert job.max_budget_per_hour == 28_000_000
     assert job.name == "first run"
     assert job.events.filter(kind=JobEventKind.QUEUED).exists()
+
+
+def test_a_launch_the_balance_cannot_hold_is_refused_with_the_amounts(client, bob, fleet):
+    client.force_login(bob)  # bob has no credit
+    response = launch(client)
+    assert response.status_code == 200
+    assert "Your balance is ¥0.00" in response.content.decode()
+    assert not Job.objects.filter(owner=bob).exists()
 
 
 def test_chips_picked_by_hand_are_kept_on_the_job(alice_client, alice, fleet):

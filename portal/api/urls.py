@@ -2,6 +2,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
+from billing.api import TopupCreateView
 from portal.api import views
 
 router = DefaultRouter(trailing_slash=True)
@@ -13,6 +14,7 @@ router.register("tokens", views.TokenViewSet, basename="token")
 urlpatterns = [
     path("chips/", views.ChipListView.as_view(), name="api-chips"),
     path("account/", views.AccountView.as_view(), name="api-account"),
+    path("topups/", TopupCreateView.as_view(), name="api-topups"),
     path(
         "schema/",
         SpectacularAPIView.as_view(authentication_classes=[], permission_classes=[]),

@@ -14,6 +14,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from billing.money import MICROS_PER_UNIT, to_decimal
+from billing.services.holds import HoldRefused, check_hold
 from portal.forms import TrainingForm
 from portal.views.pages import format_price
 from workers import planner
@@ -209,11 +210,14 @@ def _submit(request: HttpRequest, form: TrainingForm):
     """Refuse what can never run (the API does too); a job that only lacks free chips waits in the queue."""
     fields = form.job_fields()
     try:
-        quote(fields)
+        check_hold(request.user, quote(fields)["price_per_hour"])
     except planner.NoCapacity:
-        pass
+        pass  # held at placement instead
     except planner.PlanningError as error:
         form.add_error(PROBLEM_FIELDS.get(type(error)), f"{problem_of(error).title}: {error}")
+        return None
+    except HoldRefused as error:
+        form.add_error(None, str(error))
         return None
     return submit_job(request.user, **fields)
 

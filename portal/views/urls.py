@@ -1,6 +1,6 @@
 from django.urls import path
 
-from portal.views import dashboard, datasets, jobs, pages, statements, training
+from portal.views import billing, dashboard, datasets, jobs, pages, statements, training
 
 urlpatterns = [
     path("", pages.home, name="home"),
@@ -17,6 +17,10 @@ urlpatterns = [
     path("jobs/<int:pk>/cancel/", jobs.job_cancel, name="job_cancel"),
     path("jobs/<int:pk>/artifacts/<path:path>", jobs.job_artifact, name="job_artifact"),
     path("datasets/", datasets.datasets, name="datasets"),
+    path("billing/", billing.billing, name="billing"),
+    path("billing/topups/", billing.topup_create, name="topup_create"),
+    path("billing/topups/<str:payment_intent_id>/confirm/", billing.topup_confirm, name="topup_confirm"),
+    path("billing/topups/<str:payment_intent_id>/", billing.topup_status, name="topup_status"),
     # Statements (issue 4, item 4); /billing/ itself is the top-up page.
     path("billing/usage/", statements.usage, name="billing_usage"),
     path("billing/ledger.csv", statements.ledger_csv, name="billing_ledger_csv"),

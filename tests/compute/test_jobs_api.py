@@ -42,6 +42,13 @@ def no_celery(monkeypatch):
     return queued
 
 
+@pytest.fixture(autouse=True)
+def users_have_credit(fund, alice, bob):
+    """A launch needs the balance to hold a few minutes of its plan."""
+    fund(alice)
+    fund(bob)
+
+
 @pytest.fixture
 def online_fleet(enroll):
     return [

@@ -20,8 +20,16 @@ def finished_job_with_metrics(enroll, planning_job, tokens_per_s: float, host: s
     job = planning_job(max_steps=10)
     allocate(job, hand_plan((node, 2)))
     for step in range(1, 11):
-        JobMetric.objects.create(job=job, epoch=1, rank=0, step=step, loss=1.0, tokens_per_s=tokens_per_s,
-                                 chip_type="rtx-4090", created_at=timezone.now())
+        JobMetric.objects.create(
+            job=job,
+            epoch=1,
+            rank=0,
+            step=step,
+            loss=1.0,
+            tokens_per_s=tokens_per_s,
+            chip_type="rtx-4090",
+            created_at=timezone.now(),
+        )
     job.refresh_from_db()
     job.step, job.status = 10, JobStatus.SUCCEEDED
     return job

@@ -17,9 +17,10 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.django_db(transacti
 
 
 def test_a_run_launched_in_one_click_reaches_100_percent(
-    live_server, settings, tmp_path, alice, browser_page, screenshots
+    fund, live_server, settings, tmp_path, alice, browser_page, screenshots
 ):
     call_command("seed_catalog", stdout=io.StringIO())
+    fund(alice)
     page = browser_page
     with platform_stack(live_server, settings, tmp_path) as stack:
         stack.add_agent("ui-rtx-4090", "rtx-4090")

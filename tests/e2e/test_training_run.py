@@ -25,8 +25,9 @@ FLEET = [("e2e-rtx-4090", "rtx-4090"), ("e2e-tpu-v5e", "tpu-v5e"), ("e2e-ascend-
 
 
 @pytest.fixture
-def fleet(live_server, settings, tmp_path):
+def fleet(live_server, settings, tmp_path, alice, fund):
     call_command("seed_catalog", stdout=io.StringIO())
+    fund(alice)
     with platform_stack(live_server, settings, tmp_path) as stack:
         for hostname, chip in FLEET:
             stack.add_agent(hostname, chip)

@@ -11,6 +11,7 @@ from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from billing.services.holds import HoldRefused, check_hold
 from workers import planner
 from workers.api import job_serializers as s
 from workers.models import Dataset, Job
@@ -71,7 +72,12 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         spec = s.JobSpecSerializer(data=request.data, context={"request": request})
         spec.is_valid(raise_exception=True)
         fields = spec.job_fields()
-        quote_or_400(fields, capacity_is_error=False)  # refuse what can never run; queue what waits for chips
+        plan = quote_or_400(fields, capacity_is_error=False)  # refuse what can never run; queue what waits for chips
+        if plan is not None:  # a job waiting for chips is held at placement instead
+            try:
+                check_hold(request.user, plan["price_per_hour"])
+            except HoldRefused as error:
+                raise ValidationError({"balance": [str(error)]}) from None
         job = submit_job(request.user, **fields)
         return Response(s.JobSerializer(job).data, status=status.HTTP_201_CREATED)
 

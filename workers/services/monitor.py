@@ -9,6 +9,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from billing.services.holds import stop_low_balance
 from workers.choices import AgentStatus, JobStatus
 from workers.models import Allocation, Job, Node
 from workers.services.fleet import silent_nodes
@@ -24,6 +25,7 @@ def reconcile(now=None) -> dict[str, int]:
         "lost_nodes": fail_jobs_on_silent_nodes(now),
         "stuck": fail_stuck_provisioning(now),
         "stopped": finish_overdue_stops(now),
+        "credit_stops": stop_low_balance(now),
         "requeued": requeue_abandoned_planning(now),
         "scheduled": schedule_waiting_jobs(),
     }

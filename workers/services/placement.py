@@ -15,6 +15,8 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from billing.services.holds import HoldRefused, check_hold
+from billing.services.meter import charge_allocations
 from workers.choices import AllocationMode, CommandStatus, JobEventKind, JobStatus
 from workers.models import AgentCommand, Allocation, Job, Node
 from workers.modelspecs import resolve_model
@@ -38,6 +40,14 @@ def allocate(job: Job, plan: dict, now=None) -> list[Allocation]:
         job = Job.objects.select_for_update().get(pk=job.pk)
         if job.status != JobStatus.PLANNING:
             return []
+        if "price_per_hour" in plan:  # a planner's plan; the balance may have changed since submit
+            try:
+                check_hold(job.owner, plan["price_per_hour"])
+            except HoldRefused as error:
+                from workers.services.jobs import finish_job
+
+                finish_job(job, JobStatus.FAILED, str(error), now=now)
+                return []
         nodes = {node.pk: node for node in Node.objects.select_for_update().filter(pk__in=wanted).order_by("pk")}
         free = free_chips(nodes.values())
         for node_id, ranks in wanted.items():
@@ -148,7 +158,10 @@ def release(job: Job, now=None) -> int:
     AgentCommand.objects.filter(job=job, status=CommandStatus.PENDING, type=CommandType.START).update(
         status=CommandStatus.REFUSED, error="job finished", acked_at=now
     )
-    return Allocation.objects.open().filter(job=job).update(ended_at=now)
+    ending = list(Allocation.objects.open().filter(job=job).values_list("pk", flat=True))
+    Allocation.objects.filter(pk__in=ending).update(ended_at=now)
+    charge_allocations(ending, now)  # the final charge, through the last whole second
+    return len(ending)
 
 
 def send_to_nodes(job: Job, command: str, payload: dict, now=None) -> None:

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from billing.services.holds import credit_stop_requested
 from workers.choices import JobEventKind, JobStatus
 from workers.models import Allocation, Job, JobLogLine, JobMetric, Node, RankExit
 from workers.protocol import ReportKind
@@ -167,6 +168,7 @@ def _record_exit(job: Job, item: dict, now) -> None:
     if item["code"] != 0:
         reason = f"Rank {item['rank']} exited with code {item['code']}: {_last_line(item.get('error'))}"
         status = JobStatus.CANCELLED if job.cancel_requested_at else JobStatus.FAILED
+        status = JobStatus.STOPPED_NO_CREDIT if status == JobStatus.FAILED and credit_stop_requested(job) else status
         finish_job(job, status, reason, now=now)
         return
     world = len(job.plan["ranks"])
@@ -180,6 +182,8 @@ def _all_ranks_done(job: Job, now) -> None:
     elif job.step >= job.max_steps:
         remember_throughput(job)
         finish_job(job, JobStatus.SUCCEEDED, f"Trained {job.step} steps; final loss {job.loss:.4f}", now=now)
+    elif credit_stop_requested(job):
+        finish_job(job, JobStatus.STOPPED_NO_CREDIT, job.status_reason, now=now)
     else:
         finish_job(job, JobStatus.FAILED, f"All ranks exited at step {job.step} of {job.max_steps}", now=now)
 

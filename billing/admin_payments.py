@@ -1,0 +1,149 @@
+"""Admin for card payments, raw Stripe events and refunds; operators refund from a payment's page."""
+
+from __future__ import annotations
+
+import secrets
+
+from django import forms
+from django.conf import settings
+from django.contrib import admin, messages
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import get_object_or_404
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils.html import format_html
+
+from billing.models import Payment, Refund, StripeEvent
+from billing.money import format_amount
+from billing.services import stripe_payments as payments
+
+
+class RefundForm(forms.Form):
+    amount = forms.CharField(label=f"Amount ({settings.CURRENCY_SYMBOL})", max_length=32)
+    reason = forms.CharField(max_length=400, widget=forms.TextInput(attrs={"size": 60}))
+    nonce = forms.CharField(widget=forms.HiddenInput, max_length=64)
+
+    def clean_amount(self) -> int:
+        try:
+            micros = payments.to_micros(self.cleaned_data["amount"].strip())
+        except ValueError:
+            raise forms.ValidationError("Enter the amount as a number, e.g. 20.00.") from None
+        if micros <= 0:
+            raise forms.ValidationError("A refund amount must be positive.")
+        if micros % payments.minor_unit_micros(settings.CURRENCY):
+            raise forms.ValidationError("Enter the amount with at most two decimals.")
+        return micros
+
+
+class ReadOnlyMixin:
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+
+class RefundInline(ReadOnlyMixin, admin.TabularInline):
+    model = Refund
+    fields = ["created_at", "amount_display", "reason", "stripe_refund_id", "created_by", "transaction"]
+    readonly_fields = fields
+    extra = 0
+
+    @admin.display(description="Amount")
+    def amount_display(self, refund: Refund) -> str:
+        return format_amount(refund.amount)
+
+
+@admin.register(Payment)
+class PaymentAdmin(ReadOnlyMixin, admin.ModelAdmin):
+    list_display = ["payment_intent_id", "user", "amount_display", "status", "refunded_display", "created_at"]
+    list_filter = ["status"]
+    search_fields = ["payment_intent_id", "user__username", "user__email"]
+    readonly_fields = ["refund_link"]
+    inlines = [RefundInline]
+    actions = ["refund_selected"]
+
+    def has_view_permission(self, request, obj=None) -> bool:
+        return request.user.is_staff
+
+    @admin.display(description="Amount", ordering="amount")
+    def amount_display(self, payment: Payment) -> str:
+        return format_amount(payment.amount)
+
+    @admin.display(description="Refunded")
+    def refunded_display(self, payment: Payment) -> str:
+        return format_amount(payment.refunded_amount)
+
+    @admin.display(description="Refund")
+    def refund_link(self, payment: Payment) -> str:
+        url = reverse("admin:billing_payment_refund", args=[payment.pk])
+        return format_html('<a class="button" href="{}">Refund…</a>', url)
+
+    @admin.action(description="Refund the selected payment…")
+    def refund_selected(self, request, queryset):
+        if queryset.count() != 1:
+            self.message_user(request, "Select exactly one payment to refund.", messages.ERROR)
+            return None
+        return HttpResponseRedirect(reverse("admin:billing_payment_refund", args=[queryset.get().pk]))
+
+    def get_urls(self):
+        refund = self.admin_site.admin_view(self.refund_view)
+        return [path("<int:pk>/refund/", refund, name="billing_payment_refund"), *super().get_urls()]
+
+    def refund_view(self, request: HttpRequest, pk: int) -> HttpResponse:
+        if not request.user.has_perm("billing.add_refund") and not request.user.is_superuser:
+            return HttpResponse("You may not refund payments.", status=403)
+        payment = get_object_or_404(Payment.objects.select_related("user"), pk=pk)
+        form = RefundForm(request.POST or None, initial={"nonce": secrets.token_urlsafe(18)})
+        if request.method == "POST" and form.is_valid():
+            try:
+                refund = payments.refund_payment(
+                    payment,
+                    form.cleaned_data["amount"],
+                    reason=form.cleaned_data["reason"],
+                    actor=request.user,
+                    nonce=form.cleaned_data["nonce"],
+                )
+            except payments.PaymentError as error:
+                form.add_error(None, str(error))
+            else:
+                self.message_user(
+                    request,
+                    f"Refunded {settings.CURRENCY_SYMBOL}{format_amount(refund.amount)} "
+                    f"(Stripe refund {refund.stripe_refund_id}).",
+                    messages.SUCCESS,
+                )
+                return HttpResponseRedirect(reverse("admin:billing_payment_change", args=[payment.pk]))
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"Refund {payment.payment_intent_id}",
+            "opts": self.model._meta,
+            "payment": payment,
+            "form": form,
+            "symbol": settings.CURRENCY_SYMBOL,
+            "amount": format_amount(payment.amount),
+            "refunded": format_amount(payment.refunded_amount),
+            "refundable": format_amount(payments.refundable_micros(payment)),
+            "balance": format_amount(payments.balance_of(payment.user)),
+        }
+        return TemplateResponse(request, "portal/billing/admin_refund.html", context)
+
+
+@admin.register(StripeEvent)
+class StripeEventAdmin(ReadOnlyMixin, admin.ModelAdmin):
+    list_display = ["id", "type", "received_at", "processed_at", "error"]
+    list_filter = ["type"]
+    search_fields = ["id"]
+
+
+@admin.register(Refund)
+class RefundAdmin(ReadOnlyMixin, admin.ModelAdmin):
+    list_display = ["payment", "amount_display", "reason", "stripe_refund_id", "created_by", "created_at"]
+    search_fields = ["payment__payment_intent_id", "stripe_refund_id", "reason"]
+
+    @admin.display(description="Amount")
+    def amount_display(self, refund: Refund) -> str:
+        return format_amount(refund.amount)

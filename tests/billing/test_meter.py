@@ -1,0 +1,240 @@
+"""The meter bills every second exactly once, whatever the ticks (RELIABILITY 6, 15)."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
+from fractions import Fraction
+from threading import Barrier
+
+import pytest
+from django.db import connection
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
+
+from billing.models import Charge, Price, Transaction
+from billing.services.credits import adjust_credit
+from billing.services.ledger import balance_of
+from billing.services.meter import charge_allocation, charge_allocations, run_meter
+from tests.compute.conftest import enroll, hand_plan, planning_job  # noqa: F401 - fixtures
+from workers.choices import AllocationMode, JobStatus
+from workers.models import Allocation
+from workers.services.placement import allocate, release
+
+T0 = datetime(2031, 1, 1, tzinfo=UTC)
+FOUR_CHIPS_PER_HOUR = 4 * 1_200_000
+
+
+def fund(user, amount: int = 10**12, key: str = "fund") -> None:
+    adjust_credit(user, amount, reason="test funds", actor=None, key=f"{key}:{user.pk}")
+
+
+def open_allocation(job, node, start=T0, chips=4, mode=AllocationMode.ON_DEMAND, ended_at=None) -> Allocation:
+    return Allocation.objects.create(
+        job=job,
+        node=node,
+        chip_type=node.pool.chip_type,
+        chips=chips,
+        mode=mode,
+        epoch=1,
+        started_at=start,
+        ended_at=ended_at,
+        billed_through=start,
+    )
+
+
+def set_price(chip_type, at, on_demand, spot_floor=None) -> None:
+    Price.objects.create(
+        chip_type=chip_type,
+        on_demand_per_hour=on_demand,
+        spot_floor_per_hour=spot_floor or on_demand // 2,
+        effective_at=at,
+    )
+
+
+def exact_cost(allocation: Allocation, end: datetime) -> int:
+    """The oracle: the price rows integrated with Fractions, rounded half up once."""
+    rows = sorted(
+        Price.objects.filter(chip_type=allocation.chip_type).values_list(
+            "effective_at", "id", "on_demand_per_hour", "spot_floor_per_hour"
+        )
+    )
+    total = Fraction(0)
+    for i, (at, _, on_demand, spot) in enumerate(rows):
+        nxt = rows[i + 1][0] if i + 1 < len(rows) else end
+        lo, hi = max(at, allocation.started_at), min(nxt, end)
+        if hi > lo:
+            per_hour = spot if allocation.mode == AllocationMode.SPOT else on_demand
+            total += Fraction(per_hour * allocation.chips) * Fraction(
+                (hi - lo) // timedelta(microseconds=1), 3_600_000_000
+            )
+    whole, rest = divmod(total.numerator, total.denominator)
+    return whole + (1 if 2 * rest >= total.denominator else 0)
+
+
+@pytest.fixture
+def placed(alice, enroll, planning_job):  # noqa: F811
+    fund(alice)
+    node, _ = enroll("meter-node", chips=8)
+    return planning_job(status=JobStatus.RUNNING), node
+
+
+micros = st.integers(min_value=0, max_value=4000 * 10**6)
+
+
+@pytest.mark.django_db
+@hypothesis_settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    duration=micros,
+    ticks=st.lists(micros, max_size=12),
+    changes=st.lists(st.tuples(micros, st.integers(min_value=1, max_value=9_000_000)), max_size=4),
+    whole_second_changes=st.booleans(),
+    spot=st.booleans(),
+    chips=st.integers(min_value=1, max_value=8),
+)
+def test_many_ticks_add_up_to_one_charge_over_the_whole_span(
+    placed, duration, ticks, changes, whole_second_changes, spot, chips
+):
+    job, node = placed
+    start = (Allocation.objects.order_by("-started_at").values_list("started_at", flat=True).first() or T0) + timedelta(
+        days=1
+    )
+    at = lambda us: start + timedelta(microseconds=us)  # noqa: E731
+    for offset, per_hour in changes:
+        set_price(
+            node.pool.chip_type, at(offset - offset % 10**6 if whole_second_changes else offset), per_hour * 2, per_hour
+        )
+    mode = AllocationMode.SPOT if spot else AllocationMode.ON_DEMAND
+    ticked = open_allocation(job, node, start, chips, mode)
+    once = open_allocation(job, node, start, chips, mode, ended_at=at(duration))
+    for tick in sorted(t for t in ticks if t < duration):
+        charge_allocation(ticked.pk, at(tick))
+    Allocation.objects.filter(pk=ticked.pk).update(ended_at=at(duration))
+    charge_allocation(ticked.pk, at(duration))
+    charge_allocation(ticked.pk, at(duration) + timedelta(seconds=30))
+    charge_allocation(once.pk, at(duration) + timedelta(hours=2))
+
+    ticked.refresh_from_db()
+    once.refresh_from_db()
+    last_second = start + timedelta(seconds=duration // 10**6)
+    assert ticked.billed_through == once.billed_through == last_second
+    assert ticked.charged_total == once.charged_total == exact_cost(once, last_second)
+    assert sum(ticked.charges.values_list("amount", flat=True)) == ticked.charged_total
+    assert sum(ticked.charges.values_list("seconds", flat=True)) <= duration // 10**6
+
+
+@pytest.mark.django_db
+def test_a_tick_bills_whole_seconds_since_the_start(placed):
+    job, node = placed
+    allocation = open_allocation(job, node, T0 + timedelta(microseconds=250_000))
+    charge_allocation(allocation.pk, T0 + timedelta(seconds=10, microseconds=100_000))
+    allocation.refresh_from_db()
+    assert allocation.billed_through == T0 + timedelta(seconds=9, microseconds=250_000)
+    assert allocation.charged_total == exact_cost(allocation, allocation.billed_through)
+    assert Charge.objects.get(allocation=allocation).seconds == 9
+
+
+@pytest.mark.django_db
+def test_a_price_change_applies_from_its_second_on(placed):
+    job, node = placed
+    set_price(node.pool.chip_type, T0 + timedelta(seconds=100), 3_600_000)
+    set_price(node.pool.chip_type, T0 + timedelta(seconds=200), 7_200_000)
+    allocation = open_allocation(job, node, T0 + timedelta(seconds=100), chips=1)
+    charge_allocation(allocation.pk, T0 + timedelta(seconds=300))
+    allocation.refresh_from_db()
+    assert allocation.charged_total == 100 * 1_000 + 100 * 2_000  # 1,000 then 2,000 micro-units a second
+
+
+@pytest.mark.django_db
+def test_the_same_tick_twice_charges_once(placed, alice):
+    job, node = placed
+    allocation = open_allocation(job, node)
+    now = T0 + timedelta(seconds=61)
+    first = charge_allocation(allocation.pk, now)
+    second = charge_allocation(allocation.pk, now)
+    assert (first.charges, second.charges) == (1, 0)
+    assert Charge.objects.filter(allocation=allocation).count() == 1
+    assert Transaction.objects.filter(idempotency_key=f"meter:{allocation.pk}:{int(now.timestamp())}").count() == 1
+    assert balance_of(alice) == 10**12 - exact_cost(allocation, now)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("runner", ["charge_allocation", "run_meter"])
+def test_concurrent_ticks_for_the_same_interval_charge_once(placed, alice, runner):
+    job, node = placed
+    allocations = [open_allocation(job, node) for _ in range(5)]
+    now = T0 + timedelta(seconds=3600)
+    barrier = Barrier(8)
+
+    def tick(_):
+        barrier.wait()
+        try:
+            if runner == "run_meter":
+                return run_meter(now).charges
+            return sum(charge_allocation(a.pk, now).charges for a in allocations)
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(8) as pool:
+        charges = sum(pool.map(tick, range(8)))
+
+    assert charges == 5
+    assert Charge.objects.count() == 5
+    assert balance_of(alice) == 10**12 - 5 * FOUR_CHIPS_PER_HOUR
+
+
+@pytest.mark.django_db
+def test_run_meter_bills_open_and_just_ended_allocations_and_skips_finished_ones(placed):
+    job, node = placed
+    running = open_allocation(job, node)
+    ended = open_allocation(job, node, ended_at=T0 + timedelta(seconds=30, microseconds=5))
+    done = open_allocation(job, node, ended_at=T0 + timedelta(seconds=30))
+    charge_allocation(done.pk, T0 + timedelta(seconds=40))
+    result = run_meter(T0 + timedelta(seconds=60))
+    assert result.charges == 2 and result.seconds == 4 * (60 + 30)
+    for allocation, through in [(running, 60), (ended, 30), (done, 30)]:
+        allocation.refresh_from_db()
+        assert allocation.billed_through == T0 + timedelta(seconds=through)
+    assert run_meter(T0 + timedelta(seconds=60)).charges == 0
+
+
+@pytest.mark.django_db
+def test_release_makes_the_final_charge_through_the_end(alice, enroll, planning_job):  # noqa: F811
+    fund(alice)
+    node, _ = enroll("final", chips=2)
+    job = planning_job()
+    [allocation] = allocate(job, hand_plan((node, 1), (node, 1)), now=T0)
+    charge_allocation(allocation.pk, T0 + timedelta(seconds=10))
+    release(job, now=T0 + timedelta(seconds=95, microseconds=900_000))
+    allocation.refresh_from_db()
+    assert allocation.billed_through == T0 + timedelta(seconds=95)
+    assert allocation.charged_total == exact_cost(allocation, allocation.billed_through)
+    assert allocation.charges.count() == 2
+
+
+@pytest.mark.django_db
+def test_a_wallet_that_cannot_cover_a_tick_pays_what_it_has_and_the_job_stops(
+    placed, alice, mailoutbox, django_capture_on_commit_callbacks
+):
+    job, node = placed
+    adjust_credit(alice, -(10**12 - 1_000), reason="drain", actor=None, key="drain")
+    allocation = open_allocation(job, node)
+    with django_capture_on_commit_callbacks(execute=True):
+        charge_allocation(allocation.pk, T0 + timedelta(seconds=60))
+    allocation.refresh_from_db()
+    job.refresh_from_db()
+    assert balance_of(alice) == 0
+    assert allocation.charged_total == 1_000 and allocation.billed_through == T0 + timedelta(seconds=60)
+    assert job.status == JobStatus.STOPPING and "Out of credit" in job.status_reason
+    assert job.events.get(kind="notice").data["shortfall"] == exact_cost(allocation, T0 + timedelta(seconds=60)) - 1_000
+    assert len(mailoutbox) == 1
+
+
+@pytest.mark.django_db
+def test_a_batch_tick_charges_many_allocations_in_one_transaction(placed, alice):
+    job, node = placed
+    ids = [open_allocation(job, node).pk for _ in range(50)]
+    result = charge_allocations(ids, T0 + timedelta(seconds=3600))
+    assert result.charges == 50 and result.charged == 50 * FOUR_CHIPS_PER_HOUR
+    assert balance_of(alice) == 10**12 - 50 * FOUR_CHIPS_PER_HOUR

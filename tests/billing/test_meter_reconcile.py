@@ -1,0 +1,62 @@
+"""`manage.py reconcile` finds nothing after normal metering and finds tampering."""
+
+from __future__ import annotations
+
+import io
+from datetime import timedelta
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+from django.utils import timezone
+from test_meter import fund, open_allocation
+
+from billing.services.meter import run_meter
+from tests.compute.conftest import enroll, planning_job  # noqa: F401 - fixtures
+from workers.choices import JobStatus
+from workers.models import Allocation
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def metered(alice, enroll, planning_job):  # noqa: F811
+    fund(alice)
+    node, _ = enroll("rec", chips=8)
+    job = planning_job(status=JobStatus.RUNNING)
+    now = timezone.now()
+    allocations = [open_allocation(job, node, now - timedelta(minutes=m, microseconds=m * 1001)) for m in (1, 7, 30)]
+    Allocation.objects.filter(pk=allocations[0].pk).update(ended_at=now - timedelta(seconds=20, microseconds=3))
+    run_meter(now - timedelta(seconds=10))
+    run_meter(now)
+    return allocations
+
+
+def reconcile() -> tuple[int, str]:
+    out = io.StringIO()
+    try:
+        call_command("reconcile", stdout=out)
+    except SystemExit as exit:
+        return exit.code, out.getvalue()
+    except Exception as error:  # CommandError when called in-process
+        return getattr(error, "returncode", 1), out.getvalue()
+    return 0, out.getvalue()
+
+
+def test_reconcile_finds_no_difference_after_normal_metering(metered):
+    code, out = reconcile()
+    assert code == 0 and "no differences" in out
+
+
+def test_reconcile_reports_a_tampered_charged_total(metered):
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE workers_allocation SET charged_total = charged_total + 7 WHERE id = %s", [metered[1].pk])
+    code, out = reconcile()
+    assert code == 1
+    assert f"allocation {metered[1].pk}: charged" in out and "difference 0.000007" in out
+
+
+def test_reconcile_reports_an_allocation_billed_short_of_its_end(metered):
+    Allocation.objects.filter(pk=metered[0].pk).update(ended_at=timezone.now())
+    code, out = reconcile()
+    assert code == 1 and f"allocation {metered[0].pk}: billed" in out
