@@ -70,11 +70,9 @@ def test_python_refuses_an_unbalanced_transaction(alice):
 
 
 def test_the_database_refuses_an_unbalanced_transaction(alice):
-    """Bypassing the service: the deferred constraint trigger still refuses it (checked now)."""
+    """Bypassing the service: the statement-level trigger refuses the INSERT itself."""
     wallet = wallet_for(alice)
     with pytest.raises(IntegrityError, match="unbalanced"), transaction.atomic():
-        with connection.cursor() as cursor:
-            cursor.execute("SET CONSTRAINTS billing_entry_balanced IMMEDIATE")
         txn = Transaction.objects.create(
             idempotency_key="raw", fingerprint="x", kind="adjustment", created_at="2026-01-01T00:00:00Z"
         )
@@ -83,13 +81,15 @@ def test_the_database_refuses_an_unbalanced_transaction(alice):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_database_refuses_to_commit_an_unbalanced_transaction(alice):
-    wallet = wallet_for(alice)
+def test_the_database_refuses_legs_of_one_transaction_split_over_two_statements(alice):
+    """All legs go in one INSERT; a first half that doesn't balance on its own is refused."""
+    wallet, promotions = wallet_for(alice), platform_account(AccountKind.PROMOTIONS)
     with pytest.raises(IntegrityError, match="unbalanced"), transaction.atomic():
         txn = Transaction.objects.create(
             idempotency_key="raw", fingerprint="x", kind="adjustment", created_at="2026-01-01T00:00:00Z"
         )
         Entry.objects.create(transaction=txn, account=wallet, amount=5, created_at=txn.created_at)
+        Entry.objects.create(transaction=txn, account=promotions, amount=-5, created_at=txn.created_at)
     assert not Transaction.objects.exists()
     assert balance_of(alice) == 0
 

@@ -245,12 +245,17 @@ def _post(bills: list[Bill], now: datetime) -> MeterResult:
     paid = [bill for bill in bills if bill.charged > 0]
     txns = Transaction.objects.bulk_create([_transaction(bill, wallets, revenue, now) for bill in paid])
     Entry.objects.bulk_create(
-        entry
-        for bill, txn in zip(paid, txns, strict=True)
-        for entry in (
-            Entry(transaction=txn, account_id=wallets[bill.owner_id].pk, amount=-bill.charged, created_at=now),
-            Entry(transaction=txn, account_id=revenue.pk, amount=bill.charged, created_at=now),
-        )
+        [
+            entry
+            for bill, txn in zip(paid, txns, strict=True)
+            for entry in (
+                Entry(transaction=txn, account_id=wallets[bill.owner_id].pk, amount=-bill.charged, created_at=now),
+                Entry(transaction=txn, account_id=revenue.pk, amount=bill.charged, created_at=now),
+            )
+        ],
+        # An even batch never splits a transaction's two legs over two INSERTs (the ledger checks
+        # balance per statement; see billing migration 0005).
+        batch_size=2000,
     )
     Charge.objects.bulk_create(_charge_row(bill, txn, now) for bill, txn in zip(paid, txns, strict=True))
     _save_marks(bills)
