@@ -167,3 +167,25 @@ def test_revoking_with_htmx_swaps_only_the_row(alice_client, alice):
     assert html.lstrip().startswith(f'<tr id="token-{token.pk}"')
     assert "revoked" in html
     assert "Revoke</button>" not in html
+
+
+def test_the_dashboard_says_when_a_job_was_stopped_for_credit(client, alice):
+    from django.utils import timezone
+
+    from workers.choices import JobStatus
+    from workers.models import Job
+
+    job = Job.objects.create(
+        owner=alice,
+        model_name="llama-tiny",
+        per_device_batch_size=4,
+        max_steps=10,
+        max_budget_per_hour=1_000_000,
+        status=JobStatus.STOPPED_NO_CREDIT,
+        status_reason="Your balance would run out within 2 minutes.",
+        finished_at=timezone.now(),
+    )
+    client.force_login(alice)
+    html = client.get("/dashboard/").content.decode()
+    assert f"Job {job.pk}</a> was stopped before your credit ran out" in html
+    assert "would run out within 2 minutes" in html

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.contrib import messages
@@ -24,6 +24,8 @@ from billing.services.statements import format_hours, spend_rate
 from portal.forms import ApiTokenForm
 from portal.models.tokens import ApiToken
 from portal.views.pages import format_price
+from workers.choices import JobStatus
+from workers.models import Job
 
 LEDGER_PAGE_SIZE = 25
 
@@ -62,6 +64,12 @@ def wallet_entries(user) -> QuerySet[Entry]:
     ).select_related("transaction")
 
 
+def credit_stopped_jobs(user, days: int = 7):
+    """Jobs stopped for credit lately: the dashboard says so, with the reason."""
+    since = timezone.now() - timedelta(days=days)
+    return Job.objects.filter(owner=user, status=JobStatus.STOPPED_NO_CREDIT, finished_at__gte=since)[:5]
+
+
 @login_required
 def dashboard(request: HttpRequest) -> HttpResponse:
     page = Paginator(wallet_entries(request.user), LEDGER_PAGE_SIZE).get_page(request.GET.get("page"))
@@ -71,6 +79,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         "spend_rate": f"{format_price(rate.per_hour)}/h" if rate.per_hour else "—",
         "balance_lasts": format_hours(rate.lasts_hours),
         "this_month": timezone.localdate().strftime("%Y-%m"),
+        "credit_stops": credit_stopped_jobs(request.user),
         "page": page,
         "lines": [ledger_line(entry) for entry in page.object_list],
     }
