@@ -21,6 +21,7 @@ from django.utils import timezone
 from billing.choices import AccountKind
 from billing.models import Account, Payment, Refund
 from billing.money import format_amount
+from billing.services.meter import PriceBook
 from billing.services.statements import (
     Period,
     SpendRate,
@@ -29,7 +30,6 @@ from billing.services.statements import (
     charges_for_everyone,
     format_hours,
     parse_period,
-    prices_in_force,
 )
 from workers.models import Allocation
 
@@ -119,14 +119,15 @@ def open_allocations_view(request: HttpRequest) -> HttpResponse:
     allocations = list(
         Allocation.objects.open().select_related("job__owner", "chip_type", "node").order_by("started_at")[:OPEN_LIMIT]
     )
-    prices = prices_in_force()
+    now = timezone.now()
+    book = PriceBook.load({a.chip_type_id for a in allocations})
     owners = {a.job.owner_id for a in allocations}
     balances = dict(
         Account.objects.filter(owner_id__in=owners, kind=AccountKind.WALLET, currency=settings.CURRENCY).values_list(
             "owner_id", "balance"
         )
     )
-    rates = {a.pk: allocation_rate(a, prices) for a in allocations}
+    rates = {a.pk: allocation_rate(a, book, now) for a in allocations}
     owner_rates: dict[int, int] = {}
     for a in allocations:
         owner_rates[a.job.owner_id] = owner_rates.get(a.job.owner_id, 0) + rates[a.pk]

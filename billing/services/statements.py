@@ -17,9 +17,9 @@ from django.db.models.functions import TruncDate
 from django.utils import timezone
 
 from billing.choices import AccountKind, TransactionKind
-from billing.models import Charge, Entry, Price
+from billing.models import Charge, Entry
 from billing.services.ledger import balance_of
-from workers.choices import AllocationMode
+from billing.services.meter import PriceBook
 from workers.models import Allocation
 
 
@@ -289,23 +289,16 @@ class SpendRate:
         return Decimal(self.balance) / Decimal(self.per_hour)
 
 
-def allocation_rate(allocation: Allocation, prices: dict[int, Price]) -> int:
-    """Micro-units per hour: chips × the on-demand price, or × the spot floor for spot chips."""
-    price = prices.get(allocation.chip_type_id)
-    if price is None:
-        return 0
-    per_chip = price.spot_floor_per_hour if allocation.mode == AllocationMode.SPOT else price.on_demand_per_hour
-    return allocation.chips * per_chip
-
-
-def prices_in_force(now: datetime | None = None) -> dict[int, Price]:
-    return {price.chip_type_id: price for price in Price.objects.in_force(now)}
+def allocation_rate(allocation: Allocation, book: PriceBook, now: datetime) -> int:
+    """Micro-units per hour at `now`: chips × what the meter charges a chip of this mode."""
+    return allocation.chips * (book.price_per_hour(allocation.chip_type_id, allocation.mode, now) or 0)
 
 
 def spend_rate(user, now: datetime | None = None) -> SpendRate:
-    prices = prices_in_force(now)
-    allocations = Allocation.objects.open().filter(job__owner=user)
-    return SpendRate(sum(allocation_rate(a, prices) for a in allocations), balance_of(user))
+    now = now or timezone.now()
+    allocations = list(Allocation.objects.open().filter(job__owner=user))
+    book = PriceBook.load({a.chip_type_id for a in allocations})
+    return SpendRate(sum(allocation_rate(a, book, now) for a in allocations), balance_of(user))
 
 
 def format_hours(hours: Decimal | None) -> str:
