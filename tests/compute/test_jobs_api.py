@@ -69,15 +69,15 @@ def test_a_quote_returns_the_plan_and_the_single_type_baseline(api_as, alice, on
     assert plan["baseline"] and plan["speedup_vs_baseline"] > 1
 
 
-def test_the_article_alias_is_accepted(api_as, alice, online_fleet):
-    response = api_as(alice).post(
-        "/api/v1/quotes/",
-        {**SPEC, "model": "meta-llama/Llama-2-70b-hf", "max_budget": "100000"},
-        format="json",
-    )
-    assert response.status_code in (200, 400)
-    if response.status_code == 400:  # 70B fits no chip of a 4-chip demo fleet: named on the model field
-        assert "model" in response.json()["errors"]
+def test_the_article_alias_is_planned_exactly_like_the_built_in_model(api_as, alice, online_fleet):
+    api = api_as(alice)
+
+    def quote(model):
+        return api.post("/api/v1/quotes/", {**SPEC, "model": model, "max_budget": "100000"}, format="json")
+
+    alias, canonical = quote("meta-llama/Llama-2-70b-hf"), quote("llama-2-70b")
+    assert (alias.status_code, alias.json()) == (canonical.status_code, canonical.json())
+    assert "Unknown model" not in str(alias.json())
 
 
 @pytest.mark.parametrize(
