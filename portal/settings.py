@@ -37,6 +37,7 @@ INSTALLED_APPS = [
     "portal",
     "billing",
     "workers",
+    "market",
 ]
 
 MIDDLEWARE = [
