@@ -109,12 +109,20 @@ def test_clear_accepts_any_iterable_of_bids():
         ({"chips": 1.5}, "chips must be a whole number"),
         ({"price": -1}, "price must be a whole number of micro-units, 0 or more"),
         ({"price": 1.25}, "price must be a whole number of micro-units"),
+        ({"chips": True}, "chips must be a whole number"),
+        ({"placed_at": float("inf")}, "placed_at must be a finite number"),
         ({"placed_at": float("nan")}, "placed_at must be a finite number"),
     ],
 )
 def test_a_malformed_bid_is_refused_with_a_clear_message(fields, message):
-    with pytest.raises(ValueError, match=message):
-        Bid(**{"id": 7, "price": YEN, "chips": 1, "placed_at": 0.0, **fields})
+    malformed = Bid(**{"id": 7, "price": YEN, "chips": 1, "placed_at": 0.0, **fields})
+    with pytest.raises(ValueError, match=f"Bid 7: {message}"):
+        clear([bid(1, "1.00", 1), malformed], capacity=4, floor=FLOOR)
+
+
+def test_a_malformed_bid_below_the_floor_is_still_refused():
+    with pytest.raises(ValueError, match="Bid 2: chips must be a whole number"):
+        clear([bid(1, "1.00", 1), Bid(id=2, price=1, chips=0, placed_at=0.0)], capacity=4, floor=FLOOR)
 
 
 def test_negative_capacity_is_refused():
