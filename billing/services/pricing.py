@@ -20,6 +20,8 @@ class ChipOffer:
     price: Price | None
     capacity: int
     simulated_capacity: int
+    spot_clearing: int | None = None  # the spot auction's last clearing price, if it has cleared
+    spot_capacity: int = 0
 
     @property
     def on_demand_per_hour(self) -> int | None:
@@ -27,8 +29,10 @@ class ChipOffer:
 
     @property
     def spot_per_hour(self) -> int | None:
-        # Until the spot auction clears above it, the spot price is the floor.
-        return self.price.spot_floor_per_hour if self.price else None
+        """The spot price now: the auction's clearing price, never below the floor in force."""
+        if not self.price:
+            return None
+        return max(self.price.spot_floor_per_hour, self.spot_clearing or 0)
 
     def speedup(self, reference: ChipType) -> Decimal:
         """Delivered bf16 compute relative to the reference chip (an RTX 4090)."""
@@ -43,7 +47,10 @@ class ChipOffer:
 def current_offers(now=None) -> list[ChipOffer]:
     """Every chip type with its price in force at `now` and its chip counts."""
     now = now or timezone.now()
+    from market.services.market_state import latest_spot_prices
+
     prices = {price.chip_type_id: price for price in Price.objects.in_force(now)}
+    clearing = latest_spot_prices(now)
     offers = []
     for chip in ChipType.objects.prefetch_related("pools__nodes"):
         nodes = [node for pool in chip.pools.all() for node in pool.nodes.all()]
@@ -53,6 +60,8 @@ def current_offers(now=None) -> list[ChipOffer]:
                 price=prices.get(chip.pk),
                 capacity=sum(node.chips for node in nodes),
                 simulated_capacity=sum(node.chips for node in nodes if node.simulated),
+                spot_clearing=clearing[chip.pk].price_per_hour if chip.pk in clearing else None,
+                spot_capacity=sum(node.chips for node in nodes if node.spot_eligible),
             )
         )
     return offers

@@ -73,7 +73,7 @@ def test_cancelling_a_running_job_tells_its_agents_to_stop(enroll, planning_job)
 
 
 @pytest.mark.django_db
-def test_a_node_that_goes_silent_fails_its_job_clearly_and_frees_its_chips(enroll, planning_job, settings):
+def test_a_node_that_goes_silent_moves_its_job_off_it_and_stops_billing_its_chips(enroll, planning_job, settings):
     node, _ = enroll("quiet")
     job = planning_job()
     allocate(job, hand_plan((node, 2)))
@@ -84,8 +84,10 @@ def test_a_node_that_goes_silent_fails_its_job_clearly_and_frees_its_chips(enrol
     job.refresh_from_db()
     node.refresh_from_db()
     assert node.agent_status == AgentStatus.LOST
-    assert job.status == JobStatus.FAILED
-    assert "quiet went silent" in job.status_reason
+    assert job.status == JobStatus.QUEUED  # nowhere else to go yet: it waits for chips, from its checkpoint
+    migration = job.migrations.get()
+    assert migration.reason == "lost_node" and migration.nodes == ["quiet"]
+    assert "quiet went silent" in migration.detail
     assert not job.allocations.open().exists()
 
 
@@ -97,4 +99,5 @@ def test_reconciling_twice_changes_nothing_more(enroll, planning_job, settings):
     Node.objects.filter(pk=node.pk).update(last_heartbeat_at=timezone.now() - timedelta(hours=1))
     first, second = reconcile(), reconcile()
     assert first["lost_nodes"] == 1 and second["lost_nodes"] == 0
-    assert Job.objects.get(pk=job.pk).events.filter(kind="failed").count() == 1
+    assert Job.objects.get(pk=job.pk).migrations.count() == 1
+    assert Job.objects.get(pk=job.pk).events.filter(kind="notice").count() == 1

@@ -10,6 +10,7 @@ from workers.models.jobs import (
     MeasuredThroughput,
     RankExit,
 )
+from workers.models.relocation import JobMigration, MigrationReason, MigrationStatus
 
 __all__ = [
     "REFERENCE_CHIP",
@@ -21,8 +22,11 @@ __all__ = [
     "Job",
     "JobEvent",
     "JobLogLine",
+    "JobMigration",
     "JobMetric",
     "MeasuredThroughput",
+    "MigrationReason",
+    "MigrationStatus",
     "Node",
     "Pool",
     "RankExit",

@@ -46,6 +46,15 @@ class Job(models.Model):
     max_budget_per_hour = models.BigIntegerField(help_text="micro-units per hour")
     total_budget = models.BigIntegerField(null=True, blank=True, help_text="micro-units")
     chip_counts = models.JSONField(null=True, blank=True, help_text="Chips picked by hand: {slug: count}")
+    # Spot: the job bids up to `spot_bid_per_hour` per chip-hour for spot chips, and says where it may go
+    # when they are reclaimed (on-demand chips, other chip types).
+    spot = models.BooleanField(default=False)
+    spot_bid_per_hour = models.BigIntegerField(null=True, blank=True, help_text="micro-units per chip-hour")
+    allow_on_demand = models.BooleanField(default=True)
+    allow_other_chips = models.BooleanField(default=True)
+    # Chips an on-demand job is waiting for that spot allocations hold now: {slug: count}. The auction
+    # takes them out of spot capacity, so the lowest bids are reclaimed first.
+    waiting_for = models.JSONField(null=True, blank=True)
     status = models.CharField(max_length=20, choices=JobStatus.choices, default=JobStatus.QUEUED, db_index=True)
     status_reason = models.TextField(blank=True)
     # Bumped on every (re)placement; ranks and agents of an older epoch are fenced out.
@@ -58,6 +67,7 @@ class Job(models.Model):
     tokens_per_s = models.FloatField(null=True, blank=True)
     latest_checkpoint = models.CharField(max_length=500, blank=True)
     latest_checkpoint_step = models.PositiveIntegerField(null=True, blank=True)
+    latest_checkpoint_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -90,7 +100,12 @@ class Job(models.Model):
 
 class AllocationQuerySet(models.QuerySet):
     def open(self) -> AllocationQuerySet:
+        """Allocations being billed now."""
         return self.filter(ended_at__isnull=True)
+
+    def holding(self, now) -> AllocationQuerySet:
+        """Allocations whose chips nobody else may use at `now` (open, or reclaimed and still leaving)."""
+        return self.filter(Q(ended_at__isnull=True) | Q(held_until__gt=now))
 
 
 class Allocation(models.Model):
@@ -108,6 +123,9 @@ class Allocation(models.Model):
     # cumulative-exact: the price integrated from started_at to billed_through, rounded once).
     billed_through = models.DateTimeField()
     charged_total = models.BigIntegerField(default=0)
+    # A reclaimed allocation stops billing at once (`ended_at`) but keeps its chips until its ranks
+    # have checkpointed and left, or the notice runs out, whichever comes first.
+    held_until = models.DateTimeField(null=True, blank=True)
 
     objects = AllocationQuerySet.as_manager()
 

@@ -93,8 +93,10 @@ def silent_nodes(now=None):
     )
 
 
-def used_chips(node_ids) -> dict[int, int]:
-    rows = Allocation.objects.open().filter(node_id__in=node_ids).values("node_id").annotate(used=Sum("chips"))
+def used_chips(node_ids, now=None) -> dict[int, int]:
+    """Chips held per node: by open allocations, and by reclaimed ones still inside their notice."""
+    holding = Allocation.objects.holding(now or timezone.now()).filter(node_id__in=node_ids)
+    rows = holding.values("node_id").annotate(used=Sum("chips"))
     return {row["node_id"]: row["used"] for row in rows}
 
 

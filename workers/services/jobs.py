@@ -6,10 +6,16 @@ from django.db import transaction
 from django.utils import timezone
 
 from workers.choices import JobEventKind, JobStatus
-from workers.models import Job
+from workers.models import Job, MigrationStatus
 from workers.protocol import CommandType
 from workers.services.events import record_event
 from workers.services.placement import release, send_to_nodes
+
+
+def close_job_bids(job: Job) -> None:
+    from market.services.bids import close_job_bids as close
+
+    close(job)
 
 
 def submit_job(owner, **fields) -> Job:
@@ -34,7 +40,13 @@ def cancel_job(job: Job, now=None) -> Job:
         job.save(update_fields=["cancel_requested_at", "updated_at"])
         record_event(job, JobEventKind.CANCEL_REQUESTED, "Cancel requested", now=now)
         if job.status in {JobStatus.QUEUED, JobStatus.PLANNING}:
-            return finish_job(job, JobStatus.CANCELLED, "Cancelled before it started", now=now)
+            reason = (
+                "Cancelled while moving to other chips" if job.migrations.exists() else "Cancelled before it started"
+            )
+            return finish_job(job, JobStatus.CANCELLED, reason, now=now)
+        if job.status == JobStatus.MIGRATING:  # its chips are already released; the leaving ranks are fenced
+            send_to_nodes(job, CommandType.STOP, {"reason": "cancelled", "checkpoint": False}, now=now)
+            return finish_job(job, JobStatus.CANCELLED, "Cancelled while moving to other chips", now=now)
         job.status = JobStatus.STOPPING
         job.save(update_fields=["status", "updated_at"])
         send_to_nodes(job, CommandType.STOP, {"reason": "cancelled", "checkpoint": False}, now=now)
@@ -54,6 +66,10 @@ def finish_job(job: Job, status: str, reason: str = "", now=None) -> Job:
     if status == JobStatus.FAILED:
         send_to_nodes(job, CommandType.STOP, {"reason": reason[:200], "checkpoint": False, "grace_s": 5}, now=now)
     release(job, now=now)
+    close_job_bids(job)
+    job.migrations.exclude(status__in=[MigrationStatus.RESUMED, MigrationStatus.ABANDONED]).update(
+        status=MigrationStatus.ABANDONED
+    )
     kind = {
         JobStatus.SUCCEEDED: JobEventKind.SUCCEEDED,
         JobStatus.FAILED: JobEventKind.FAILED,

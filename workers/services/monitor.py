@@ -11,9 +11,10 @@ from django.utils import timezone
 
 from billing.services.holds import stop_low_balance
 from workers.choices import AgentStatus, JobStatus
-from workers.models import Allocation, Job, Node
+from workers.models import Allocation, Job, MigrationReason, Node
 from workers.services.fleet import silent_nodes
 from workers.services.jobs import finish_job
+from workers.services.migration import overdue_notices, reclaim_job
 
 logger = logging.getLogger(__name__)
 
@@ -22,7 +23,8 @@ def reconcile(now=None) -> dict[str, int]:
     """One pass; each step is safe to run twice or concurrently (rows are locked and re-read)."""
     now = now or timezone.now()
     return {
-        "lost_nodes": fail_jobs_on_silent_nodes(now),
+        "lost_nodes": migrate_jobs_off_silent_nodes(now),
+        "notices_over": overdue_notices(now),
         "stuck": fail_stuck_provisioning(now),
         "stopped": finish_overdue_stops(now),
         "credit_stops": stop_low_balance(now),
@@ -31,7 +33,8 @@ def reconcile(now=None) -> dict[str, int]:
     }
 
 
-def fail_jobs_on_silent_nodes(now) -> int:
+def migrate_jobs_off_silent_nodes(now) -> int:
+    """A node silent past the heartbeat deadline is lost; its jobs resume elsewhere from their last checkpoint."""
     lost = 0
     for node in silent_nodes(now):
         with transaction.atomic():
@@ -46,14 +49,14 @@ def fail_jobs_on_silent_nodes(now) -> int:
             node.save(update_fields=["agent_status"])
             lost += 1
             silence = f"{(now - node.last_heartbeat_at).total_seconds():.0f}s" if node.last_heartbeat_at else "ever"
-            for job_id in Allocation.objects.open().filter(node=node).values_list("job_id", flat=True).distinct():
-                job = Job.objects.get(pk=job_id)
-                finish_job(
-                    job,
-                    JobStatus.FAILED,
-                    f"Node {node.hostname} went silent (no heartbeat for {silence}).",
-                    now=now,
-                )
+            job_ids = list(Allocation.objects.open().filter(node=node).values_list("job_id", flat=True).distinct())
+            detail = f"node {node.hostname} went silent (no heartbeat for {silence})"
+            for job_id in job_ids:
+                moved = reclaim_job(job_id, MigrationReason.LOST_NODE, detail, nodes=[node], notice_seconds=0, now=now)
+                if moved is None:  # not running (starting or stopping): it can't go on without the node
+                    finish_job(
+                        Job.objects.get(pk=job_id), JobStatus.FAILED, f"{detail[0].upper()}{detail[1:]}.", now=now
+                    )
         logger.warning("node %s declared lost", node.hostname)
     return lost
 

@@ -57,12 +57,36 @@ def allocate(job: Job, plan: dict, now=None) -> list[Allocation]:
         job.plan = plan
         job.status = JobStatus.PROVISIONING
         job.status_reason = ""
-        job.save(update_fields=["epoch", "plan", "status", "status_reason", "updated_at"])
+        job.waiting_for = None
+        job.save(update_fields=["epoch", "plan", "status", "status_reason", "waiting_for", "updated_at"])
         allocations = [_allocation(job, nodes[node_id], ranks, now) for node_id, ranks in wanted.items()]
         _queue_start_commands(job, plan, nodes, now)
+        note_placement(job, now)
+        if job.spot:
+            sync_bids_with_plan(job, plan, now)
         record_event(job, JobEventKind.PLACED, _describe(plan), data={"plan": plan}, now=now)
         transaction.on_commit(lambda: [channel.wake_agent(node_id) for node_id in wanted])
     return allocations
+
+
+def note_placement(job: Job, now) -> None:
+    from workers.services.migration import note_placement as note_migration
+
+    note_migration(job, now)
+
+
+def sync_bids_with_plan(job: Job, plan: dict, now) -> None:
+    from market.services.bids import sync_job_bids
+
+    sync_job_bids(job, spot_chip_counts(plan), now)
+
+
+def spot_chip_counts(plan: dict) -> dict[str, int]:
+    counts: dict[str, int] = defaultdict(int)
+    for rank in plan["ranks"]:
+        if rank.get("mode") == "spot":
+            counts[rank["chip"]] += 1
+    return dict(counts)
 
 
 def _allocation(job: Job, node: Node, ranks: list[dict], now) -> Allocation:

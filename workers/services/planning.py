@@ -13,6 +13,7 @@ from workers import planner
 from workers.choices import JobEventKind, JobStatus
 from workers.models import Job
 from workers.modelspecs import resolve_model
+from workers.services import spot
 from workers.services.events import record_event
 from workers.services.fleet import free_chips, schedulable_nodes
 from workers.services.jobs import finish_job
@@ -23,6 +24,7 @@ logger = logging.getLogger(__name__)
 
 
 def chip_infos() -> dict[str, planner.ChipInfo]:
+    """Specs and prices now; spot chips at the spot market's current clearing price."""
     return {
         offer.chip.slug: planner.ChipInfo(
             slug=offer.chip.slug,
@@ -37,23 +39,30 @@ def chip_infos() -> dict[str, planner.ChipInfo]:
     }
 
 
-def node_offers() -> list[planner.NodeOffer]:
+def node_offers(market: spot.MarketView | None = None) -> list[planner.NodeOffer]:
+    """Free chips per schedulable node; for a spot job, as the spot market lets that job see them."""
     nodes = list(schedulable_nodes())
     free = free_chips(nodes)
-    return [
-        planner.NodeOffer(
-            node_id=str(node.pk),
-            hostname=node.hostname,
-            chip=node.pool.chip_type.slug,
-            free_chips=free[node.pk],
-            spot_eligible=node.spot_eligible,
-            pool=node.pool.name,
-            zone=node.pool.zone,
-            simulated=node.simulated,
-        )
-        for node in nodes
-        if free[node.pk] > 0
-    ]
+    offers = []
+    for node in nodes:
+        chip = node.pool.chip_type
+        count, spot_eligible = free[node.pk], node.spot_eligible
+        if market is not None:
+            count, spot_eligible = market.offer(node, chip, count)
+        if count > 0:
+            offers.append(
+                planner.NodeOffer(
+                    node_id=str(node.pk),
+                    hostname=node.hostname,
+                    chip=chip.slug,
+                    free_chips=count,
+                    spot_eligible=spot_eligible,
+                    pool=node.pool.name,
+                    zone=node.pool.zone,
+                    simulated=node.simulated,
+                )
+            )
+    return offers
 
 
 def throughput_model(model_name: str) -> planner.ThroughputModel:
@@ -74,14 +83,22 @@ def plan_request(fields: dict) -> planner.PlanRequest:
         max_budget_per_hour=fields["max_budget_per_hour"],
         total_budget=fields.get("total_budget"),
         chip_counts=fields.get("chip_counts") or None,
+        allow_spot=bool(fields.get("spot")),
+        spot_only=bool(fields.get("spot")) and not fields.get("allow_on_demand", True),
+        global_batch=fields.get("global_batch"),
     )
 
 
-def quote(fields: dict) -> dict:
+def quote(fields: dict, market: spot.MarketView | None = None) -> dict:
     """The plan the job would get now, as a dict (raises planner.PlanningError)."""
     request = plan_request(fields)
     chips = chip_infos()
-    result = planner.plan(request, list(chips.values()), node_offers(), throughput_model(request.model.name))
+    if market is None and fields.get("spot"):
+        market = spot.MarketView(bids=spot.bid_prices(fields))
+    offers = node_offers(market)
+    if fields.get("chip_types"):  # a migrating job that may not change chip types
+        offers = [offer for offer in offers if offer.chip in fields["chip_types"]]
+    result = planner.plan(request, list(chips.values()), offers, throughput_model(request.model.name))
     return _with_pacing(result.to_dict(), request.model, chips)
 
 
@@ -105,10 +122,12 @@ def schedule(job_id: int) -> bool:
     if not claimed:
         return False
     job = Job.objects.get(pk=job_id)
+    fields = _fields_of(job)
     try:
-        plan = quote(_fields_of(job))
+        plan = quote(fields, spot.MarketView.for_job(job) if job.spot else None)
     except planner.NoCapacity as error:
-        return _back_to_queue(job, f"Waiting for chips: {error}")
+        reason = spot.claim_held_chips(job, fields, lambda market: quote(fields, market)) or str(error)
+        return _back_to_queue(job, f"Waiting for chips: {reason}")
     except planner.PlanningError as error:
         with transaction.atomic():
             finish_job(job, JobStatus.FAILED, f"Cannot be planned: {error}")
@@ -133,6 +152,7 @@ def _back_to_queue(job: Job, reason: str) -> bool:
 
 
 def _fields_of(job: Job) -> dict:
+    resuming = bool(job.plan and job.latest_checkpoint)
     return {
         "model_name": job.model_name,
         "per_device_batch_size": job.per_device_batch_size,
@@ -141,4 +161,12 @@ def _fields_of(job: Job) -> dict:
         "max_budget_per_hour": job.max_budget_per_hour,
         "total_budget": job.total_budget,
         "chip_counts": job.chip_counts,
+        "spot": job.spot,
+        "spot_bid_per_hour": job.spot_bid_per_hour,
+        "allow_on_demand": job.allow_on_demand,
+        # A job resuming from a checkpoint keeps its global batch, so the optimisation goes on unchanged.
+        "global_batch": job.plan["global_batch"] if resuming else None,
+        "chip_types": sorted({r["chip"] for r in job.plan["ranks"]})
+        if job.plan and not job.allow_other_chips
+        else None,
     }

@@ -17,6 +17,7 @@ from workers.models import Allocation, Job, JobLogLine, JobMetric, Node, RankExi
 from workers.protocol import ReportKind
 from workers.services.events import record_event
 from workers.services.jobs import finish_job
+from workers.services.migration import continue_migration, record_resume
 from workers.services.throughput import remember_throughput
 
 MAX_LOG_LINE = 2000
@@ -99,7 +100,7 @@ def _record_metrics(job: Job, node: Node, metrics: list[dict], now) -> None:
         ignore_conflicts=True,
     )
     newest = max(metrics, key=lambda m: m["step"])
-    if newest["step"] >= job.step:
+    if job.status == JobStatus.PROVISIONING or newest["step"] >= job.step:  # a resumed placement restarts the count
         job.step = newest["step"]
         job.loss = newest["loss"]
         job.tokens = job.step * int(job.plan.get("tokens_per_step") or 0)
@@ -109,7 +110,8 @@ def _record_metrics(job: Job, node: Node, metrics: list[dict], now) -> None:
     if job.status == JobStatus.PROVISIONING:
         job.status = JobStatus.RUNNING
         job.started_at = job.started_at or now
-        record_event(job, JobEventKind.STARTED, f"Training started on {len(job.plan['ranks'])} rank(s)", now=now)
+        if record_resume(job, min(m["step"] for m in metrics), now) is None:
+            record_event(job, JobEventKind.STARTED, f"Training started on {len(job.plan['ranks'])} rank(s)", now=now)
     job.save(
         update_fields=[
             "step",
@@ -140,7 +142,8 @@ def _record_checkpoint(job: Job, item: dict, now) -> None:
         return
     job.latest_checkpoint = item["path"]
     job.latest_checkpoint_step = item["step"]
-    job.save(update_fields=["latest_checkpoint", "latest_checkpoint_step", "updated_at"])
+    job.latest_checkpoint_at = _time(item, now)
+    job.save(update_fields=["latest_checkpoint", "latest_checkpoint_step", "latest_checkpoint_at", "updated_at"])
     record_event(
         job,
         JobEventKind.CHECKPOINTED,
@@ -164,6 +167,11 @@ def _record_exit(job: Job, item: dict, now) -> None:
     except IntegrityError:
         return  # a re-sent exit report
     if job.is_finished:
+        return
+    if job.status == JobStatus.MIGRATING:
+        # Leaving reclaimed chips: once every rank of this placement is gone, the job moves on.
+        if RankExit.objects.filter(job=job, epoch=job.epoch).count() == len(job.plan["ranks"]):
+            continue_migration(job.pk, now=now)
         return
     if item["code"] != 0:
         reason = f"Rank {item['rank']} exited with code {item['code']}: {_last_line(item.get('error'))}"

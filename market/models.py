@@ -1,0 +1,98 @@
+"""The spot market: bids, the clearing price history, and the market's operator settings."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from billing.money import format_amount
+
+
+class BidStatus(models.TextChoices):
+    ACTIVE = "active", "Active"
+    CANCELLED = "cancelled", "Cancelled"
+    CLOSED = "closed", "Closed"  # its job ended
+
+
+class BidQuerySet(models.QuerySet):
+    def active(self) -> BidQuerySet:
+        return self.filter(status=BidStatus.ACTIVE)
+
+
+class Bid(models.Model):
+    """A job's standing offer for spot chips of one type: up to `chips` at up to `max_price_per_hour` each."""
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="bids")
+    job = models.ForeignKey("workers.Job", on_delete=models.PROTECT, related_name="bids")
+    chip_type = models.ForeignKey("workers.ChipType", on_delete=models.PROTECT, related_name="bids")
+    chips = models.PositiveSmallIntegerField()
+    max_price_per_hour = models.BigIntegerField(help_text="micro-units per chip-hour")
+    status = models.CharField(max_length=12, choices=BidStatus.choices, default=BidStatus.ACTIVE, db_index=True)
+    # What the last clearing gave this bid, and at what price.
+    won_chips = models.PositiveSmallIntegerField(default=0)
+    clearing_price = models.BigIntegerField(null=True, blank=True)
+    # Time priority: ties on price go to the earlier bid. Raising or lowering keeps it.
+    placed_at = models.DateTimeField()
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = BidQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(chips__gte=1), name="bid_has_chips"),
+            models.CheckConstraint(condition=Q(max_price_per_hour__gt=0), name="bid_price_positive"),
+            models.UniqueConstraint(
+                fields=["job", "chip_type"], condition=Q(status="active"), name="one_active_bid_per_job_and_chip"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"bid {self.pk}: {self.chips}× {self.chip_type_id} ≤ {format_amount(self.max_price_per_hour)}/h"
+
+    @property
+    def max_price_display(self) -> str:
+        return format_amount(self.max_price_per_hour)
+
+
+class SpotPrice(models.Model):
+    """One clearing of one chip type's auction, kept when its price or its market changed."""
+
+    chip_type = models.ForeignKey("workers.ChipType", on_delete=models.PROTECT, related_name="spot_prices")
+    at = models.DateTimeField()
+    price_per_hour = models.BigIntegerField(help_text="micro-units per chip-hour")
+    floor_per_hour = models.BigIntegerField()
+    capacity = models.PositiveIntegerField()
+    demand = models.PositiveIntegerField()
+    allocated = models.PositiveIntegerField()
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        indexes = [models.Index(fields=["chip_type", "at"])]
+        constraints = [models.CheckConstraint(condition=Q(price_per_hour__gte=0), name="spot_price_not_negative")]
+
+    def __str__(self) -> str:
+        return f"{self.chip_type_id} at {self.at:%H:%M:%S}: {format_amount(self.price_per_hour)}/h"
+
+
+class MarketSettings(models.Model):
+    """The market's knobs; exactly one row (pk=1). Floors are the spot floors of the price history."""
+
+    notice_seconds = models.PositiveIntegerField(
+        default=30, help_text="How long a reclaimed spot allocation keeps its chips to checkpoint and leave."
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = verbose_name_plural = "market settings"
+        constraints = [models.CheckConstraint(condition=Q(pk=1), name="market_settings_singleton")]
+
+    def __str__(self) -> str:
+        return "Market settings"
+
+    @classmethod
+    def load(cls) -> MarketSettings:
+        obj, _ = cls.objects.get_or_create(pk=1)
+        return obj

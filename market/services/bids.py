@@ -1,0 +1,158 @@
+"""Placing, changing and cancelling bids; every change clears that chip type's market at once."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.db import transaction
+from django.db.models import Sum
+from django.utils import timezone
+
+from billing.models import OperatorSettings
+from billing.money import format_amount, round_micros
+from billing.services.ledger import balance_of
+from market.models import Bid, BidStatus
+from market.services.market_state import floor_of
+from workers.models import ChipType, Job, Node
+
+
+class BidRefused(Exception):
+    """A bid that can't be placed or changed; `field` names what is wrong."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+
+
+def place_bid(owner, *, job: Job, chip_type: ChipType, chips: int, max_price_per_hour: int, now=None) -> Bid:
+    now = now or timezone.now()
+    _check_job(owner, job)
+    with transaction.atomic():
+        Job.objects.select_for_update().get(pk=job.pk)
+        if Bid.objects.active().filter(job=job, chip_type=chip_type).exists():
+            raise BidRefused(
+                "chip", f"Job {job.pk} already has an active bid for {chip_type.slug}: raise or lower that one."
+            )
+        _check_terms(owner, chip_type, chips, max_price_per_hour, now, replacing=None)
+        bid = Bid.objects.create(
+            owner=owner,
+            job=job,
+            chip_type=chip_type,
+            chips=chips,
+            max_price_per_hour=max_price_per_hour,
+            placed_at=now,
+        )
+        _clear_after_commit(chip_type.pk)
+    return bid
+
+
+def change_bid(bid: Bid, *, chips: int | None = None, max_price_per_hour: int | None = None, now=None) -> Bid:
+    """Raise or lower a bid's price or chips; time priority is kept."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        bid = Bid.objects.select_for_update().select_related("chip_type", "job").get(pk=bid.pk)
+        if bid.status != BidStatus.ACTIVE:
+            raise BidRefused("status", f"Bid {bid.pk} is {bid.get_status_display().lower()}; it can't be changed.")
+        chips = bid.chips if chips is None else chips
+        price = bid.max_price_per_hour if max_price_per_hour is None else max_price_per_hour
+        _check_terms(bid.owner, bid.chip_type, chips, price, now, replacing=bid)
+        bid.chips, bid.max_price_per_hour = chips, price
+        bid.save(update_fields=["chips", "max_price_per_hour", "updated_at"])
+        _clear_after_commit(bid.chip_type_id)
+    return bid
+
+
+def cancel_bid(bid: Bid, now=None) -> Bid:
+    """Withdraw a bid; a job holding spot chips under it is reclaimed at the next clearing (now)."""
+    with transaction.atomic():
+        bid = Bid.objects.select_for_update().get(pk=bid.pk)
+        if bid.status == BidStatus.CANCELLED:
+            return bid
+        if bid.status != BidStatus.ACTIVE:
+            raise BidRefused("status", f"Bid {bid.pk} is {bid.get_status_display().lower()}; it can't be cancelled.")
+        bid.status, bid.won_chips = BidStatus.CANCELLED, 0
+        bid.save(update_fields=["status", "won_chips", "updated_at"])
+        _clear_after_commit(bid.chip_type_id)
+    return bid
+
+
+def sync_job_bids(job: Job, chip_counts: dict[str, int], now) -> None:
+    """A spot job's bids follow its placement: one per spot chip type it uses, at its bid price."""
+    chips = {chip.slug: chip for chip in ChipType.objects.filter(slug__in=chip_counts)}
+    active = {bid.chip_type.slug: bid for bid in Bid.objects.active().filter(job=job).select_related("chip_type")}
+    touched = set()
+    for slug, count in chip_counts.items():
+        bid = active.get(slug)
+        if bid is None:
+            bid = Bid.objects.create(
+                owner=job.owner,
+                job=job,
+                chip_type=chips[slug],
+                chips=count,
+                max_price_per_hour=job.spot_bid_per_hour,
+                placed_at=now,
+            )
+        elif bid.chips != count:
+            bid.chips = count
+            bid.save(update_fields=["chips", "updated_at"])
+        touched.add(bid.chip_type_id)
+    for slug, bid in active.items():
+        if slug not in chip_counts and bid.won_chips:
+            bid.won_chips = 0  # a bid the placement doesn't use gives its chips back to the market
+            bid.save(update_fields=["won_chips", "updated_at"])
+            touched.add(bid.chip_type_id)
+    for chip_type_id in touched:
+        _clear_after_commit(chip_type_id)
+
+
+def close_job_bids(job: Job) -> int:
+    return Bid.objects.active().filter(job=job).update(status=BidStatus.CLOSED, won_chips=0, updated_at=timezone.now())
+
+
+def bid_price_for(job: Job, chip_type_id: int) -> int | None:
+    """What the job offers per chip-hour of this type: its bid for the type, else its general spot bid."""
+    bid = Bid.objects.active().filter(job=job, chip_type_id=chip_type_id).first()
+    return bid.max_price_per_hour if bid else job.spot_bid_per_hour
+
+
+def _check_job(owner, job: Job) -> None:
+    if job.owner_id != owner.pk:
+        raise BidRefused("job", f"Job {job.pk} not found.")
+    if job.is_finished:
+        raise BidRefused("job", f"Job {job.pk} has finished ({job.get_status_display().lower()}); bid for a live job.")
+
+
+def _check_terms(owner, chip_type: ChipType, chips: int, price: int, now, replacing: Bid | None) -> None:
+    floor = floor_of(chip_type.pk, now)
+    if floor is None:
+        raise BidRefused("chip", f"{chip_type.slug} has no price yet; it can't be bid on.")
+    if price < floor:
+        raise BidRefused(
+            "max_price",
+            f"{format_amount(price)}/h is below the {chip_type.slug} spot floor of {format_amount(floor)}/h.",
+        )
+    exist = Node.objects.filter(pool__chip_type=chip_type, spot_eligible=True).aggregate(n=Sum("chips"))["n"] or 0
+    if chips > exist:
+        raise BidRefused(
+            "chips", f"{chips} chips asked, but the platform has {exist} spot-eligible {chip_type.slug} chip(s)."
+        )
+    minutes = OperatorSettings.load().hold_minutes
+    held = round_micros(Decimal(chips * price) * minutes / 60)
+    others = sum(
+        round_micros(Decimal(b.chips * b.max_price_per_hour) * minutes / 60)
+        for b in Bid.objects.active().filter(owner=owner).exclude(pk=getattr(replacing, "pk", None))
+    )
+    balance = balance_of(owner)
+    if held + others > balance:
+        raise BidRefused(
+            "balance",
+            f"Your balance of {format_amount(balance)} can't hold this bid: {minutes} minutes of {chips} chip(s) at "
+            f"{format_amount(price)}/h is {format_amount(held)}"
+            + (f", on top of {format_amount(others)} held by your other bids." if others else "."),
+        )
+
+
+def _clear_after_commit(chip_type_id: int) -> None:
+    from market.tasks import clear_market
+
+    transaction.on_commit(lambda: clear_market.delay(chip_type_id))

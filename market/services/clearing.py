@@ -1,0 +1,140 @@
+"""Clearing the spot auction of each chip type, keeping its price history, and reclaiming the losers.
+
+One clearing of one chip type runs in one database transaction under a per-type advisory lock, so
+a beat tick and a bid change never clear the same market at once. Bids are ranked by the pure
+auction (`market.auction`); what a job holds beyond what its bid won is reclaimed with notice.
+"""
+
+from __future__ import annotations
+
+import logging
+import zlib
+from datetime import datetime
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from market import auction
+from market.models import Bid, BidStatus, MarketSettings, SpotPrice
+from market.services.market_state import floor_of, on_demand_waiting, spot_capacity, spot_holdings
+from workers.models import ChipType, MigrationReason
+
+logger = logging.getLogger(__name__)
+
+
+def clear_all(now: datetime | None = None) -> dict[str, auction.Clearing]:
+    """Clear every chip type that has spot capacity, bids or spot allocations."""
+    now = now or timezone.now()
+    results = {}
+    for chip in ChipType.objects.order_by("pk"):
+        result = clear_chip_type(chip.pk, now=now)
+        if result is not None:
+            results[chip.slug] = result
+    return results
+
+
+def clear_chip_type(chip_type_id: int, now: datetime | None = None) -> auction.Clearing | None:
+    """One round for one chip type: award chips, record the price, reclaim what was lost."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        _lock_market(chip_type_id)
+        floor = floor_of(chip_type_id, now)
+        if floor is None:
+            return None
+        bids = list(Bid.objects.active().filter(chip_type_id=chip_type_id).select_related("job"))
+        _close_bids_of_finished_jobs(bids)
+        bids = [bid for bid in bids if bid.status == BidStatus.ACTIVE]
+        capacity = spot_capacity(chip_type_id, now)
+        holdings = spot_holdings(chip_type_id)
+        if not bids and not holdings and not capacity:
+            return None
+        result = auction.clear(
+            [
+                auction.Bid(
+                    id=bid.pk, price=bid.max_price_per_hour, chips=bid.chips, placed_at=bid.placed_at.timestamp()
+                )
+                for bid in bids
+            ],
+            capacity=capacity,
+            floor=floor,
+        )
+        _store_awards(bids, result)
+        _record_price(chip_type_id, result, floor, now)
+        bid_of_job = {bid.job_id: bid for bid in bids}
+        losers = {
+            job_id: held - result.chips_won(bid_of_job[job_id].pk) if job_id in bid_of_job else held
+            for job_id, held in holdings.items()
+        }
+        losers = {job_id: lost for job_id, lost in losers.items() if lost > 0}
+        if losers:
+            waiting = on_demand_waiting(chip_type_id)
+            transaction.on_commit(lambda: _reclaim_losers(chip_type_id, losers, bid_of_job, result, waiting, now))
+    return result
+
+
+def _lock_market(chip_type_id: int) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [zlib.crc32(b"spot-market"), chip_type_id])
+
+
+def _close_bids_of_finished_jobs(bids: list[Bid]) -> None:
+    finished = [bid for bid in bids if bid.job.is_finished]
+    for bid in finished:
+        bid.status = BidStatus.CLOSED
+        bid.won_chips = 0
+    if finished:
+        Bid.objects.bulk_update(finished, ["status", "won_chips", "updated_at"])
+
+
+def _store_awards(bids: list[Bid], result: auction.Clearing) -> None:
+    changed = []
+    for bid in bids:
+        won = result.chips_won(bid.pk)
+        if bid.won_chips != won or bid.clearing_price != result.price:
+            bid.won_chips, bid.clearing_price = won, result.price
+            changed.append(bid)
+    if changed:
+        Bid.objects.bulk_update(changed, ["won_chips", "clearing_price"])
+
+
+def _record_price(chip_type_id: int, result: auction.Clearing, floor: int, now: datetime) -> None:
+    last = SpotPrice.objects.filter(chip_type_id=chip_type_id).order_by("-at", "-id").first()
+    state = (result.price, floor, result.capacity, result.demand, result.allocated)
+    if last and (last.price_per_hour, last.floor_per_hour, last.capacity, last.demand, last.allocated) == state:
+        return
+    SpotPrice.objects.create(
+        chip_type_id=chip_type_id,
+        at=now,
+        price_per_hour=result.price,
+        floor_per_hour=floor,
+        capacity=result.capacity,
+        demand=result.demand,
+        allocated=result.allocated,
+    )
+
+
+def _reclaim_losers(chip_type_id, losers, bid_of_job, result, on_demand_wait, now) -> None:
+    from workers.services.migration import reclaim_job
+
+    chip = ChipType.objects.get(pk=chip_type_id)
+    notice = MarketSettings.load().notice_seconds
+    for job_id, lost in sorted(losers.items()):
+        bid = bid_of_job.get(job_id)
+        if bid is None:
+            reason, detail = MigrationReason.BID_CANCELLED, f"its bid for {chip.slug} was cancelled"
+        elif on_demand_wait and bid.max_price_per_hour >= result.price:
+            reason, detail = MigrationReason.ON_DEMAND, f"{lost} {chip.slug} chip(s) are needed for on-demand work"
+        else:
+            reason = MigrationReason.OUTBID
+            detail = (
+                f"the {chip.slug} spot price cleared at {_money(result.price)}/h against its bid of "
+                f"{_money(bid.max_price_per_hour)}/h; {lost} chip(s) go to higher bids"
+            )
+        reclaim_job(job_id, reason, detail, chip_type_id=chip_type_id, notice_seconds=notice, now=timezone.now())
+        logger.info("reclaimed job %s on %s: %s", job_id, chip.slug, detail)
+
+
+def _money(micros: int) -> str:
+    from billing.money import format_amount
+
+    return format_amount(micros)

@@ -1,0 +1,63 @@
+"""Hot migrations: a job moved off chips that were reclaimed or lost, and what it cost the user."""
+
+from __future__ import annotations
+
+from django.db import models
+
+from billing.money import format_amount
+
+
+class MigrationReason(models.TextChoices):
+    OUTBID = "outbid", "Outbid on the spot market"
+    ON_DEMAND = "on_demand", "Chips needed for on-demand work"
+    BID_CANCELLED = "bid_cancelled", "Bid cancelled"
+    MAINTENANCE = "maintenance", "Node reclaimed by the operator"
+    LOST_NODE = "lost_node", "Node lost (no heartbeat)"
+
+
+class MigrationStatus(models.TextChoices):
+    NOTICE = "notice", "Checkpointing"
+    WAITING = "waiting", "Waiting for chips"
+    RESUMING = "resuming", "Resuming"
+    RESUMED = "resumed", "Resumed"
+    ABANDONED = "abandoned", "Abandoned"
+
+
+class JobMigration(models.Model):
+    """One move of a running job: why, when the notice came, the checkpoint it resumed from, and the refund."""
+
+    job = models.ForeignKey("workers.Job", on_delete=models.PROTECT, related_name="migrations")
+    reason = models.CharField(max_length=16, choices=MigrationReason.choices)
+    detail = models.TextField(blank=True)
+    status = models.CharField(max_length=12, choices=MigrationStatus.choices, default=MigrationStatus.NOTICE)
+    from_epoch = models.PositiveIntegerField()
+    to_epoch = models.PositiveIntegerField(null=True, blank=True)
+    nodes = models.JSONField(default=list, help_text="Hostnames whose chips were reclaimed or lost")
+    notice_at = models.DateTimeField(help_text="When the reclaim was decided (billing of the old chips stops here)")
+    notice_seconds = models.PositiveIntegerField()
+    step_at_notice = models.PositiveIntegerField(default=0)
+    checkpoint_step = models.PositiveIntegerField(null=True, blank=True)
+    checkpoint_at = models.DateTimeField(null=True, blank=True)
+    replanned_at = models.DateTimeField(null=True, blank=True)
+    resumed_at = models.DateTimeField(null=True, blank=True)
+    resume_step = models.PositiveIntegerField(null=True, blank=True)
+    steps_lost = models.PositiveIntegerField(null=True, blank=True)
+    lost_seconds = models.FloatField(null=True, blank=True, help_text="Training time before the notice not saved")
+    refund = models.BigIntegerField(default=0, help_text="micro-units")
+    refund_transaction = models.OneToOneField(
+        "billing.Transaction", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["notice_at", "id"]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} migration {self.pk} ({self.reason})"
+
+    @property
+    def refund_display(self) -> str:
+        return format_amount(self.refund)
+
+    @property
+    def downtime_seconds(self) -> float | None:
+        return (self.resumed_at - self.notice_at).total_seconds() if self.resumed_at else None

@@ -1,0 +1,154 @@
+"""How the scheduler sees the spot market: which spot chips a job may plan on, and claiming held ones.
+
+- A spot job plans on spot chips of a type only while that type's spot price is within its bid, and
+  never on free chips the auction has already given to a higher bid that is still waiting for them.
+- When nothing is free, a spot job may claim chips held by lower bids: its bids enter the auction,
+  the clearing reclaims the lower bids (with notice), and the job is placed once the chips are free.
+- An on-demand job that finds nothing free may claim chips held by spot work: it records what it
+  waits for, which the auction takes out of spot capacity, so the lowest bids are reclaimed first.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+
+from django.db import transaction
+from django.db.models import Sum
+from django.utils import timezone
+
+from billing.services.pricing import current_offers
+from market.services.market_state import bid_prices_by_job, reserved_for_waiting_bids
+from workers import planner
+from workers.choices import AllocationMode
+from workers.models import Allocation, ChipType, Job, Node
+from workers.services.fleet import free_chips, schedulable_nodes
+
+
+def bid_prices(fields: dict) -> dict[str, int]:
+    """A quote's bids: the job's spot bid for every chip type."""
+    price = fields.get("spot_bid_per_hour") or 0
+    return defaultdict(lambda: price)
+
+
+class MarketView:
+    """Adjusts each node's free chips for one spot job (see the module docstring)."""
+
+    def __init__(self, bids: dict[str, int], exclude_job_id: int | None = None, extra: dict[int, int] | None = None):
+        self.bids = bids
+        self.prices = {offer.chip.slug: offer.spot_per_hour for offer in current_offers() if offer.price}
+        self.reserve = dict(reserved_for_waiting_bids(exclude_job_id=exclude_job_id))
+        self.extra = extra or {}
+
+    @classmethod
+    def for_job(cls, job: Job, extra: dict[int, int] | None = None) -> MarketView:
+        own = {bid.chip_type.slug: bid.max_price_per_hour for bid in job.bids.active().select_related("chip_type")}
+        bids = defaultdict(lambda: job.spot_bid_per_hour or 0, own)
+        return cls(bids, exclude_job_id=job.pk, extra=extra)
+
+    def affordable(self, slug: str) -> bool:
+        price = self.prices.get(slug)
+        return price is not None and self.bids[slug] >= price
+
+    def offer(self, node: Node, chip: ChipType, free: int) -> tuple[int, bool]:
+        if not node.spot_eligible or not self.affordable(chip.slug):
+            return free, False  # sold on-demand only, as far as this job goes
+        count = free + self.extra.get(node.pk, 0)
+        taken = min(count, self.reserve.get(chip.pk, 0))
+        if taken:
+            self.reserve[chip.pk] -= taken
+        return count - taken, True
+
+
+def claim_held_chips(job: Job, fields: dict, quote: Callable[[MarketView | None], dict]) -> str | None:
+    """Nothing free: try to plan on chips that lower bids (or, for on-demand, spot work) hold, and claim them.
+
+    Returns what the job now waits for, or None when even those chips wouldn't do.
+    """
+    if job.chip_counts is None and job.spot:
+        return _outbid_lower_bids(job, fields, quote)
+    if not job.spot:
+        return _ask_for_spot_chips(job, fields, quote)
+    return None
+
+
+def _outbid_lower_bids(job: Job, fields: dict, quote) -> str | None:
+    held = _spot_held(exclude_job=job)
+    market = MarketView.for_job(job)
+    contestable: dict[int, int] = defaultdict(int)
+    for chip_type_id, rows in held.items():
+        slug = ChipType.objects.values_list("slug", flat=True).get(pk=chip_type_id)
+        theirs = bid_prices_by_job(chip_type_id)
+        for node_id, job_id, chips in rows:
+            if theirs.get(job_id, 0) < market.bids[slug]:
+                contestable[node_id] += chips
+    if not contestable:
+        return None
+    try:
+        plan = quote(MarketView.for_job(job, extra=contestable))
+    except planner.PlanningError:
+        return None
+    from workers.services.placement import spot_chip_counts, sync_bids_with_plan
+
+    counts = spot_chip_counts(plan)
+    if not counts:
+        return None
+    with transaction.atomic():
+        sync_bids_with_plan(job, plan, timezone.now())
+    mix = ", ".join(f"{n}× {slug}" for slug, n in sorted(counts.items()))
+    return f"outbid lower spot bids for {mix}; placing when they have checkpointed and left"
+
+
+def _ask_for_spot_chips(job: Job, fields: dict, quote) -> str | None:
+    held = _spot_held(exclude_job=job)
+    if not held:
+        return None
+    extra: dict[int, int] = defaultdict(int)
+    for rows in held.values():
+        for node_id, _, chips in rows:
+            extra[node_id] += chips
+
+    class Everything(MarketView):
+        def __init__(self):
+            self.extra = extra
+
+        def offer(self, node, chip, free):
+            return free + self.extra.get(node.pk, 0), node.spot_eligible
+
+    try:
+        plan = quote(Everything())
+    except planner.PlanningError:
+        return None
+    nodes = list(schedulable_nodes())
+    free = free_chips(nodes)
+    free_by_type: dict[str, int] = defaultdict(int)
+    for node in nodes:
+        free_by_type[node.pool.chip_type.slug] += free[node.pk]
+    wanted: dict[str, int] = defaultdict(int)
+    for rank in plan["ranks"]:
+        wanted[rank["chip"]] += 1
+    waiting = {slug: n - free_by_type[slug] for slug, n in wanted.items() if n > free_by_type[slug]}
+    if not waiting:
+        return None
+    Job.objects.filter(pk=job.pk).update(waiting_for=waiting)
+    from market.tasks import clear_market
+
+    for chip_type_id in ChipType.objects.filter(slug__in=waiting).values_list("pk", flat=True):
+        transaction.on_commit(lambda chip_type_id=chip_type_id: clear_market.delay(chip_type_id))
+    mix = ", ".join(f"{n}× {slug}" for slug, n in sorted(waiting.items()))
+    return f"reclaiming {mix} from spot work (lowest bids first)"
+
+
+def _spot_held(exclude_job: Job) -> dict[int, list[tuple[int, int, int]]]:
+    """Open spot allocations on schedulable nodes: {chip type id: [(node id, job id, chips)]}."""
+    rows = (
+        Allocation.objects.open()
+        .filter(mode=AllocationMode.SPOT, node__in=schedulable_nodes())
+        .exclude(job=exclude_job)
+        .values("chip_type_id", "node_id", "job_id")
+        .annotate(chips=Sum("chips"))
+    )
+    held: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
+    for row in rows:
+        held[row["chip_type_id"]].append((row["node_id"], row["job_id"], row["chips"]))
+    return held
