@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 import uuid
 
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiExample, extend_schema
 from rest_framework import serializers, status
 from rest_framework.exceptions import APIException
 from rest_framework.response import Response
@@ -13,8 +14,19 @@ from rest_framework.views import APIView
 
 from billing.money import format_amount
 from billing.services import stripe_payments as payments
+from portal.api.docs import IDEMPOTENT_WRITE_ERRORS, VALIDATION_EXAMPLE, errors
+from portal.api.idempotency import IDEMPOTENCY_KEY_PARAMETER, idempotent
+from portal.api.validation import refuse_unknown_fields
 
-IDEMPOTENCY_KEY_RE = re.compile(r"^[A-Za-z0-9_-]{8,64}$")
+# Stripe nonces are "api-" + this, and stripe_payments.NONCE_RE allows 64 characters in all.
+IDEMPOTENCY_KEY_RE = re.compile(r"^[A-Za-z0-9_-]{8,60}$")
+
+
+def stripe_nonce(key: str) -> str:
+    """The Stripe idempotency nonce for a request: its key (hashed if Stripe's pattern refuses it), else random."""
+    if not key:
+        return uuid.uuid4().hex
+    return key if IDEMPOTENCY_KEY_RE.match(key) else hashlib.sha256(key.encode()).hexdigest()[:40]
 
 
 class TopupsNotConfigured(APIException):
@@ -52,16 +64,35 @@ class TopupCreateView(APIView):
     """
 
     @extend_schema(
+        summary="Start a card top-up",
         request=TopupRequestSerializer,
-        responses={201: TopupSerializer, 400: OpenApiResponse(description="Bad amount"), 503: None},
+        parameters=[IDEMPOTENCY_KEY_PARAMETER],
+        responses={201: TopupSerializer, **errors(*IDEMPOTENT_WRITE_ERRORS, 502, 503)},
+        examples=[
+            OpenApiExample("Top up 50", value={"amount": "50.00"}, request_only=True),
+            OpenApiExample(
+                "A PaymentIntent to confirm",
+                value={
+                    "id": "pi_3Nexample",
+                    "client_secret": "pi_3Nexample_secret_abc",
+                    "amount": "50.00",
+                    "currency": "cny",
+                    "status": "requires_payment_method",
+                },
+                response_only=True,
+                status_codes=["201"],
+            ),
+            VALIDATION_EXAMPLE,
+        ],
     )
+    @idempotent
     def post(self, request):
         if not payments.is_configured():
             raise TopupsNotConfigured()
         serializer = TopupRequestSerializer(data=request.data)
+        refuse_unknown_fields(serializer, read_only=TopupSerializer().fields)
         serializer.is_valid(raise_exception=True)
-        key = request.headers.get("Idempotency-Key", "")
-        nonce = key if IDEMPOTENCY_KEY_RE.match(key) else uuid.uuid4().hex
+        nonce = stripe_nonce(request.headers.get("Idempotency-Key", ""))
         try:
             intent = payments.create_topup(request.user, serializer.validated_data["amount"], nonce=f"api-{nonce}")
         except payments.PaymentError as error:

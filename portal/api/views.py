@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from allauth.account.adapter import get_adapter
 from django.conf import settings
-from django.contrib.auth import authenticate
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import Count, Q, Sum
 from django.utils import timezone
-from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import mixins, status, viewsets
-from rest_framework.exceptions import AuthenticationFailed
+from rest_framework.exceptions import AuthenticationFailed, Throttled
 from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
-from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.views import APIView
 
 from billing.choices import AccountKind
@@ -21,6 +21,9 @@ from billing.models import Entry
 from billing.services.ledger import balance_of
 from billing.services.pricing import current_offers, reference_chip
 from portal.api import serializers
+from portal.api.docs import READ_ERRORS, VALIDATION_EXAMPLE, errors
+from portal.api.throttling import ScopedThrottle
+from portal.api.validation import refuse_unknown_fields
 from portal.models import ApiToken
 from workers.models import Pool
 
@@ -30,13 +33,32 @@ class ChipListView(APIView):
 
     permission_classes = [AllowAny]
 
-    @extend_schema(responses=serializers.ChipSerializer(many=True))
+    @extend_schema(
+        summary="Chip types and prices",
+        description=(
+            "Every chip type with its specs, on-demand and spot price per chip-hour, the price per unit of "
+            "delivered work (an RTX 4090-hour of bf16 compute), and the chips online now. No token needed."
+        ),
+        responses={200: serializers.ChipSerializer(many=True), **errors(429)},
+        auth=[],
+    )
     def get(self, request):
         offers = current_offers()
         context = {"reference": reference_chip(offers)}
         return Response(serializers.ChipSerializer(offers, many=True, context=context).data)
 
 
+@extend_schema_view(
+    list=extend_schema(
+        summary="Pools",
+        description="Pools of one chip type in one zone.",
+        responses={200: serializers.PoolSerializer(many=True), **errors(429)},
+        auth=[],
+    ),
+    retrieve=extend_schema(
+        summary="A pool by name", responses={200: serializers.PoolSerializer, **errors(404, 429)}, auth=[]
+    ),
+)
 class PoolViewSet(viewsets.ReadOnlyModelViewSet):
     """Pools of one chip type in one zone, with their node and chip counts (public)."""
 
@@ -57,7 +79,17 @@ class PoolViewSet(viewsets.ReadOnlyModelViewSet):
 class AccountView(APIView):
     """The signed-in user's account and wallet balance."""
 
-    @extend_schema(responses=serializers.AccountSerializer)
+    @extend_schema(
+        summary="Your account and balance",
+        responses={200: serializers.AccountSerializer, **errors(401, 429)},
+        examples=[
+            OpenApiExample(
+                "An account",
+                value={"username": "alice", "email": "alice@example.com", "balance": "96.25", "currency": "CNY"},
+                response_only=True,
+            )
+        ],
+    )
     def get(self, request):
         user = request.user
         data = {
@@ -69,6 +101,13 @@ class AccountView(APIView):
         return Response(serializers.AccountSerializer(data).data)
 
 
+@extend_schema_view(
+    list=extend_schema(
+        summary="Your ledger",
+        description="Every credit and debit of your wallet, newest first, paginated; amounts are signed.",
+        responses={200: serializers.LedgerEntrySerializer(many=True), **errors(401, 429)},
+    )
+)
 class LedgerViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
     """The entries of the signed-in user's wallet, newest first."""
 
@@ -84,6 +123,23 @@ class LedgerViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
         )
 
 
+def authenticate_with_lockout(request, username: str, password: str):
+    """Check a password through allauth, so API attempts count toward the login page's lockout (RELIABILITY 22)."""
+    try:
+        return get_adapter(request._request).authenticate(request._request, username=username, password=password)
+    except DjangoValidationError:
+        raise Throttled(
+            detail="Too many failed sign-in attempts for this account; try again in a few minutes."
+        ) from None
+
+
+@extend_schema_view(
+    list=extend_schema(
+        summary="Your API tokens",
+        description="Name, prefix, scope, expiry and last use of your tokens; never the secrets.",
+        responses={200: serializers.TokenSerializer(many=True), **errors(401, 429)},
+    )
+)
 class TokenViewSet(mixins.ListModelMixin, mixins.DestroyModelMixin, viewsets.GenericViewSet):
     """Create a token with a username and password; list and revoke your tokens with one."""
 
@@ -97,7 +153,7 @@ class TokenViewSet(mixins.ListModelMixin, mixins.DestroyModelMixin, viewsets.Gen
     def get_throttles(self):
         if self.action == "create":
             self.throttle_scope = "token_create"
-            return [ScopedRateThrottle()]
+            return [ScopedThrottle()]
         return super().get_throttles()
 
     def get_queryset(self):
@@ -106,21 +162,34 @@ class TokenViewSet(mixins.ListModelMixin, mixins.DestroyModelMixin, viewsets.Gen
         return ApiToken.objects.filter(user=self.request.user)
 
     @extend_schema(
+        summary="Create an API token",
+        description=(
+            "Exchange a username (or e-mail) and password for a new API token; the secret is in this answer "
+            "only. `scope: read_only` makes a token that can't write; `expires_in_days` makes it expire. "
+            "Failed attempts count toward the same lockout as the login page (429 once locked)."
+        ),
         request=serializers.TokenCreateSerializer,
         responses={
             201: serializers.NewTokenSerializer,
-            400: OpenApiResponse(description="A field is missing or invalid."),
-            401: OpenApiResponse(description="Invalid username or password."),
+            **errors(400, 401, 429),
         },
-        examples=[OpenApiExample("Create a token", value={"username": "alice", "password": "…"}, request_only=True)],
+        examples=[
+            OpenApiExample(
+                "Create a token for the CLI",
+                value={"username": "alice", "password": "…", "name": "laptop", "expires_in_days": 90},
+                request_only=True,
+            ),
+            VALIDATION_EXAMPLE,
+        ],
         auth=[],
     )
     def create(self, request):
         """Exchange a username (or e-mail) and password for a new API token, shown once."""
         form = serializers.TokenCreateSerializer(data=request.data)
+        refuse_unknown_fields(form, read_only=serializers.NewTokenSerializer().fields)
         form.is_valid(raise_exception=True)
         data = form.validated_data
-        user = authenticate(request._request, username=data["username"], password=data["password"])
+        user = authenticate_with_lockout(request, data["username"], data["password"])
         if user is None or not user.is_active:
             raise AuthenticationFailed("Invalid username or password.")
         days = data.get("expires_in_days")
@@ -133,7 +202,10 @@ class TokenViewSet(mixins.ListModelMixin, mixins.DestroyModelMixin, viewsets.Gen
         token.token = raw
         return Response(serializers.NewTokenSerializer(token).data, status=status.HTTP_201_CREATED)
 
-    @extend_schema(responses={204: None})
+    @extend_schema(
+        summary="Revoke a token",
+        responses={204: OpenApiResponse(description="Revoked."), **errors(*READ_ERRORS, 403)},
+    )
     def destroy(self, request, pk=None):
         """Revoke a token: it stops working at once. Revoking twice is harmless."""
         self.get_object().revoke()

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from django.http import FileResponse, Http404
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
@@ -12,7 +13,17 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from billing.services.holds import HoldRefused, check_hold
+from portal.api.docs import (
+    IDEMPOTENT_WRITE_ERRORS,
+    READ_ERRORS,
+    VALIDATION_EXAMPLE,
+    WRITE_ERRORS,
+    errors,
+)
+from portal.api.idempotency import IDEMPOTENCY_KEY_PARAMETER, idempotent
+from portal.api.validation import refuse_unknown_fields
 from workers import planner
+from workers.api import job_docs as docs
 from workers.api import job_serializers as s
 from workers.models import Dataset, Job
 from workers.services.artifacts import artifact_file, list_artifacts
@@ -20,6 +31,8 @@ from workers.services.datasets import DatasetRejected, store_dataset
 from workers.services.jobs import cancel_job, submit_job
 from workers.services.metrics import job_metrics
 from workers.services.planning import quote
+
+AUTH_ERRORS_LIST = (401, 429)
 
 PLANNING_FIELD = {
     planner.ModelDoesNotFit: "model",
@@ -40,13 +53,37 @@ def quote_or_400(fields: dict, *, capacity_is_error: bool = True) -> dict | None
         raise ValidationError({PLANNING_FIELD.get(type(error), "non_field_errors"): [str(error)]}) from None
 
 
+def valid_spec(request) -> s.JobSpecSerializer:
+    spec = s.JobSpecSerializer(data=request.data, context={"request": request})
+    refuse_unknown_fields(spec, read_only=[*s.JobSerializer().fields, "owner"])
+    spec.is_valid(raise_exception=True)
+    return spec
+
+
+def int_param(request, name: str, default: int) -> int:
+    try:
+        return int(request.query_params.get(name) or default)
+    except ValueError:
+        raise ValidationError({name: ["Must be an integer."]}) from None
+
+
 class QuoteView(APIView):
     """The plan a job would get now, with the best single-chip-type plan beside it."""
 
-    @extend_schema(request=s.JobSpecSerializer, responses={200: dict})
+    @extend_schema(
+        summary="Quote a job",
+        description=(
+            "Plans the job spec against the chips free now and answers the plan: chips per type, tokens/s, "
+            "price per hour, ETA and total cost, with the best single-chip-type plan as `baseline`. Nothing "
+            "is reserved or charged. 400 names the field: `model` (fits no chip), `max_budget` (no plan "
+            "within it), `chip_counts` (no free capacity), or any unknown field."
+        ),
+        request=s.JobSpecSerializer,
+        responses={200: docs.PlanDocSerializer, **errors(*WRITE_ERRORS)},
+        examples=[docs.SPEC_EXAMPLE, docs.PLAN_EXAMPLE, VALIDATION_EXAMPLE],
+    )
     def post(self, request):
-        spec = s.JobSpecSerializer(data=request.data, context={"request": request})
-        spec.is_valid(raise_exception=True)
+        spec = valid_spec(request)
         try:
             plan = quote_or_400(spec.job_fields())
         except planner.NoCapacity as error:
@@ -54,6 +91,19 @@ class QuoteView(APIView):
         return Response(s.format_plan(plan))
 
 
+@extend_schema_view(
+    list=extend_schema(
+        summary="List your jobs",
+        description="Your jobs, newest first, paginated; `?status=running` filters by status.",
+        parameters=[OpenApiParameter("status", str, description="queued, planning, running, succeeded, ...")],
+        responses={200: s.JobSerializer(many=True), **errors(*AUTH_ERRORS_LIST)},
+    ),
+    retrieve=extend_schema(
+        summary="Get a job",
+        description="Status, progress, loss, throughput and plan of one of your jobs.",
+        responses={200: s.JobSerializer, **errors(*READ_ERRORS)},
+    ),
+)
 class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     """Submit, list, follow and cancel training runs."""
 
@@ -67,10 +117,22 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
             jobs = jobs.filter(status=status_filter)
         return jobs
 
-    @extend_schema(request=s.JobSpecSerializer, responses={201: s.JobSerializer})
+    @extend_schema(
+        summary="Submit a job",
+        description=(
+            "Validates and quotes the spec, checks that your balance holds a few minutes of the plan, and "
+            "queues the job; it is planned and placed within seconds. A job that waits for free chips is "
+            "queued too. 400 names the field; `balance` means too little credit. Send an `Idempotency-Key` "
+            "so that a retry can't start a second job."
+        ),
+        request=s.JobSpecSerializer,
+        parameters=[IDEMPOTENCY_KEY_PARAMETER],
+        responses={201: s.JobSerializer, **errors(*IDEMPOTENT_WRITE_ERRORS)},
+        examples=[docs.SPEC_EXAMPLE, VALIDATION_EXAMPLE],
+    )
+    @idempotent
     def create(self, request):
-        spec = s.JobSpecSerializer(data=request.data, context={"request": request})
-        spec.is_valid(raise_exception=True)
+        spec = valid_spec(request)
         fields = spec.job_fields()
         plan = quote_or_400(fields, capacity_is_error=False)  # refuse what can never run; queue what waits for chips
         if plan is not None:  # a job waiting for chips is held at placement instead
@@ -81,13 +143,27 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         job = submit_job(request.user, **fields)
         return Response(s.JobSerializer(job).data, status=status.HTTP_201_CREATED)
 
-    @extend_schema(request=None, responses=s.JobSerializer)
+    @extend_schema(
+        summary="Cancel a job",
+        description=(
+            "A queued job ends at once; a running one is told to stop (status `stopping`, then `cancelled`). "
+            "Cancelling a finished job changes nothing and answers it as it is."
+        ),
+        request=None,
+        parameters=[IDEMPOTENCY_KEY_PARAMETER],
+        responses={200: s.JobSerializer, **errors(*READ_ERRORS, 403, 409, 422)},
+    )
     @action(detail=True, methods=["post"])
+    @idempotent
     def cancel(self, request, pk=None):
         job = cancel_job(self.get_object())
         return Response(s.JobSerializer(job).data)
 
-    @extend_schema(parameters=[OpenApiParameter("since_step", int)], responses={200: dict})
+    @extend_schema(
+        summary="Training metrics of a job",
+        parameters=[OpenApiParameter("since_step", int, description="Only steps after this one (for polling).")],
+        responses={200: docs.MetricsDocSerializer, **errors(400, *READ_ERRORS)},
+    )
     @action(detail=True)
     def metrics(self, request, pk=None):
         """Per step: the global loss and the job's tokens/s; per rank: chip, micro-batch and tokens/s."""
@@ -98,27 +174,48 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
             raise ValidationError({"since_step": ["Must be an integer."]}) from None
         return Response(job_metrics(job, since))
 
-    @action(detail=True)
+    @extend_schema(
+        summary="Event timeline of a job",
+        description="Queued, planned, placed, migrated, checkpointed, stopped...: what happened, oldest first.",
+        responses={200: s.JobEventSerializer(many=True), **errors(*READ_ERRORS)},
+    )
+    @action(detail=True, pagination_class=None)
     def events(self, request, pk=None):
         job = self.get_object()
         return Response(s.JobEventSerializer(job.events.all(), many=True).data)
 
-    @extend_schema(parameters=[OpenApiParameter("after", int), OpenApiParameter("limit", int)])
-    @action(detail=True)
+    @extend_schema(
+        summary="Log lines of a job",
+        description="The ranks' output, oldest first. Follow a job by passing the last `id` you saw as `after`.",
+        parameters=[
+            OpenApiParameter("after", int, description="Only lines with a greater id."),
+            OpenApiParameter("limit", int, description="At most this many lines (1-1000, default 200)."),
+        ],
+        responses={200: s.JobLogLineSerializer(many=True), **errors(400, *READ_ERRORS)},
+    )
+    @action(detail=True, pagination_class=None)
     def logs(self, request, pk=None):
         job = self.get_object()
-        after = int(request.query_params.get("after") or 0)
-        limit = max(1, min(1000, int(request.query_params.get("limit") or 200)))
+        after = int_param(request, "after", 0)
+        limit = max(1, min(1000, int_param(request, "limit", 200)))
         lines = job.log_lines.filter(pk__gt=after).order_by("id")[:limit]
         return Response(s.JobLogLineSerializer(lines, many=True).data)
 
-    @action(detail=True)
+    @extend_schema(
+        summary="Checkpoints and final model of a job",
+        responses={200: docs.ArtifactDocSerializer(many=True), **errors(*READ_ERRORS)},
+    )
+    @action(detail=True, pagination_class=None)
     def artifacts(self, request, pk=None):
         job = self.get_object()
         base = request.build_absolute_uri(f"/api/v1/jobs/{job.pk}/artifacts/")
         return Response([{**a.__dict__, "url": base + a.path} for a in list_artifacts(job)])
 
-    @extend_schema(responses={(200, "application/octet-stream"): bytes}, operation_id="jobs_artifact_download")
+    @extend_schema(
+        summary="Download an artifact",
+        responses={(200, "application/octet-stream"): OpenApiTypes.BINARY, **errors(*READ_ERRORS)},
+        operation_id="jobs_artifact_download",
+    )
     @action(detail=True, url_path=r"artifacts/(?P<path>.+)")
     def artifact(self, request, pk=None, path=""):
         found = artifact_file(self.get_object(), path)
@@ -127,6 +224,29 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         return FileResponse(found.open("rb"), as_attachment=True, filename=found.name)
 
 
+@extend_schema_view(
+    list=extend_schema(
+        summary="List your datasets", responses={200: s.DatasetSerializer(many=True), **errors(401, 429)}
+    ),
+    retrieve=extend_schema(summary="Get a dataset", responses={200: s.DatasetSerializer, **errors(*READ_ERRORS)}),
+    create=extend_schema(
+        summary="Upload a dataset",
+        description="A UTF-8 text file (one sample per line) or JSONL with a `text` field, as multipart `file`.",
+        request={
+            "multipart/form-data": {
+                "type": "object",
+                "properties": {"file": {"type": "string", "format": "binary"}, "name": {"type": "string"}},
+                "required": ["file"],
+            }
+        },
+        responses={201: s.DatasetSerializer, **errors(*WRITE_ERRORS)},
+    ),
+    destroy=extend_schema(
+        summary="Delete a dataset",
+        description="Refused (400, field `dataset`) while a job uses it.",
+        responses={204: OpenApiResponse(description="Deleted."), **errors(400, *READ_ERRORS, 403)},
+    ),
+)
 class DatasetViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets.ReadOnlyModelViewSet):
     """Upload a text or JSONL corpus (validated) and train on it as 'upload:<id>'."""
 

@@ -1,0 +1,49 @@
+"""Shared pieces of the OpenAPI description: the error format and the common error answers."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import OpenApiExample, OpenApiResponse
+from rest_framework import serializers
+
+
+class ErrorSerializer(serializers.Serializer):
+    """Every error of the API: a sentence, and for bad input the messages per field."""
+
+    detail = serializers.CharField(help_text="What went wrong, in one sentence.")
+    errors = serializers.DictField(
+        child=serializers.ListField(child=serializers.CharField()),
+        required=False,
+        help_text="Bad input only: {field name: [messages]}. Header problems use the header's name.",
+    )
+
+
+ERROR_DESCRIPTIONS = {
+    400: "Bad input; `errors` names each field and what is wrong with it.",
+    401: "No, an invalid, a revoked or an expired API token.",
+    403: "The token may not do this (a read-only token on a write).",
+    404: "No such object among yours.",
+    409: "A request with the same Idempotency-Key is still being processed; retry shortly.",
+    422: "This Idempotency-Key was already used for a different request.",
+    429: "Too many requests; wait the seconds in the Retry-After header.",
+    502: "The payment service is unavailable; retry in a minute.",
+    503: "The service this needs is not configured on this platform.",
+}
+
+VALIDATION_EXAMPLE = OpenApiExample(
+    "Bad input",
+    value={"detail": "Invalid input: max_budget.", "errors": {"max_budget": ["A valid number is required."]}},
+    response_only=True,
+    status_codes=["400"],
+)
+
+
+def errors(*codes: int) -> dict[int, OpenApiResponse]:
+    """The error answers an operation can give, for `extend_schema(responses={..., **errors(400, 404)})`."""
+    return {code: OpenApiResponse(ErrorSerializer, description=ERROR_DESCRIPTIONS[code]) for code in codes}
+
+
+# What every endpoint that needs a user's token can answer.
+AUTH_ERRORS = (401, 429)
+READ_ERRORS = (*AUTH_ERRORS, 404)
+WRITE_ERRORS = (400, *AUTH_ERRORS, 403)
+IDEMPOTENT_WRITE_ERRORS = (*WRITE_ERRORS, 409, 422)
