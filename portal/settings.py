@@ -140,7 +140,11 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 50,
+    # Generous per-user and per-IP limits (429 with Retry-After past them); agent endpoints are not throttled.
+    "DEFAULT_THROTTLE_CLASSES": ["portal.api.throttling.UserThrottle", "portal.api.throttling.AnonThrottle"],
     "DEFAULT_THROTTLE_RATES": {
+        "user": env("THROTTLE_USER", "1200/min"),
+        "anon": env("THROTTLE_ANON", "300/min"),
         "token_create": env("THROTTLE_TOKEN_CREATE", "20/min"),
     },
     "EXCEPTION_HANDLER": "portal.api.errors.exception_handler",
@@ -167,14 +171,17 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
 CELERY_TASK_TIME_LIMIT = 600
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_BEAT_SCHEDULE = {
-    "reconcile-jobs": {"task": "workers.tasks.reconcile_jobs", "schedule": env_int("RECONCILE_SECONDS", 3)},
+    "reconcile-jobs": {"task": "workers.tasks.reconcile_jobs", "schedule": env_int("RECONCILE_SECONDS", 2)},
+    "clear-spot-market": {"task": "market.tasks.clear_market", "schedule": env_int("SPOT_CLEARING_SECONDS", 5)},
     "run-meter": {"task": "billing.tasks.run_meter", "schedule": env_int("METER_SECONDS", 5)},
     "audit-ledger": {"task": "billing.tasks.audit_ledger", "schedule": env_int("LEDGER_AUDIT_SECONDS", 300)},
 }
 
 # Compute fleet and training.
-AGENT_POLL_WAIT_S = env_int("AGENT_POLL_WAIT_S", 5)
-AGENT_HEARTBEAT_DEADLINE_S = env_int("AGENT_HEARTBEAT_DEADLINE_S", 15)
+# An agent polls at least every AGENT_POLL_WAIT_S; one silent for the deadline is declared lost by the
+# reconciler (every RECONCILE_SECONDS), so a dead node is noticed within deadline + one pass (<= 10 s).
+AGENT_POLL_WAIT_S = env_int("AGENT_POLL_WAIT_S", 3)
+AGENT_HEARTBEAT_DEADLINE_S = env_int("AGENT_HEARTBEAT_DEADLINE_S", 8)
 JOB_STOP_GRACE_S = env_int("JOB_STOP_GRACE_S", 30)
 JOB_PROVISIONING_TIMEOUT_S = env_int("JOB_PROVISIONING_TIMEOUT_S", 180)
 CHECKPOINT_ROOT = Path(env("CHECKPOINT_ROOT", str(DATA_DIR / "checkpoints")))

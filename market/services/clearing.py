@@ -127,8 +127,8 @@ def _reclaim_losers(chip_type_id, losers, bid_of_job, result, on_demand_wait, no
         else:
             reason = MigrationReason.OUTBID
             detail = (
-                f"the {chip.slug} spot price cleared at {_money(result.price)}/h against its bid of "
-                f"{_money(bid.max_price_per_hour)}/h; {lost} chip(s) go to higher bids"
+                f"higher bids took {lost} of its {chip.slug} chip(s): the spot price cleared at "
+                f"{_money(result.price)}/h; its bid is {_money(bid.max_price_per_hour)}/h"
             )
         reclaim_job(job_id, reason, detail, chip_type_id=chip_type_id, notice_seconds=notice, now=timezone.now())
         logger.info("reclaimed job %s on %s: %s", job_id, chip.slug, detail)

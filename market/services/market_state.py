@@ -38,7 +38,9 @@ def on_demand_waiting(chip_type_id: int) -> int:
     from workers.models import ChipType
 
     slug = ChipType.objects.values_list("slug", flat=True).get(pk=chip_type_id)
-    waiting = Job.objects.filter(status=JobStatus.QUEUED, spot=False, waiting_for__has_key=slug)
+    waiting = Job.objects.filter(
+        status__in=[JobStatus.QUEUED, JobStatus.PLANNING], spot=False, waiting_for__has_key=slug
+    )
     return sum(int(job.waiting_for.get(slug, 0)) for job in waiting.only("waiting_for"))
 
 

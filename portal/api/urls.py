@@ -27,5 +27,6 @@ urlpatterns = [
     ),
     *router.urls,
     path("", include("workers.api.urls")),
+    path("", include("market.urls")),
     path("", include("portal.api.usage")),
 ]

@@ -5,12 +5,14 @@ from __future__ import annotations
 from decimal import Decimal
 
 from django.conf import settings
+from django.db.models import Sum
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from billing.money import format_amount, to_micros
 from portal.api.fields import MoneyField
 from workers.choices import Policy
-from workers.models import Dataset, Job, JobEvent, JobLogLine
+from workers.models import Dataset, Job, JobEvent, JobLogLine, JobMigration
 from workers.modelspecs import UnknownModel, resolve_model
 
 MONEY_KEYS = ("price_per_hour", "price_per_million_tokens", "total_cost")
@@ -63,6 +65,29 @@ class JobSpecSerializer(serializers.Serializer):
         help_text="Pick chips by hand: {chip slug: count}",
     )
     name = serializers.CharField(max_length=120, required=False, allow_blank=True, default="")
+    spot = serializers.BooleanField(default=False, help_text="Run on spot chips (cheaper; may be reclaimed and moved)")
+    bid = serializers.DecimalField(
+        max_digits=12,
+        decimal_places=6,
+        min_value=Decimal("0.000001"),
+        max_value=Decimal("1000000"),
+        required=False,
+        allow_null=True,
+        help_text="Spot jobs: the most you pay per chip-hour, in currency units",
+    )
+    allow_on_demand = serializers.BooleanField(
+        default=True, help_text="Spot jobs: may run on (or move to) on-demand chips when spot ones are short"
+    )
+    allow_other_chips = serializers.BooleanField(
+        default=True, help_text="May move to other chip types when its chips are reclaimed"
+    )
+
+    def validate(self, data):
+        if data.get("spot") and data.get("bid") is None:
+            raise serializers.ValidationError({"bid": ["A spot job needs a bid: the most it pays per chip-hour."]})
+        if not data.get("spot") and data.get("bid") is not None:
+            raise serializers.ValidationError({"bid": ["A bid only applies to spot jobs: set spot to true."]})
+        return data
 
     def validate_model(self, value: str) -> str:
         try:
@@ -107,13 +132,49 @@ class JobSpecSerializer(serializers.Serializer):
             "max_budget_per_hour": to_micros(data["max_budget"]),
             "total_budget": to_micros(data["total_budget"]) if data.get("total_budget") else None,
             "chip_counts": data.get("chip_counts"),
+            "spot": data.get("spot", False),
+            "spot_bid_per_hour": to_micros(data["bid"]) if data.get("bid") is not None else None,
+            "allow_on_demand": data.get("allow_on_demand", True),
+            "allow_other_chips": data.get("allow_other_chips", True),
         }
+
+
+class JobMigrationSerializer(serializers.ModelSerializer):
+    refund = MoneyField()
+    downtime_seconds = serializers.FloatField(read_only=True, allow_null=True)
+
+    class Meta:
+        model = JobMigration
+        fields = [
+            "id",
+            "reason",
+            "detail",
+            "status",
+            "from_epoch",
+            "to_epoch",
+            "nodes",
+            "notice_at",
+            "notice_seconds",
+            "step_at_notice",
+            "checkpoint_step",
+            "checkpoint_at",
+            "resumed_at",
+            "resume_step",
+            "steps_lost",
+            "lost_seconds",
+            "downtime_seconds",
+            "refund",
+        ]
+        read_only_fields = fields
 
 
 class JobSerializer(serializers.ModelSerializer):
     model = serializers.CharField(source="model_name")
     max_budget = MoneyField(source="max_budget_per_hour")
     total_budget = MoneyField()
+    bid = MoneyField(source="spot_bid_per_hour")
+    cost = serializers.SerializerMethodField(help_text="Charged so far, in currency units")
+    migrations = JobMigrationSerializer(many=True, read_only=True)
     plan = serializers.SerializerMethodField()
     progress = serializers.FloatField(read_only=True)
 
@@ -132,6 +193,12 @@ class JobSerializer(serializers.ModelSerializer):
             "max_budget",
             "total_budget",
             "chip_counts",
+            "spot",
+            "bid",
+            "allow_on_demand",
+            "allow_other_chips",
+            "cost",
+            "migrations",
             "epoch",
             "step",
             "progress",
@@ -148,6 +215,10 @@ class JobSerializer(serializers.ModelSerializer):
 
     def get_plan(self, job: Job) -> dict | None:
         return format_plan(job.plan)
+
+    @extend_schema_field({"type": "string", "format": "decimal", "example": "0.42"})
+    def get_cost(self, job: Job) -> str:
+        return format_amount(job.allocations.aggregate(total=Sum("charged_total"))["total"] or 0)
 
 
 class JobEventSerializer(serializers.ModelSerializer):
