@@ -13,6 +13,8 @@ from tests.compute.conftest import hand_plan
 from workers.choices import AgentStatus, CommandStatus, JobStatus
 from workers.models import AgentCommand, EnrollmentToken, Job, JobLogLine, JobMetric, Node, Pool
 from workers.services import channel
+from workers.services.fleet import record_heartbeat
+from workers.services.monitor import reconcile
 from workers.services.placement import allocate
 
 pytestmark = pytest.mark.django_db
@@ -192,7 +194,10 @@ def test_all_ranks_exiting_cleanly_at_the_last_step_succeeds_and_frees_the_chips
     assert not job.allocations.open().exists()
 
 
-def test_a_rank_failure_ends_the_job_with_the_ranks_error_visible(enroll, agent_api, planning_job):
+def test_a_rank_failure_ends_the_job_with_the_ranks_error_once_every_node_is_heard_from(
+    enroll, agent_api, planning_job, fund, alice
+):
+    fund(alice)
     a, token_a = enroll("a")
     b, _ = enroll("b")
     job = planning_job()
@@ -203,6 +208,13 @@ def test_a_rank_failure_ends_the_job_with_the_ranks_error_visible(enroll, agent_
         1,
         {"kind": "exit", "rank": 0, "code": 1, "error": "Traceback...\nRuntimeError: CUDA out of memory"},
     )
+    job.refresh_from_db()
+    assert job.status == JobStatus.PROVISIONING  # a peer's host may have died: wait until every node is heard from
+    record_heartbeat(a, {})
+    reconcile()
+    assert Job.objects.get(pk=job.pk).status == JobStatus.PROVISIONING  # b has not polled since the exit
+    record_heartbeat(b, {})
+    reconcile()
     job.refresh_from_db()
     assert job.status == JobStatus.FAILED
     assert "CUDA out of memory" in job.status_reason

@@ -7,11 +7,12 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from billing.services.holds import stop_low_balance
 from workers.choices import AgentStatus, JobStatus
-from workers.models import Allocation, Job, MigrationReason, Node
+from workers.models import Allocation, Job, MigrationReason, Node, RankExit
 from workers.services.fleet import silent_nodes
 from workers.services.jobs import finish_job
 from workers.services.migration import overdue_notices, reclaim_job
@@ -25,6 +26,7 @@ def reconcile(now=None) -> dict[str, int]:
     return {
         "lost_nodes": migrate_jobs_off_silent_nodes(now),
         "notices_over": overdue_notices(now),
+        "crashed": fail_jobs_with_crashed_ranks(now),
         "stuck": fail_stuck_provisioning(now),
         "stopped": finish_overdue_stops(now),
         "credit_stops": stop_low_balance(now),
@@ -59,6 +61,29 @@ def migrate_jobs_off_silent_nodes(now) -> int:
                     )
         logger.warning("node %s declared lost", node.hostname)
     return lost
+
+
+def fail_jobs_with_crashed_ranks(now) -> int:
+    """A rank exited with an error and every node of the job has polled since: a real crash, so the job fails."""
+    from workers.services.reports import crash_reason
+
+    count = 0
+    crashed = RankExit.objects.filter(
+        job__status__in=[JobStatus.PROVISIONING, JobStatus.RUNNING], epoch=F("job__epoch")
+    ).exclude(code=0)
+    for job_id in set(crashed.values_list("job_id", flat=True)):
+        with transaction.atomic():
+            job = Job.objects.select_for_update().get(pk=job_id)
+            first = (
+                RankExit.objects.filter(job=job, epoch=job.epoch).exclude(code=0).order_by("created_at", "pk").first()
+            )
+            if job.status not in (JobStatus.PROVISIONING, JobStatus.RUNNING) or first is None:
+                continue
+            nodes = Node.objects.filter(allocations__job=job, allocations__ended_at__isnull=True).distinct()
+            if all(node.last_heartbeat_at and node.last_heartbeat_at > first.created_at for node in nodes):
+                finish_job(job, JobStatus.FAILED, crash_reason(first), now=now)
+                count += 1
+    return count
 
 
 def fail_stuck_provisioning(now) -> int:

@@ -174,10 +174,13 @@ def _record_exit(job: Job, item: dict, now) -> None:
             continue_migration(job.pk, now=now)
         return
     if item["code"] != 0:
-        reason = f"Rank {item['rank']} exited with code {item['code']}: {_last_line(item.get('error'))}"
-        status = JobStatus.CANCELLED if job.cancel_requested_at else JobStatus.FAILED
-        status = JobStatus.STOPPED_NO_CREDIT if status == JobStatus.FAILED and credit_stop_requested(job) else status
-        finish_job(job, status, reason, now=now)
+        if job.cancel_requested_at:
+            finish_job(job, JobStatus.CANCELLED, _crash_reason(item), now=now)
+        elif credit_stop_requested(job):
+            finish_job(job, JobStatus.STOPPED_NO_CREDIT, _crash_reason(item), now=now)
+        # Otherwise it may be a crash, or a peer whose host died: the job fails once every one of its
+        # nodes has shown it is alive after this exit (monitor.fail_jobs_with_crashed_ranks); a node
+        # that never does is declared lost and the job moves instead.
         return
     world = len(job.plan["ranks"])
     if RankExit.objects.filter(job=job, epoch=job.epoch, code=0).count() == world:
@@ -194,6 +197,14 @@ def _all_ranks_done(job: Job, now) -> None:
         finish_job(job, JobStatus.STOPPED_NO_CREDIT, job.status_reason, now=now)
     else:
         finish_job(job, JobStatus.FAILED, f"All ranks exited at step {job.step} of {job.max_steps}", now=now)
+
+
+def _crash_reason(item: dict) -> str:
+    return f"Rank {item['rank']} exited with code {item['code']}: {_last_line(item.get('error'))}"
+
+
+def crash_reason(exit: RankExit) -> str:
+    return _crash_reason({"rank": exit.rank, "code": exit.code, "error": exit.error})
 
 
 def _last_line(text: str | None) -> str:

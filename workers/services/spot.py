@@ -65,11 +65,9 @@ def claim_held_chips(job: Job, fields: dict, quote: Callable[[MarketView | None]
 
     Returns what the job now waits for, or None when even those chips wouldn't do.
     """
-    if job.chip_counts is None and job.spot:
+    if job.spot:
         return _outbid_lower_bids(job, fields, quote)
-    if not job.spot:
-        return _ask_for_spot_chips(job, fields, quote)
-    return None
+    return _ask_for_spot_chips(job, fields, quote)
 
 
 def _outbid_lower_bids(job: Job, fields: dict, quote) -> str | None:
