@@ -1,0 +1,130 @@
+"""Spot end to end: real Celery worker and beat, real agents, real DeepSpeed ranks, real checkpoints.
+
+A spot run trains; another user's higher bid takes its chips; the run checkpoints on notice, moves
+to other chips (another chip type, another world size), resumes from the checkpoint step with the
+loss where it was, the old chips stop billing at the notice, and training insurance is refunded.
+"""
+
+from __future__ import annotations
+
+import io
+import time
+
+import pytest
+from django.core.management import call_command
+from django.db.models import Max, Min
+
+from billing.models import Transaction
+from market.models import Bid
+from tests.e2e.stack import platform_stack, wait_until
+from tests.e2e.test_training_run import api_for
+from workers.choices import AgentStatus, AllocationMode, JobStatus
+from workers.models import Job, JobMetric, JobMigration, Node
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def stack(live_server, settings, tmp_path, alice, bob, fund):
+    call_command("seed_catalog", stdout=io.StringIO())
+    fund(alice)
+    fund(bob)
+    with platform_stack(live_server, settings, tmp_path) as running:
+        yield running
+
+
+def wait_online(stack, *hostnames):
+    wait_until(
+        lambda: Node.objects.filter(hostname__in=hostnames, agent_status=AgentStatus.ONLINE).count() == len(hostnames),
+        60,
+        f"{', '.join(hostnames)} to enroll",
+        stack,
+    )
+
+
+def submit(api, **spec):
+    body = {"model": "llama-tiny", "per_device_batch_size": 4, "policy": "cost-performance", "max_budget": "28", **spec}
+    response = api.post("/api/v1/jobs/", body, format="json")
+    assert response.status_code == 201, response.json()
+    return response.json()["id"]
+
+
+def test_a_higher_bid_takes_the_chips_and_the_run_resumes_elsewhere_from_its_checkpoint(stack, alice, bob):
+    stack.add_agent("spot-4090", "rtx-4090", chips=2, spot=True)
+    wait_online(stack, "spot-4090")
+    job_id = submit(api_for(alice), max_steps=120, spot=True, bid="0.80", allow_on_demand=False)
+    wait_until(lambda: Job.objects.filter(pk=job_id, step__gte=15).exists(), 180, "alice's run to train", stack)
+    stack.add_agent("spot-910b", "ascend-910b", chips=1, spot=True)
+    wait_online(stack, "spot-910b")
+
+    rival_id = submit(
+        api_for(bob), max_steps=10, spot=True, bid="1.00", allow_on_demand=False, chip_counts={"rtx-4090": 2}
+    )
+
+    migration = wait_until(
+        lambda: JobMigration.objects.filter(job_id=job_id, status="resumed").first(), 180, "the run to resume", stack
+    )
+    job = Job.objects.get(pk=job_id)
+    assert migration.reason == "outbid" and migration.nodes == ["spot-4090"]
+    assert Bid.objects.get(job_id=rival_id, chip_type__slug="rtx-4090").won_chips == 2
+    # Resumed on the 910B, one rank instead of two, from the checkpoint taken on notice: nothing lost or repeated.
+    new = job.allocations.get(epoch=migration.to_epoch)
+    assert new.node.hostname == "spot-910b" and new.mode == AllocationMode.SPOT
+    old_steps = JobMetric.objects.filter(job=job, epoch=migration.from_epoch).aggregate(last=Max("step"))["last"]
+    new_steps = JobMetric.objects.filter(job=job, epoch=migration.to_epoch).aggregate(first=Min("step"))["first"]
+    assert migration.checkpoint_step == old_steps, "the notice checkpoint is the last step run on the old chips"
+    assert new_steps == migration.resume_step == migration.checkpoint_step + 1
+    assert migration.steps_lost == 0 and migration.lost_seconds == 0
+    # The loss goes on from where it was instead of starting over.
+    last_old = JobMetric.objects.get(job=job, epoch=migration.from_epoch, rank=0, step=old_steps).loss
+    first_new = JobMetric.objects.get(job=job, epoch=migration.to_epoch, rank=0, step=new_steps).loss
+    assert first_new < job.first_loss * 0.9 and abs(first_new - last_old) < 0.5 * last_old, (last_old, first_new)
+    # The old chips were billed up to the notice and not a second more; the insurance was paid.
+    for old in job.allocations.filter(epoch=migration.from_epoch):
+        assert old.ended_at == migration.notice_at and old.billed_through <= migration.notice_at
+    assert migration.refund > 0
+    assert Transaction.objects.filter(idempotency_key=f"insurance:{migration.pk}", kind="refund").exists()
+    print(f"\nreclaim notice -> resumed: {migration.downtime_seconds:.1f}s")
+
+    done = wait_until(
+        lambda: Job.objects.filter(pk__in=[job_id, rival_id], status__in=JobStatus.finished()).count() == 2,
+        300,
+        "both runs to finish",
+        stack,
+    )
+    assert done
+    job.refresh_from_db()
+    assert job.status == JobStatus.SUCCEEDED and job.step == 120, job.status_reason
+    rival = Job.objects.get(pk=rival_id)
+    assert rival.status == JobStatus.SUCCEEDED, rival.status_reason
+    assert {a.node.hostname for a in rival.allocations.all()} == {"spot-4090"}
+
+
+def test_killing_an_agent_mid_run_moves_the_run_and_refunds_the_lost_work(stack, alice):
+    for hostname, chip in [("k-4090", "rtx-4090"), ("k-v5e", "tpu-v5e"), ("k-910b", "ascend-910b")]:
+        stack.add_agent(hostname, chip)
+    wait_online(stack, "k-4090", "k-v5e", "k-910b")
+    job_id = submit(api_for(alice), max_steps=200, policy="fastest")
+    wait_until(
+        lambda: Job.objects.filter(pk=job_id, latest_checkpoint_step__isnull=False, step__gte=25).exists(),
+        240,
+        "a periodic checkpoint",
+        stack,
+    )
+    assert len(Job.objects.get(pk=job_id).plan["ranks"]) == 3
+
+    stack.kill("agent-k-v5e")  # the host dies with its rank; the others lose their peer
+    killed_at = time.time()
+
+    migration = wait_until(
+        lambda: JobMigration.objects.filter(job_id=job_id, status="resumed").first(), 180, "the run to resume", stack
+    )
+    detected = migration.notice_at.timestamp() - killed_at
+    assert migration.reason == "lost_node" and migration.nodes == ["k-v5e"]
+    assert detected <= 12, f"the dead node was noticed after {detected:.1f}s"
+    assert migration.steps_lost is not None and migration.lost_seconds > 0 and migration.refund > 0
+    job = Job.objects.get(pk=job_id)
+    assert {rank["chip"] for rank in job.plan["ranks"]} == {"rtx-4090", "ascend-910b"}
+    assert migration.resume_step == migration.checkpoint_step + 1
+    print(f"\ndead node noticed after {detected:.1f}s; resumed {migration.downtime_seconds:.1f}s after the notice")
+    api_for(alice).post(f"/api/v1/jobs/{job_id}/cancel/")
