@@ -85,6 +85,8 @@ def test_a_higher_bid_takes_the_chips_and_the_run_resumes_elsewhere_from_its_che
     assert migration.refund > 0
     assert Transaction.objects.filter(idempotency_key=f"insurance:{migration.pk}", kind="refund").exists()
     print(f"\nreclaim notice -> resumed: {migration.downtime_seconds:.1f}s")
+    for event in job.events.filter(created_at__gte=migration.notice_at):
+        print(f"  +{(event.created_at - migration.notice_at).total_seconds():5.1f}s {event.kind}: {event.message[:90]}")
 
     done = wait_until(
         lambda: Job.objects.filter(pk__in=[job_id, rival_id], status__in=JobStatus.finished()).count() == 2,

@@ -103,8 +103,12 @@ def reclaim_job(
     return migration
 
 
-def continue_migration(job_id: int, now: datetime | None = None) -> bool:
-    """The old ranks are gone (or out of time): free the held chips and send the job to the scheduler."""
+def continue_migration(job_id: int, now: datetime | None = None, release: bool = True) -> bool:
+    """The checkpoint is saved or the old ranks are gone (or out of time): send the job to the scheduler.
+
+    With `release`, the chips held for the leaving ranks are let go too; otherwise they are let go as
+    each node reports its ranks' exits (`release_leaving_chips`), or when the notice runs out.
+    """
     from workers.tasks import schedule_job
 
     now = now or timezone.now()
@@ -113,7 +117,8 @@ def continue_migration(job_id: int, now: datetime | None = None) -> bool:
         migration = job.migrations.filter(status=MigrationStatus.NOTICE).order_by("-pk").first()
         if job.status != JobStatus.MIGRATING or migration is None:
             return False
-        Allocation.objects.filter(job=job, held_until__gt=now).update(held_until=now)
+        if release:
+            Allocation.objects.filter(job=job, held_until__gt=now).update(held_until=now)
         migration.status = MigrationStatus.WAITING
         migration.checkpoint_step = job.latest_checkpoint_step
         migration.checkpoint_at = job.latest_checkpoint_at
@@ -128,6 +133,11 @@ def continue_migration(job_id: int, now: datetime | None = None) -> bool:
         record_event(job, JobEventKind.MIGRATED, job.status_reason, data={"migration": migration.pk}, now=now)
         transaction.on_commit(lambda: schedule_job.delay(job_id))
     return True
+
+
+def release_leaving_chips(job: Job, epoch: int, node: Node, now: datetime) -> int:
+    """A node reported that a rank of an older placement exited: its chips there are free again."""
+    return Allocation.objects.filter(job=job, epoch=epoch, node=node, held_until__gt=now).update(held_until=now)
 
 
 def note_placement(job: Job, now: datetime) -> None:

@@ -17,7 +17,7 @@ from workers.models import Allocation, Job, JobLogLine, JobMetric, Node, RankExi
 from workers.protocol import ReportKind
 from workers.services.events import record_event
 from workers.services.jobs import finish_job
-from workers.services.migration import continue_migration, record_resume
+from workers.services.migration import continue_migration, record_resume, release_leaving_chips
 from workers.services.throughput import remember_throughput
 
 MAX_LOG_LINE = 2000
@@ -37,6 +37,13 @@ def accept_report(node: Node, job_id: int, epoch: int, items: list[dict], now=No
         job = Job.objects.select_for_update().filter(pk=job_id).first()
         if job is None:
             raise ReportRejected(f"Unknown job {job_id}.")
+        stale = epoch != job.epoch
+        if stale and epoch < job.epoch and any(item.get("kind") == ReportKind.EXIT for item in items):
+            release_leaving_chips(job, epoch, node, now)  # the old placement's ranks are leaving this node
+    if stale:
+        raise StaleEpoch(f"Job {job_id} is at epoch {job.epoch}; epoch {epoch} is stale.")
+    with transaction.atomic():
+        job = Job.objects.select_for_update().get(pk=job_id)
         if epoch != job.epoch:
             raise StaleEpoch(f"Job {job_id} is at epoch {job.epoch}; epoch {epoch} is stale.")
         if not Allocation.objects.filter(job=job, epoch=epoch, node=node).exists():
@@ -76,6 +83,8 @@ def _apply(job: Job, node: Node, items: list[dict], now) -> None:
             _record_checkpoint(job, item, now)
         elif item["kind"] == ReportKind.EXIT:
             _record_exit(job, item, now)
+            if job.migrations.filter(from_epoch=job.epoch).exists():
+                release_leaving_chips(job, job.epoch, node, now)
 
 
 def _record_metrics(job: Job, node: Node, metrics: list[dict], now) -> None:
@@ -144,6 +153,8 @@ def _record_checkpoint(job: Job, item: dict, now) -> None:
     job.latest_checkpoint_step = item["step"]
     job.latest_checkpoint_at = _time(item, now)
     job.save(update_fields=["latest_checkpoint", "latest_checkpoint_step", "latest_checkpoint_at", "updated_at"])
+    if job.status == JobStatus.MIGRATING:  # the checkpoint the notice asked for: move on without waiting for exits
+        transaction.on_commit(lambda: continue_migration(job.pk, release=False))
     record_event(
         job,
         JobEventKind.CHECKPOINTED,
@@ -173,6 +184,8 @@ def _record_exit(job: Job, item: dict, now) -> None:
         if RankExit.objects.filter(job=job, epoch=job.epoch).count() == len(job.plan["ranks"]):
             continue_migration(job.pk, now=now)
         return
+    if job.migrations.filter(from_epoch=job.epoch).exists():
+        return  # moved on from its checkpoint already; the chips were let go as the ranks left
     if item["code"] != 0:
         if job.cancel_requested_at:
             finish_job(job, JobStatus.CANCELLED, _crash_reason(item), now=now)
