@@ -64,6 +64,25 @@ class TrainingForm(forms.Form):
         label="Name (optional)",
         widget=forms.TextInput(attrs={"maxlength": "120", "placeholder": "my first run"}),
     )
+    # Spot: the bid and the two fallbacks reach the spec only when the box is ticked, so an on-demand
+    # job keeps the API's defaults.
+    spot = forms.BooleanField(
+        label="Spot",
+        required=False,
+        help_text="Run on spare chips at the auction's clearing price: cheaper, but they can be reclaimed "
+        "with notice; the job then checkpoints and moves, and lost work is refunded.",
+    )
+    bid = SpecField(
+        label="Spot bid (¥ per chip-hour)",
+        widget=forms.NumberInput(attrs={"min": "0", "step": "0.01", "inputmode": "decimal"}),
+        help_text="The most you pay per chip-hour; you pay the clearing price, never more.",
+    )
+    allow_on_demand = forms.BooleanField(
+        label="Fall back to on-demand chips when spot chips are short", required=False, initial=True
+    )
+    allow_other_chips = forms.BooleanField(
+        label="Move to other chip types when its chips are reclaimed", required=False, initial=True
+    )
 
     def __init__(self, *args, request, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -103,6 +122,9 @@ class TrainingForm(forms.Form):
 
     def spec_data(self, data: dict) -> dict:
         spec = {key: data.get(key, "") for key in SPEC_KEYS}
+        if data.get("spot"):
+            spec.update({key: data.get(key) for key in SPOT_KEYS})
+            spec["bid"] = spec["bid"] or None
         counts = {chip.slug: value for chip in self.chip_types if (value := data.get(chip_field(chip.slug)))}
         return {**spec, "chip_counts": counts} if counts else spec
 
@@ -122,6 +144,7 @@ class TrainingForm(forms.Form):
 
 
 SPEC_KEYS = ("model", "dataset", "policy", "max_budget", "max_steps", "per_device_batch_size", "name")
+SPOT_KEYS = ("spot", "bid", "allow_on_demand", "allow_other_chips")
 
 
 def chip_field(slug: str) -> str:

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 from django.contrib import admin, messages
+from django.db import transaction
 from django.utils import timezone
 from django.utils.html import format_html
 
 from billing.models import Price
-from workers.models import Allocation, ChipType, EnrollmentToken, Job, Node, Pool
+from workers.choices import AgentStatus, JobStatus
+from workers.models import Allocation, ChipType, EnrollmentToken, Job, MigrationReason, Node, Pool
+
+# A node in one of these states has no agent to take notice or finish work: nothing to reclaim or drain.
+GONE = {AgentStatus.LOST: "lost", AgentStatus.OFFLINE: "offline", AgentStatus.UNENROLLED: "not enrolled"}
 
 
 class PriceHistoryInline(admin.TabularInline):
@@ -81,6 +86,70 @@ class NodeAdmin(admin.ModelAdmin):
         "agent_version",
         "enrolled_at",
     ]
+    actions = ["reclaim_for_maintenance", "drain", "return_to_service"]
+
+    @admin.action(description="Reclaim for maintenance (running jobs get notice and move; nothing new lands)")
+    def reclaim_for_maintenance(self, request, queryset) -> None:
+        from market.models import MarketSettings
+        from workers.services.migration import reclaim_job
+
+        if not self._all_present(request, queryset, "reclaimed"):
+            return
+        notice = MarketSettings.load().notice_seconds
+        for node in queryset.order_by("pk"):
+            with transaction.atomic():
+                node = Node.objects.select_for_update().get(pk=node.pk)
+                node.agent_status = AgentStatus.DRAINING
+                node.save(update_fields=["agent_status"])
+                detail = f"{node.hostname} is going into maintenance (by {request.user.get_username()})"
+                moved = [
+                    job_id
+                    for job_id in running_job_ids(node)
+                    if reclaim_job(job_id, MigrationReason.MAINTENANCE, detail, nodes=[node], notice_seconds=notice)
+                ]
+            jobs = ", ".join(f"job {job_id}" for job_id in moved) or "no running jobs"
+            self.message_user(
+                request,
+                f"{node.hostname} is draining; {jobs} given {notice} s notice to checkpoint and move.",
+                messages.SUCCESS,
+            )
+
+    @admin.action(description="Drain (running jobs finish; nothing new is placed)")
+    def drain(self, request, queryset) -> None:
+        if not self._all_present(request, queryset, "drained"):
+            return
+        changed = queryset.filter(agent_status=AgentStatus.ONLINE).update(agent_status=AgentStatus.DRAINING)
+        self.message_user(
+            request, f"{changed} node(s) draining: their running jobs finish, nothing new is placed.", messages.SUCCESS
+        )
+
+    @admin.action(description="Return drained nodes to service")
+    def return_to_service(self, request, queryset) -> None:
+        changed = queryset.filter(agent_status=AgentStatus.DRAINING).update(agent_status=AgentStatus.ONLINE)
+        self.message_user(request, f"{changed} node(s) back in service.", messages.SUCCESS)
+
+    def _all_present(self, request, queryset, verb: str) -> bool:
+        """Refuse the whole selection when a node is already gone: nothing half-done."""
+        gone = [f"{node.hostname} is {GONE[node.agent_status]}" for node in queryset if node.agent_status in GONE]
+        if gone:
+            self.message_user(
+                request,
+                f"Nothing was {verb}: {'; '.join(gone)}. A node without a connected agent has no running "
+                "work to give notice to (a lost node's jobs are moved automatically). Deselect it and retry.",
+                messages.ERROR,
+            )
+        return not gone
+
+
+def running_job_ids(node: Node) -> list[int]:
+    """Jobs with chips on this node now that are placed or running (a migrating job is already moving)."""
+    return sorted(
+        set(
+            Allocation.objects.open()
+            .filter(node=node, job__status__in=[JobStatus.PROVISIONING, JobStatus.RUNNING])
+            .values_list("job_id", flat=True)
+        )
+    )
 
 
 @admin.register(EnrollmentToken)

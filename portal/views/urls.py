@@ -1,5 +1,6 @@
 from django.urls import path
 
+from market import views as market
 from portal.views import billing, dashboard, datasets, jobs, pages, statements, training
 
 urlpatterns = [
@@ -17,6 +18,10 @@ urlpatterns = [
     path("jobs/<int:pk>/cancel/", jobs.job_cancel, name="job_cancel"),
     path("jobs/<int:pk>/artifacts/<path:path>", jobs.job_artifact, name="job_artifact"),
     path("datasets/", datasets.datasets, name="datasets"),
+    path("bids/", market.bids, name="bids"),
+    path("bids/<int:pk>/change/", market.bid_change, name="bid_change"),
+    path("bids/<int:pk>/cancel/", market.bid_cancel, name="bid_cancel"),
+    path("pricing/spot-history.json", market.spot_history, name="spot_history"),
     path("billing/", billing.billing, name="billing"),
     path("billing/topups/", billing.topup_create, name="topup_create"),
     path("billing/topups/<str:payment_intent_id>/confirm/", billing.topup_confirm, name="topup_confirm"),

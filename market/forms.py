@@ -1,0 +1,78 @@
+"""Forms of the bids page: place a bid, raise or lower one."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django import forms
+
+from billing.money import to_micros
+from market.services.bids import BidRefused
+from workers.choices import JobStatus
+from workers.models import ChipType, Job
+
+PRICE = {"max_digits": 12, "decimal_places": 6, "min_value": Decimal("0.000001"), "max_value": Decimal("1000000")}
+PRICE_WIDGET = forms.NumberInput(attrs={"min": "0", "step": "0.01", "inputmode": "decimal"})
+CHIPS = {"min_value": 1, "max_value": 4096}
+
+
+class JobChoiceField(forms.ModelChoiceField):
+    def label_from_instance(self, job: Job) -> str:
+        name = f" · {job.name}" if job.name else ""
+        return f"Job {job.pk}{name} ({job.model_name}, {job.get_status_display().lower()})"
+
+
+class ChipChoiceField(forms.ModelChoiceField):
+    def label_from_instance(self, chip: ChipType) -> str:
+        return chip.name
+
+
+class RefusalMixin:
+    """Put a BidRefused on the field it names; what no field shows (the balance) goes above the form."""
+
+    def add_refusal(self, error: BidRefused) -> None:
+        self.add_error(error.field if error.field in self.fields else None, str(error))
+
+
+class BidForm(RefusalMixin, forms.Form):
+    """A new bid: which of your live jobs, for which chips, at most how much per chip-hour."""
+
+    job = JobChoiceField(queryset=Job.objects.none(), empty_label="Choose a job", help_text="One of your live jobs.")
+    chip = ChipChoiceField(queryset=ChipType.objects.all(), to_field_name="slug", empty_label="Choose a chip type")
+    chips = forms.IntegerField(**CHIPS, initial=1, widget=forms.NumberInput(attrs={"min": "1"}))
+    max_price = forms.DecimalField(
+        **PRICE,
+        label="Max price (¥ per chip-hour)",
+        widget=PRICE_WIDGET,
+        help_text="You pay the clearing price, never more than this.",
+    )
+
+    def __init__(self, *args, user, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["job"].queryset = (
+            Job.objects.filter(owner=user).exclude(status__in=JobStatus.finished()).order_by("-created_at", "-id")
+        )
+        self.fields["job"].error_messages["invalid_choice"] = "Choose one of your jobs that hasn't finished."
+        self.fields["chip"].error_messages["invalid_choice"] = "Unknown chip type."
+
+    @property
+    def max_price_per_hour(self) -> int:
+        return to_micros(self.cleaned_data["max_price"])
+
+
+class BidChangeForm(RefusalMixin, forms.Form):
+    """Raise or lower an active bid: a new price, a new number of chips, or both."""
+
+    chips = forms.IntegerField(**CHIPS, required=False, widget=forms.NumberInput(attrs={"min": "1"}))
+    max_price = forms.DecimalField(**PRICE, required=False, label="Max price (¥ per chip-hour)", widget=PRICE_WIDGET)
+
+    def clean(self) -> dict:
+        data = super().clean()
+        if not self.errors and data.get("chips") is None and data.get("max_price") is None:
+            raise forms.ValidationError("Give a new max price or number of chips.")
+        return data
+
+    @property
+    def max_price_per_hour(self) -> int | None:
+        price = self.cleaned_data.get("max_price")
+        return None if price is None else to_micros(price)
