@@ -24,8 +24,8 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet --editable .
 	touch $@
 
-$(VENV)/.installed-test: pyproject.toml $(VENV)/.installed
-	$(BIN)/pip install --quiet --editable '.[test]'
+$(VENV)/.installed-test: pyproject.toml sdk/pyproject.toml $(VENV)/.installed
+	$(BIN)/pip install --quiet --editable '.[test]' --editable ./sdk
 	touch $@
 
 # The browser tests drive Debian's Chromium through Playwright (Playwright's own download can't work here).

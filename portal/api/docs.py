@@ -15,6 +15,11 @@ class ErrorSerializer(serializers.Serializer):
         required=False,
         help_text="Bad input only: {field name: [messages]}. Header problems use the header's name.",
     )
+    code = serializers.CharField(
+        required=False,
+        help_text="Bad input only: insufficient_credit, budget_too_low, no_capacity, model_does_not_fit, "
+        "unknown_field, required, invalid, ...",
+    )
 
 
 ERROR_DESCRIPTIONS = {
@@ -31,7 +36,11 @@ ERROR_DESCRIPTIONS = {
 
 VALIDATION_EXAMPLE = OpenApiExample(
     "Bad input",
-    value={"detail": "Invalid input: max_budget.", "errors": {"max_budget": ["A valid number is required."]}},
+    value={
+        "detail": "Invalid input: max_budget.",
+        "code": "invalid",
+        "errors": {"max_budget": ["A valid number is required."]},
+    },
     response_only=True,
     status_codes=["400"],
 )

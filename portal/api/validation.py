@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import ErrorDetail, ValidationError
 from rest_framework.serializers import Serializer
 
 
@@ -21,4 +21,9 @@ def refuse_unknown_fields(serializer: Serializer, *, read_only: Iterable[str] = 
     unknown = sorted(set(data) - known - set(read_only))
     if unknown:
         allowed = ", ".join(sorted(known))
-        raise ValidationError({name: [f"Unknown field '{name}'. Known fields: {allowed}."] for name in unknown})
+        raise ValidationError(
+            {
+                name: [ErrorDetail(f"Unknown field '{name}'. Known fields: {allowed}.", "unknown_field")]
+                for name in unknown
+            }
+        )

@@ -22,7 +22,7 @@ class RankDocSerializer(serializers.Serializer):
 
 class BaselineDocSerializer(serializers.Serializer):
     policy = serializers.CharField()
-    chip_counts = serializers.DictField(child=serializers.IntegerField())
+    chip_counts = serializers.DictField(child=serializers.DictField(child=serializers.IntegerField()))
     tokens_per_s = serializers.FloatField()
     price_per_hour = MoneyField()
     eta_seconds = serializers.FloatField()
@@ -35,7 +35,10 @@ class PlanDocSerializer(serializers.Serializer):
     policy = serializers.CharField()
     model = serializers.CharField()
     world_size = serializers.IntegerField(help_text="Ranks (chips) in the plan.")
-    chip_counts = serializers.DictField(child=serializers.IntegerField(), help_text="{chip slug: chips}")
+    chip_counts = serializers.DictField(
+        child=serializers.DictField(child=serializers.IntegerField()),
+        help_text='{chip slug: {mode: chips}}, e.g. {"rtx-4090": {"on_demand": 1, "spot": 2}}',
+    )
     ranks = RankDocSerializer(many=True)
     zero_stage = serializers.IntegerField()
     global_batch = serializers.IntegerField()
@@ -89,7 +92,7 @@ PLAN_EXAMPLE = OpenApiExample(
         "policy": "cost-performance",
         "model": "llama-tiny",
         "world_size": 3,
-        "chip_counts": {"rtx-4090": 1, "tpu-v5e": 1, "ascend-910b": 1},
+        "chip_counts": {"rtx-4090": {"on_demand": 1}, "tpu-v5e": {"spot": 1}, "ascend-910b": {"on_demand": 1}},
         "ranks": [],
         "zero_stage": 0,
         "global_batch": 12,

@@ -7,7 +7,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import ErrorDetail, ValidationError
 from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -34,12 +34,18 @@ from workers.services.planning import quote
 
 AUTH_ERRORS_LIST = (401, 429)
 
+# Which field a planning error is about, and its code in the error format (the SDK's typed errors).
 PLANNING_FIELD = {
-    planner.ModelDoesNotFit: "model",
-    planner.BudgetTooLow: "max_budget",
-    planner.NoCapacity: "chip_counts",
-    planner.InvalidRequest: "non_field_errors",
+    planner.ModelDoesNotFit: ("model", "model_does_not_fit"),
+    planner.BudgetTooLow: ("max_budget", "budget_too_low"),
+    planner.NoCapacity: ("chip_counts", "no_capacity"),
+    planner.InvalidRequest: ("non_field_errors", "invalid"),
 }
+
+
+def planning_error(error: planner.PlanningError) -> ValidationError:
+    field, code = PLANNING_FIELD.get(type(error), ("non_field_errors", "invalid"))
+    return ValidationError({field: [ErrorDetail(str(error), code=code)]})
 
 
 def quote_or_400(fields: dict, *, capacity_is_error: bool = True) -> dict | None:
@@ -50,7 +56,7 @@ def quote_or_400(fields: dict, *, capacity_is_error: bool = True) -> dict | None
             raise
         return None
     except planner.PlanningError as error:
-        raise ValidationError({PLANNING_FIELD.get(type(error), "non_field_errors"): [str(error)]}) from None
+        raise planning_error(error) from None
 
 
 def valid_spec(request) -> s.JobSpecSerializer:
@@ -87,7 +93,7 @@ class QuoteView(APIView):
         try:
             plan = quote_or_400(spec.job_fields())
         except planner.NoCapacity as error:
-            raise ValidationError({"chip_counts": [str(error)]}) from None
+            raise planning_error(error) from None
         return Response(s.format_plan(plan))
 
 
@@ -139,7 +145,7 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
             try:
                 check_hold(request.user, plan["price_per_hour"])
             except HoldRefused as error:
-                raise ValidationError({"balance": [str(error)]}) from None
+                raise ValidationError({"balance": [ErrorDetail(str(error), code="insufficient_credit")]}) from None
         job = submit_job(request.user, **fields)
         return Response(s.JobSerializer(job).data, status=status.HTTP_201_CREATED)
 

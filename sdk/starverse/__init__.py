@@ -1,0 +1,56 @@
+"""Starverse SDK: quote and train on mixed accelerators, bid for spot chips, from Python or the CLI."""
+
+from starverse.client import Client, create_token
+from starverse.config import Config, load_config, save_config
+from starverse.errors import (
+    APIConnectionError,
+    APIError,
+    AuthError,
+    BudgetTooLow,
+    ConfigError,
+    IdempotencyConflict,
+    InsufficientCredit,
+    JobFailed,
+    ModelDoesNotFit,
+    NoCapacity,
+    NotFound,
+    PermissionDenied,
+    RateLimited,
+    ServerError,
+    StarverseError,
+    ValidationError,
+)
+from starverse.training import Cluster, MetaParallel, ModelConfig, Plan, Run, Trainer, accelerate
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "APIConnectionError",
+    "APIError",
+    "AuthError",
+    "BudgetTooLow",
+    "Client",
+    "Cluster",
+    "Config",
+    "ConfigError",
+    "IdempotencyConflict",
+    "InsufficientCredit",
+    "JobFailed",
+    "MetaParallel",
+    "ModelConfig",
+    "ModelDoesNotFit",
+    "NoCapacity",
+    "NotFound",
+    "PermissionDenied",
+    "Plan",
+    "RateLimited",
+    "Run",
+    "ServerError",
+    "StarverseError",
+    "Trainer",
+    "ValidationError",
+    "accelerate",
+    "create_token",
+    "load_config",
+    "save_config",
+]

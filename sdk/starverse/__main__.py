@@ -1,0 +1,5 @@
+import sys
+
+from starverse.cli import main
+
+sys.exit(main())

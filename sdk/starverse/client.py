@@ -1,0 +1,227 @@
+"""HTTP client of the Starverse REST API (/api/v1/): retries with backoff, idempotency keys, typed errors."""
+
+from __future__ import annotations
+
+import random
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+
+from starverse import errors
+from starverse.config import Config, load_config
+
+API_PREFIX = "/api/v1"
+USER_AGENT = "starverse-python/0.1"
+# Worth retrying: the platform restarting, overloaded or asking us to slow down, or a duplicate in flight.
+RETRY_STATUSES = {409, 429, 500, 502, 503, 504}
+
+
+class Client:
+    """One platform, one token. Every method returns the API's JSON (dicts and lists)."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        api_key: str | None = None,
+        *,
+        timeout: float = 30.0,
+        retries: int = 4,
+        backoff: float = 0.5,
+        transport: httpx.BaseTransport | None = None,
+        need_key: bool = True,
+    ):
+        self.config: Config = load_config(url, api_key, need_key=need_key)
+        self.retries, self.backoff = retries, backoff
+        headers = {"User-Agent": USER_AGENT, "Accept": "application/json"}
+        if self.config.api_key:
+            headers["Authorization"] = f"Bearer {self.config.api_key}"
+        self.http = httpx.Client(base_url=self.config.url, headers=headers, timeout=timeout, transport=transport)
+
+    @property
+    def url(self) -> str:
+        return self.config.url
+
+    def close(self) -> None:
+        self.http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- the transport: retries and errors -------------------------------------------------------
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: dict | None = None,
+        idempotency_key: str | None = None,
+    ) -> Any:
+        """Send a request and return its JSON; raise a typed error for an error answer.
+
+        Safe requests (GET) and requests with an Idempotency-Key are retried on connection errors,
+        429, 409 and 5xx with exponential backoff and the same key; others only when the connection
+        failed before anything was sent.
+        """
+        url = path if path.startswith("http") else f"{API_PREFIX}/{path.lstrip('/')}"
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+        retryable = method == "GET" or idempotency_key is not None
+        for attempt in range(self.retries + 1):
+            last = attempt == self.retries
+            try:
+                response = self.http.request(method, url, json=json, params=clean(params), headers=headers)
+            except httpx.ConnectError as error:
+                if last:
+                    raise errors.APIConnectionError(f"Can't reach {self.url}: {error}") from error
+                self.sleep(attempt)
+                continue
+            except httpx.TransportError as error:  # sent, maybe processed: only safe to resend with a key
+                if last or not retryable:
+                    raise errors.APIConnectionError(f"The connection to {self.url} failed: {error}") from error
+                self.sleep(attempt)
+                continue
+            if response.status_code in RETRY_STATUSES and retryable and not last:
+                self.sleep(attempt, retry_after(response))
+                continue
+            return self.answer(response)
+        raise AssertionError("unreachable")
+
+    def answer(self, response: httpx.Response) -> Any:
+        if response.status_code == 204:
+            return None
+        try:
+            body = response.json()
+        except ValueError:
+            body = response.text
+        if response.status_code >= 400:
+            raise errors.error_for(response.status_code, body, retry_after(response))
+        return body
+
+    def sleep(self, attempt: int, at_least: float | None = None) -> None:
+        delay = self.backoff * (2**attempt) * (0.5 + random.random() / 2)
+        time.sleep(max(delay, min(at_least or 0, 60)))
+
+    def get(self, path: str, **params) -> Any:
+        return self.request("GET", path, params=params)
+
+    def post(self, path: str, body: dict | None = None, *, idempotency_key: str | None = None) -> Any:
+        return self.request("POST", path, json=body or {}, idempotency_key=idempotency_key)
+
+    def pages(self, path: str, **params) -> Iterator[dict]:
+        """Every item of a paginated list, following `next` links."""
+        page = self.get(path, **params)
+        while True:
+            yield from page["results"] if isinstance(page, dict) else page
+            if not isinstance(page, dict) or not page.get("next"):
+                return
+            page = self.request("GET", page["next"])
+
+    # -- catalog and account ---------------------------------------------------------------------
+
+    def chips(self) -> list[dict]:
+        return self.get("chips/")
+
+    def pools(self) -> list[dict]:
+        return list(self.pages("pools/"))
+
+    def account(self) -> dict:
+        return self.get("account/")
+
+    def ledger(self, limit: int = 50) -> list[dict]:
+        return self.get("ledger/")["results"][:limit]
+
+    def usage(self, group: str = "job", since: str | None = None, until: str | None = None) -> dict:
+        return self.get("usage/", group=group, since=since, until=until)
+
+    def topup(self, amount: str, idempotency_key: str | None = None) -> dict:
+        return self.post("topups/", {"amount": str(amount)}, idempotency_key=idempotency_key or new_key())
+
+    def price_history(self, chip: str) -> list[dict]:
+        return list(self.pages("prices/history/", chip=chip))
+
+    # -- jobs ---------------------------------------------------------------------------------------
+
+    def quote(self, spec: dict) -> dict:
+        return self.post("quotes/", spec)
+
+    def create_job(self, spec: dict, idempotency_key: str | None = None) -> dict:
+        """Submit a job; retries reuse one Idempotency-Key, so a lost answer can't start a second job."""
+        return self.post("jobs/", spec, idempotency_key=idempotency_key or new_key())
+
+    def jobs(self, status: str | None = None, limit: int | None = None) -> list[dict]:
+        found = []
+        for job in self.pages("jobs/", status=status):
+            found.append(job)
+            if limit and len(found) >= limit:
+                break
+        return found
+
+    def job(self, job_id: int) -> dict:
+        return self.get(f"jobs/{int(job_id)}/")
+
+    def cancel_job(self, job_id: int, idempotency_key: str | None = None) -> dict:
+        return self.post(f"jobs/{int(job_id)}/cancel/", idempotency_key=idempotency_key or new_key())
+
+    def job_logs(self, job_id: int, after: int = 0, limit: int = 200) -> list[dict]:
+        return self.get(f"jobs/{int(job_id)}/logs/", after=after, limit=limit)
+
+    def job_events(self, job_id: int) -> list[dict]:
+        return self.get(f"jobs/{int(job_id)}/events/")
+
+    def job_metrics(self, job_id: int, since_step: int = 0) -> dict:
+        return self.get(f"jobs/{int(job_id)}/metrics/", since_step=since_step)
+
+    # -- spot bids ----------------------------------------------------------------------------------
+
+    def bids(self, status: str | None = None, job: int | None = None) -> list[dict]:
+        return list(self.pages("bids/", status=status, job=job))
+
+    def bid(self, bid_id: int) -> dict:
+        return self.get(f"bids/{int(bid_id)}/")
+
+    def create_bid(self, job: int, chip: str, chips: int, max_price: str, idempotency_key: str | None = None) -> dict:
+        body = {"job": int(job), "chip": chip, "chips": int(chips), "max_price": str(max_price)}
+        return self.post("bids/", body, idempotency_key=idempotency_key or new_key())
+
+    def update_bid(self, bid_id: int, **changes) -> dict:
+        body = {key: str(value) if key == "max_price" else value for key, value in changes.items()}
+        return self.request("PATCH", f"bids/{int(bid_id)}/", json=body)
+
+    def cancel_bid(self, bid_id: int) -> dict:
+        return self.post(f"bids/{int(bid_id)}/cancel/")
+
+    # -- tokens -------------------------------------------------------------------------------------
+
+    def tokens(self) -> list[dict]:
+        return list(self.pages("tokens/"))
+
+    def revoke_token(self, token_id: int) -> None:
+        self.request("DELETE", f"tokens/{int(token_id)}/")
+
+
+def create_token(url: str, username: str, password: str, *, name: str = "starverse CLI", **kwargs) -> dict:
+    """Exchange a username (or e-mail) and password for a new API token (its secret is in `token`)."""
+    with Client(url, need_key=False, **kwargs) as client:
+        return client.post("tokens/", {"username": username, "password": password, "name": name})
+
+
+def new_key() -> str:
+    return f"sdk-{uuid.uuid4()}"
+
+
+def retry_after(response: httpx.Response) -> float | None:
+    try:
+        return float(response.headers.get("Retry-After", ""))
+    except ValueError:
+        return None
+
+
+def clean(params: dict | None) -> dict | None:
+    return {key: value for key, value in params.items() if value is not None} if params else None
