@@ -1,4 +1,4 @@
-"""Compute usage as billed: one row per meter charge, written with its ledger transaction."""
+"""Compute usage as billed: one row per allocation per meter tick, written with the ledger transaction that paid it."""
 
 from __future__ import annotations
 
@@ -12,17 +12,32 @@ from billing.money import format_amount
 class Charge(models.Model):
     """What one allocation was charged for [started_at, ended_at): the basis of statements."""
 
-    allocation = models.ForeignKey("workers.Allocation", on_delete=models.PROTECT, related_name="charges")
-    job = models.ForeignKey("workers.Job", on_delete=models.PROTECT, related_name="charges")
-    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="charges")
-    chip_type = models.ForeignKey("workers.ChipType", on_delete=models.PROTECT, related_name="+")
+    # The allocation is a real foreign key. Job, owner and chip type are copies of the allocation's,
+    # and the transaction that paid is append-only: instead of a per-row foreign key check each
+    # (at commit), one statement-level trigger checks every inserted row against its allocation and
+    # its transaction (billing migration 0006). Deleting what a charge names is still refused by the
+    # database (allocation -> job -> owner, allocation -> chip type; transactions are never deleted).
+    # The single-column indexes that (owner, ended_at) and (allocation, ended_at) cover are left out.
+    allocation = models.ForeignKey(
+        "workers.Allocation", on_delete=models.PROTECT, related_name="charges", db_index=False
+    )
+    job = models.ForeignKey("workers.Job", on_delete=models.PROTECT, related_name="charges", db_constraint=False)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="charges", db_constraint=False, db_index=False
+    )
+    chip_type = models.ForeignKey(
+        "workers.ChipType", on_delete=models.PROTECT, related_name="+", db_constraint=False, db_index=False
+    )
     mode = models.CharField(max_length=12)
     chips = models.PositiveSmallIntegerField()
     started_at = models.DateTimeField()
     ended_at = models.DateTimeField()
     seconds = models.PositiveIntegerField(help_text="Wall-clock seconds covered (per chip).")
     amount = models.BigIntegerField(help_text="micro-units")
-    transaction = models.OneToOneField("billing.Transaction", on_delete=models.PROTECT, related_name="charge")
+    # One CHARGE transaction per wallet per meter tick pays all of that wallet's charges of the tick.
+    transaction = models.ForeignKey(
+        "billing.Transaction", on_delete=models.PROTECT, related_name="charges", db_constraint=False
+    )
     created_at = models.DateTimeField()
 
     class Meta:

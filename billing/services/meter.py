@@ -10,9 +10,13 @@ Rules (issue 4, DESIGN.md section 7):
   from scratch every time, and a tick charges `owed - charged_total`. However many ticks, the
   sum is one rounding of the whole span.
 - One database transaction per batch: the allocation rows are locked and re-read, the ledger
-  transactions (key `meter:{allocation}:{mark epoch seconds}`), the Charge rows and the advance of
-  `billed_through`/`charged_total` commit together or not at all. A retry, a second beat or a
-  crashed worker's redelivery re-reads the advanced mark and does nothing.
+  transactions, the Charge rows and the advance of `billed_through`/`charged_total` commit
+  together or not at all. A retry, a second beat or a crashed worker's redelivery re-reads the
+  advanced mark and does nothing.
+- One ledger transaction per wallet per batch (wallet -> revenue, key
+  `meter:w{wallet}:{tick time in us}:a{first allocation}`) pays all of that wallet's charges; each
+  Charge row names it. Batches keep a wallet's allocations together, so a wallet is charged once
+  a tick unless it has more allocations than a batch holds.
 - A wallet never goes negative. When a wallet cannot cover what its allocations owe, each is
   charged in id order while the balance lasts (the last one partly); the mark still advances, the
   unpaid rest stays visible as `owed - charged_total` (which `manage.py reconcile` reports),
@@ -26,17 +30,17 @@ import bisect
 import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from decimal import Decimal, localcontext
+from datetime import UTC, datetime, timedelta
 
+import psycopg
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
 from billing.choices import AccountKind, TransactionKind
-from billing.models import Account, Charge, Entry, Price, Transaction
-from billing.money import format_amount, round_micros
+from billing.models import Account, Price
+from billing.money import format_amount
 from billing.services.ledger import Leg, fingerprint_of, platform_account, wallet_for
 from workers.choices import AllocationMode
 from workers.models import Allocation
@@ -45,6 +49,7 @@ logger = logging.getLogger(__name__)
 
 SECOND = timedelta(seconds=1)
 MICROSECOND = timedelta(microseconds=1)
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 MICROSECONDS_PER_HOUR = 3600 * 1_000_000
 BATCH = 1000
 
@@ -124,10 +129,15 @@ def billing_mark(started_at: datetime, until: datetime) -> datetime:
 
 
 def owed(book: PriceBook, chip_type_id: int, mode: str, chips: int, started_at: datetime, mark: datetime) -> int:
-    """What [started_at, mark) costs, rounded once (the cumulative-exact total)."""
-    numerator = chips * book.integral(chip_type_id, mode, started_at, mark)
-    with localcontext(prec=80):  # exact enough that the half-up rule decides every tie correctly
-        return round_micros(Decimal(numerator) / MICROSECONDS_PER_HOUR)
+    """What [started_at, mark) costs, rounded once, half up (the cumulative-exact total)."""
+    return round_half_up(chips * book.integral(chip_type_id, mode, started_at, mark), MICROSECONDS_PER_HOUR)
+
+
+def round_half_up(numerator: int, denominator: int) -> int:
+    """numerator / denominator rounded half away from zero, in integers (money.round_micros's rule, exactly)."""
+    whole, rest = divmod(abs(numerator), denominator)
+    whole += 2 * rest >= denominator
+    return whole if numerator >= 0 else -whole
 
 
 @dataclass
@@ -165,6 +175,7 @@ class MeterResult:
     seconds: int = 0
     charged: int = 0
     charges: int = 0
+    transactions: int = 0
     shortfalls: list[Bill] = field(default_factory=list)
 
     def add(self, other: MeterResult) -> None:
@@ -172,26 +183,52 @@ class MeterResult:
         self.seconds += other.seconds
         self.charged += other.charged
         self.charges += other.charges
+        self.transactions += other.transactions
         self.shortfalls += other.shortfalls
 
 
 # Ticks ----------------------------------------------------------------------------------------
 
 
-def due_allocations():
-    """Open allocations, and ended ones not yet billed through their last whole second."""
-    return Allocation.objects.filter(Q(ended_at__isnull=True) | Q(billed_through__lte=F("ended_at") - SECOND))
+def due_allocations(now: datetime | None = None):
+    """Open allocations, and ended ones not yet billed through their last whole second.
+
+    With `now`, only those with a whole second to bill by then (a mark is a whole number of
+    seconds from the start, so the next one is `billed_through + 1 s`).
+    """
+    due = Allocation.objects.filter(Q(ended_at__isnull=True) | Q(billed_through__lte=F("ended_at") - SECOND))
+    return due.filter(billed_through__lte=now - SECOND) if now is not None else due
 
 
 def run_meter(now=None, batch: int = BATCH) -> MeterResult:
-    """One beat: charge every due allocation up to `now`. Rows another tick holds are skipped."""
+    """One beat: charge every due allocation up to `now`. Rows another tick holds are skipped.
+
+    Batches hold whole wallets where they can (allocations by owner, then id), so that a wallet
+    gets one ledger transaction a tick.
+    """
     now = now or timezone.now()
-    ids = list(due_allocations().order_by("pk").values_list("pk", flat=True))
+    rows = list(due_allocations(now).order_by("job__owner_id", "pk").values_list("pk", "job__owner_id"))
     book = PriceBook.load()
     result = MeterResult()
-    for start in range(0, len(ids), batch):
-        result.add(charge_allocations(ids[start : start + batch], now, book=book, skip_locked=True))
+    for ids in _batches(rows, batch):
+        result.add(charge_allocations(ids, now, book=book, skip_locked=True))
     return result
+
+
+def _batches(rows: list[tuple[int, int]], size: int) -> list[list[int]]:
+    """Allocation ids in batches of about `size`, cut between owners (an owner with more than `size` is split)."""
+    by_owner: dict[int, list[int]] = defaultdict(list)
+    for pk, owner_id in rows:
+        by_owner[owner_id].append(pk)
+    batches: list[list[int]] = [[]]
+    for ids in by_owner.values():
+        if batches[-1] and len(batches[-1]) + len(ids) > size:
+            batches.append([])
+        for start in range(0, len(ids), size):
+            if len(batches[-1]) >= size:
+                batches.append([])
+            batches[-1].extend(ids[start : start + size])
+    return [ids for ids in batches if ids]
 
 
 def charge_allocation(allocation_id: int, now=None) -> MeterResult:
@@ -220,11 +257,19 @@ def _lock(ids: list[int], skip_locked: bool) -> list[Bill]:
         "SELECT a.id, a.job_id, j.owner_id, a.chip_type_id, a.mode, a.chips, a.started_at, a.ended_at,"
         " a.billed_through, a.charged_total"
         " FROM workers_allocation a JOIN workers_job j ON j.id = a.job_id"
-        " WHERE a.id = ANY(%s) ORDER BY a.id FOR UPDATE OF a" + (" SKIP LOCKED" if skip_locked else "")
+        " WHERE a.id = ANY(%s::bigint[]) ORDER BY a.id FOR UPDATE OF a" + (" SKIP LOCKED" if skip_locked else "")
     )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [list(ids)])
+    # Rows come back in PostgreSQL's binary format: reading 1,000 timestamps as text costs more
+    # than the rest of the lock. Same connection, same transaction as Django's cursors.
+    connection.ensure_connection()
+    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
+        cursor.execute(sql, [_int_array(ids)], binary=True)
         return [Bill(*row) for row in cursor.fetchall()]
+
+
+def _int_array(values) -> str:
+    """A PostgreSQL array literal of integers: one short string instead of one parameter per element."""
+    return "{" + ",".join(map(str, values)) + "}"
 
 
 def _advance(bill: Bill, book: PriceBook, now: datetime) -> bool:
@@ -239,31 +284,19 @@ def _advance(bill: Bill, book: PriceBook, now: datetime) -> bool:
 
 
 def _post(bills: list[Bill], now: datetime) -> MeterResult:
+    """Write the batch: a ledger transaction per wallet, a Charge row per paid allocation, the marks."""
     revenue = platform_account(AccountKind.REVENUE)
     wallets = _lock_wallets({bill.owner_id for bill in bills if bill.delta > 0}, revenue)
     _pay(bills, wallets)
     paid = [bill for bill in bills if bill.charged > 0]
-    txns = Transaction.objects.bulk_create([_transaction(bill, wallets, revenue, now) for bill in paid])
-    Entry.objects.bulk_create(
-        [
-            entry
-            for bill, txn in zip(paid, txns, strict=True)
-            for entry in (
-                Entry(transaction=txn, account_id=wallets[bill.owner_id].pk, amount=-bill.charged, created_at=now),
-                Entry(transaction=txn, account_id=revenue.pk, amount=bill.charged, created_at=now),
-            )
-        ],
-        # An even batch never splits a transaction's two legs over two INSERTs (the ledger checks
-        # balance per statement; see billing migration 0005).
-        batch_size=2000,
-    )
-    Charge.objects.bulk_create(_charge_row(bill, txn, now) for bill, txn in zip(paid, txns, strict=True))
-    _save_marks(bills)
+    posted = _post_ledger(paid, wallets, revenue, now)
+    _save(bills, posted, now)
     return MeterResult(
         allocations=len(bills),
         seconds=sum(bill.seconds * bill.chips for bill in bills),
         charged=sum(bill.charged for bill in paid),
         charges=len(paid),
+        transactions=len(posted),
         shortfalls=[bill for bill in bills if bill.shortfall > 0],
     )
 
@@ -297,41 +330,91 @@ def _pay(bills: list[Bill], wallets: dict[int, Account]) -> None:
             left[bill.owner_id] -= bill.charged
 
 
-def _transaction(bill: Bill, wallets: dict[int, Account], revenue: Account, now: datetime) -> Transaction:
-    legs = [Leg(wallets[bill.owner_id], -bill.charged), Leg(revenue, bill.charged)]
-    return Transaction(
-        idempotency_key=f"meter:{bill.id}:{int(bill.mark.timestamp())}",
-        fingerprint=fingerprint_of(TransactionKind.CHARGE, legs),
-        kind=TransactionKind.CHARGE,
-        memo=f"Job {bill.job_id}: {bill.seconds}s x {bill.chips} chip(s), allocation {bill.id}",
-        created_at=now,
-    )
+def _post_ledger(paid: list[Bill], wallets: dict[int, Account], revenue: Account, now: datetime) -> dict[int, int]:
+    """One CHARGE transaction per wallet (wallet -> revenue, the sum of its allocations' charges).
 
-
-def _charge_row(bill: Bill, txn: Transaction, now: datetime) -> Charge:
-    return Charge(
-        allocation_id=bill.id,
-        job_id=bill.job_id,
-        owner_id=bill.owner_id,
-        chip_type_id=bill.chip_type_id,
-        mode=bill.mode,
-        chips=bill.chips,
-        started_at=bill.billed_through,
-        ended_at=bill.mark,
-        seconds=bill.seconds,
-        amount=bill.charged,
-        transaction=txn,
-        created_at=now,
-    )
-
-
-def _save_marks(bills: list[Bill]) -> None:
+    Returns {owner id: transaction id}. The key names the wallet, the tick's time and the batch's
+    first allocation of that wallet: no two ticks can produce it (that allocation's mark moves on
+    when this one commits), so it never refuses a legitimate tick. What keeps a retry, a second
+    beat or a redelivery from charging twice is the allocation rows' marks, re-read under their locks.
+    """
+    by_owner: dict[int, list[Bill]] = defaultdict(list)
+    for bill in paid:
+        by_owner[bill.owner_id].append(bill)
+    if not by_owner:
+        return {}
+    tick = (now - EPOCH) // MICROSECOND
+    owners, keys, fingerprints, memos, accounts, amounts = [], [], [], [], [], []
+    for owner_id, owner_bills in by_owner.items():
+        wallet, amount = wallets[owner_id], sum(bill.charged for bill in owner_bills)
+        owners.append(owner_id)
+        keys.append(f"meter:w{wallet.pk}:{tick}:a{owner_bills[0].id}")
+        fingerprints.append(fingerprint_of(TransactionKind.CHARGE, [Leg(wallet, -amount), Leg(revenue, amount)]))
+        memos.append(_memo(owner_bills))
+        accounts.append(wallet.pk)
+        amounts.append(amount)
     with connection.cursor() as cursor:
         cursor.execute(
-            "UPDATE workers_allocation a SET billed_through = v.mark, charged_total = a.charged_total + v.charged"
-            " FROM (SELECT unnest(%s::bigint[]) AS id, unnest(%s::timestamptz[]) AS mark,"
-            " unnest(%s::bigint[]) AS charged) v WHERE a.id = v.id",
-            [[b.id for b in bills], [b.mark for b in bills], [b.charged for b in bills]],
+            "INSERT INTO billing_transaction (idempotency_key, fingerprint, kind, memo, created_at)"
+            " SELECT key, fingerprint, %s, memo, %s FROM unnest(%s::text[], %s::text[], %s::text[])"
+            " AS v(key, fingerprint, memo) RETURNING idempotency_key, id",
+            [TransactionKind.CHARGE, now, keys, fingerprints, memos],
+        )
+        ids = dict(cursor.fetchall())
+        txns = [ids[key] for key in keys]
+        # Both legs of every transaction in one INSERT: the ledger checks balance per statement (migration 0005).
+        cursor.execute(
+            "INSERT INTO billing_entry (transaction_id, account_id, amount, created_at)"
+            " SELECT txn, account, amount, %s FROM unnest(%s::bigint[], %s::bigint[], %s::bigint[])"
+            " AS v(txn, account, amount)",
+            [
+                now,
+                _int_array(txns + txns),
+                _int_array(accounts + [revenue.pk] * len(txns)),
+                _int_array([-amount for amount in amounts] + amounts),
+            ],
+        )
+    return dict(zip(owners, txns, strict=True))
+
+
+def _memo(bills: list[Bill]) -> str:
+    jobs = sorted({bill.job_id for bill in bills})
+    named = ", ".join(str(job) for job in jobs[:12]) + (f" and {len(jobs) - 12} more" if len(jobs) > 12 else "")
+    chip_seconds = sum(bill.seconds * bill.chips for bill in bills)
+    return (
+        f"Compute, job{'s' if len(jobs) > 1 else ''} {named}: {chip_seconds:,} chip-second(s)"
+        f" on {len(bills)} allocation(s)"
+    )[:500]
+
+
+def _save(bills: list[Bill], posted: dict[int, int], now: datetime) -> None:
+    """Advance every bill's mark and charged total, and write a Charge row for each paid one, in one statement.
+
+    A mark is sent as whole seconds since the allocation's start; the statement's reads of the
+    allocation rows see them as they were before its UPDATE (one snapshot), so the old mark is
+    the charge's start.
+    """
+    mark = "a.started_at + v.whole * interval '1 second'"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "WITH v AS (SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::bigint[], %s::bigint[], %s::bigint[])"
+            " AS v(id, whole, seconds, charged, txn)),"
+            f" moved AS (UPDATE workers_allocation a SET billed_through = {mark},"
+            " charged_total = a.charged_total + v.charged FROM v WHERE a.id = v.id)"
+            " INSERT INTO billing_charge (allocation_id, job_id, owner_id, chip_type_id, mode, chips,"
+            " started_at, ended_at, seconds, amount, transaction_id, created_at)"
+            f" SELECT a.id, a.job_id, j.owner_id, a.chip_type_id, a.mode, a.chips, a.billed_through, {mark},"
+            " v.seconds, v.charged, v.txn, %s"
+            " FROM v JOIN workers_allocation a ON a.id = v.id JOIN workers_job j ON j.id = a.job_id"
+            " WHERE v.charged > 0 ORDER BY a.id",
+            [
+                _int_array(bill.id for bill in bills),
+                _int_array((bill.mark - bill.started_at) // SECOND for bill in bills),
+                _int_array(bill.seconds for bill in bills),
+                _int_array(bill.charged for bill in bills),
+                _int_array(posted.get(bill.owner_id, 0) if bill.charged else 0 for bill in bills),
+                now,
+            ],
         )
 
 

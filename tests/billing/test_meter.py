@@ -13,9 +13,10 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
+from billing.choices import TransactionKind
 from billing.models import Charge, Price, Transaction
 from billing.services.credits import adjust_credit
-from billing.services.ledger import balance_of
+from billing.services.ledger import balance_of, wallet_for
 from billing.services.meter import charge_allocation, charge_allocations, run_meter
 from tests.compute.conftest import enroll, hand_plan, planning_job  # noqa: F401 - fixtures
 from workers.choices import AllocationMode, JobStatus
@@ -155,7 +156,9 @@ def test_the_same_tick_twice_charges_once(placed, alice):
     second = charge_allocation(allocation.pk, now)
     assert (first.charges, second.charges) == (1, 0)
     assert Charge.objects.filter(allocation=allocation).count() == 1
-    assert Transaction.objects.filter(idempotency_key=f"meter:{allocation.pk}:{int(now.timestamp())}").count() == 1
+    [paid] = Transaction.objects.filter(kind=TransactionKind.CHARGE)
+    assert paid.idempotency_key.startswith(f"meter:w{wallet_for(alice).pk}:")
+    assert paid.charges.get().allocation_id == allocation.pk
     assert balance_of(alice) == 10**12 - exact_cost(allocation, now)
 
 

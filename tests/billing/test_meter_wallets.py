@@ -1,0 +1,207 @@
+"""A tick pays each wallet's charges with one ledger transaction, and the database checks the rows it writes."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.db import IntegrityError, connection, transaction
+from test_meter import FOUR_CHIPS_PER_HOUR, T0, exact_cost, fund, open_allocation
+
+from billing.choices import AccountKind, TransactionKind
+from billing.models import Charge, Entry, Transaction
+from billing.services.credits import adjust_credit
+from billing.services.ledger import audit_ledger, balance_of, platform_account, transfer, wallet_for
+from billing.services.meter import charge_allocations, due_allocations, run_meter
+from tests.compute.conftest import enroll, planning_job  # noqa: F401 - fixtures
+from workers.choices import JobStatus
+from workers.models import Job
+
+pytestmark = pytest.mark.django_db
+
+HOUR = T0 + timedelta(seconds=3600)
+
+
+@pytest.fixture
+def two_owners(alice, bob, enroll, planning_job):  # noqa: F811
+    """Alice's and Bob's allocations on one node, their ids interleaved."""
+    fund(alice)
+    fund(bob)
+    node, _ = enroll("wallets", chips=8)
+    jobs = {
+        alice: planning_job(status=JobStatus.RUNNING),
+        bob: Job.objects.create(
+            owner=bob,
+            model_name="llama-tiny",
+            per_device_batch_size=4,
+            max_steps=10,
+            max_budget_per_hour=28_000_000,
+            status=JobStatus.RUNNING,
+        ),
+    }
+    allocations = {alice: [], bob: []}
+    for _ in range(3):
+        for user in (alice, bob):
+            allocations[user].append(open_allocation(jobs[user], node))
+    return allocations
+
+
+def charge_transactions() -> list[Transaction]:
+    return list(Transaction.objects.filter(kind=TransactionKind.CHARGE).order_by("pk"))
+
+
+def test_a_tick_posts_one_transaction_per_wallet_that_pays_exactly_its_charges(two_owners, alice, bob):
+    result = run_meter(HOUR)
+
+    assert (result.charges, result.transactions) == (6, 2)
+    revenue = platform_account(AccountKind.REVENUE)
+    for user in (alice, bob):
+        [paid] = Transaction.objects.filter(kind=TransactionKind.CHARGE, entries__account=wallet_for(user))
+        charges = Charge.objects.filter(transaction=paid)
+        assert sorted(charges.values_list("allocation_id", flat=True)) == [a.pk for a in two_owners[user]]
+        assert all(charge.owner_id == user.pk for charge in charges)
+        legs = dict(paid.entries.values_list("account_id", "amount"))
+        assert legs == {wallet_for(user).pk: -3 * FOUR_CHIPS_PER_HOUR, revenue.pk: 3 * FOUR_CHIPS_PER_HOUR}
+        assert balance_of(user) == 10**12 - 3 * FOUR_CHIPS_PER_HOUR
+    assert platform_account(AccountKind.REVENUE).balance == 6 * FOUR_CHIPS_PER_HOUR
+    assert audit_ledger() == []
+
+
+def test_a_batch_holds_a_wallets_allocations_together_so_it_is_charged_once(two_owners):
+    """Batches of three, ids interleaved alice/bob: batching by id would split both wallets over two batches."""
+    result = run_meter(HOUR, batch=3)
+    assert (result.charges, result.transactions) == (6, 2)
+    assert [txn.charges.count() for txn in charge_transactions()] == [3, 3]
+
+
+def test_a_wallet_with_more_allocations_than_a_batch_is_charged_once_per_batch(two_owners, alice):
+    result = run_meter(HOUR, batch=2)
+    assert result.charges == 6
+    assert sorted(txn.charges.count() for txn in charge_transactions()) == [1, 1, 2, 2]
+    assert balance_of(alice) == 10**12 - 3 * FOUR_CHIPS_PER_HOUR
+
+
+def test_a_second_tick_at_the_same_time_finds_nothing_due_and_writes_nothing(two_owners):
+    run_meter(HOUR)
+    rows = Transaction.objects.count(), Entry.objects.count(), Charge.objects.count()
+    assert not due_allocations(HOUR).exists()
+    assert not due_allocations(HOUR + timedelta(microseconds=999_999)).exists()
+    assert due_allocations(HOUR + timedelta(seconds=1)).count() == 6
+    again = run_meter(HOUR)
+    assert (again.allocations, again.charges, again.transactions) == (0, 0, 0)
+    assert (Transaction.objects.count(), Entry.objects.count(), Charge.objects.count()) == rows
+
+
+def test_a_short_wallet_pays_its_allocations_in_id_order_until_empty(two_owners, alice, bob):
+    """1.5 allocations' worth: the first is paid in full, the second in part, the third not at all."""
+    adjust_credit(alice, -(10**12) + FOUR_CHIPS_PER_HOUR * 3 // 2, reason="drain", actor=None, key="drain")
+    result = charge_allocations([a.pk for a in two_owners[alice] + two_owners[bob]], HOUR)
+
+    for allocation in two_owners[alice]:
+        allocation.refresh_from_db()
+        assert allocation.billed_through == HOUR  # the mark moves on whether or not it was paid
+    assert [a.charged_total for a in two_owners[alice]] == [FOUR_CHIPS_PER_HOUR, FOUR_CHIPS_PER_HOUR // 2, 0]
+    assert balance_of(alice) == 0
+    assert sorted(Charge.objects.filter(owner=alice).values_list("amount", flat=True)) == [
+        FOUR_CHIPS_PER_HOUR // 2,
+        FOUR_CHIPS_PER_HOUR,
+    ]
+    assert sum(s.shortfall for s in result.shortfalls) == FOUR_CHIPS_PER_HOUR * 3 // 2
+    assert balance_of(bob) == 10**12 - 3 * FOUR_CHIPS_PER_HOUR
+    assert audit_ledger() == []
+
+
+def test_ticks_add_up_per_allocation_with_wallet_transactions(two_owners, alice):
+    for seconds in (1, 7, 60, 61, 600, 3599, 3600):
+        run_meter(T0 + timedelta(seconds=seconds, microseconds=400_000))
+    for allocation in two_owners[alice]:
+        allocation.refresh_from_db()
+        assert allocation.charged_total == exact_cost(allocation, HOUR)
+        assert sum(allocation.charges.values_list("seconds", flat=True)) == 3600
+    assert len(charge_transactions()) == 2 * 7
+
+
+# The database's own checks on what a tick writes ------------------------------------------------
+
+
+def insert_charge(allocation, txn, **changes) -> None:
+    row = {
+        "allocation_id": allocation.pk,
+        "job_id": allocation.job_id,
+        "owner_id": allocation.job.owner_id,
+        "chip_type_id": allocation.chip_type_id,
+        "mode": allocation.mode,
+        "chips": allocation.chips,
+        "started_at": allocation.started_at,
+        "ended_at": allocation.started_at + timedelta(seconds=1),
+        "seconds": 1,
+        "amount": 1,
+        "transaction_id": txn.pk,
+        "created_at": allocation.started_at,
+        **changes,
+    }
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO billing_charge ({', '.join(row)}) VALUES ({', '.join(['%s'] * len(row))})", list(row.values())
+        )
+
+
+@pytest.fixture
+def paid_by(alice):
+    def post(kind=TransactionKind.CHARGE, key="raw-charge") -> Transaction:
+        return transfer(
+            key=key,
+            kind=kind,
+            source=wallet_for(alice),
+            destination=platform_account(AccountKind.REVENUE),
+            amount=1,
+        )
+
+    return post
+
+
+def test_the_database_accepts_a_charge_that_matches_its_allocation(two_owners, alice, paid_by):
+    insert_charge(two_owners[alice][0], paid_by())
+    assert Charge.objects.count() == 1
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"owner_id": "bob"},
+        {"job_id": "bob's job"},
+        {"chip_type_id": 999_999},
+        {"mode": "spot"},
+        {"chips": 3},
+        {"allocation_id": 999_999},
+        {"transaction_id": 999_999},
+    ],
+    ids=lambda changes: next(iter(changes)),
+)
+def test_the_database_refuses_a_charge_that_does_not_match_its_allocation(two_owners, alice, bob, paid_by, changes):
+    allocation, txn = two_owners[alice][0], paid_by()
+    values = {"bob": bob.pk, "bob's job": two_owners[bob][0].job_id}
+    changes = {column: values.get(value, value) for column, value in changes.items()}
+    with pytest.raises(IntegrityError, match="does not match allocation"):
+        insert_charge(allocation, txn, **changes)
+    assert not Charge.objects.exists()
+
+
+def test_the_database_refuses_a_charge_paid_by_a_transaction_that_is_not_a_charge(two_owners, alice, paid_by):
+    with pytest.raises(IntegrityError, match="a CHARGE transaction must pay it"):
+        insert_charge(two_owners[alice][0], paid_by(kind=TransactionKind.ADJUSTMENT))
+
+
+def test_the_database_refuses_legs_in_another_currency_added_to_a_transaction(alice):
+    """Each INSERT's legs balance on their own; they must also stay in the transaction's currency."""
+    fund(alice)
+    txn = Transaction.objects.get(kind=TransactionKind.ADJUSTMENT)
+    dollars = [platform_account(AccountKind.ADJUSTMENTS, "USD"), platform_account(AccountKind.PROMOTIONS, "USD")]
+    with pytest.raises(IntegrityError, match="unbalanced"), transaction.atomic():
+        Entry.objects.bulk_create(
+            [
+                Entry(transaction=txn, account=dollars[0], amount=5, created_at=txn.created_at),
+                Entry(transaction=txn, account=dollars[1], amount=-5, created_at=txn.created_at),
+            ]
+        )
+    assert txn.entries.count() == 2
