@@ -35,7 +35,7 @@ Report (one item) =
   {"kind": "metric", "rank", "step", "loss", "tokens", "tokens_per_s", "step_time_s",
    "samples_seen", "memory_mb", "t"}
 | {"kind": "log", "rank", "line", "t"}
-| {"kind": "checkpoint", "rank", "step", "path", "seconds", "t"}
+| {"kind": "checkpoint", "rank", "step", "path", "seconds", "stopping", "t"}   (stopping: the last one before a stop)
 | {"kind": "exit", "rank", "code", "error", "t"}      (error: the rank's last stderr lines)
 
 Agent <-> rank: the agent starts `python -m workers.runtime --config <launch.json>` with the

@@ -70,9 +70,7 @@ def _t() -> float:
     return timezone.now().timestamp()
 
 
-def test_a_higher_bid_takes_the_chips_and_the_job_resumes_elsewhere_from_its_checkpoint(
-    enroll, funded, alice, bob
-):
+def test_a_higher_bid_takes_the_chips_and_the_job_resumes_elsewhere_from_its_checkpoint(enroll, funded, alice, bob):
     spot_4090, _ = enroll("spot-4090", "rtx-4090", chips=2, spot=True)
     job = spot_job(alice, "0.80")
     job.refresh_from_db()
@@ -104,7 +102,15 @@ def test_a_higher_bid_takes_the_chips_and_the_job_resumes_elsewhere_from_its_che
         spot_4090,
         metric(0, 8),
         metric(1, 8),
-        {"kind": "checkpoint", "rank": 0, "step": 8, "path": "/ckpt/step-8", "seconds": 0.1, "t": _t()},
+        {
+            "kind": "checkpoint",
+            "rank": 0,
+            "step": 8,
+            "path": "/ckpt/step-8",
+            "seconds": 0.1,
+            "stopping": True,
+            "t": _t(),
+        },
         {"kind": "exit", "rank": 0, "code": 0, "t": _t()},
         {"kind": "exit", "rank": 1, "code": 0, "t": _t()},
     )

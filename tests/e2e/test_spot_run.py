@@ -8,6 +8,8 @@ loss where it was, the old chips stop billing at the notice, and training insura
 from __future__ import annotations
 
 import io
+import json
+import os
 import time
 
 import pytest
@@ -31,6 +33,36 @@ def stack(live_server, settings, tmp_path, alice, bob, fund):
     fund(bob)
     with platform_stack(live_server, settings, tmp_path) as running:
         yield running
+
+
+def record(scenario: str, migration: JobMigration, **extra) -> None:
+    """Print the migration's timeline; bench/spot_migration.py collects it through STARVERSE_BENCH_RECORD."""
+    job, notice = migration.job, migration.notice_at
+    timeline = {
+        event.kind: round((event.created_at - notice).total_seconds(), 2)
+        for event in job.events.filter(created_at__gte=notice).order_by("-created_at")
+    }
+    placed = job.events.filter(kind="placed", epoch=migration.to_epoch).first()
+    startup = [
+        f"+{(line.created_at - placed.created_at).total_seconds():.1f}s {line.line}"
+        for line in job.log_lines.filter(epoch=migration.to_epoch)
+        if "took" in line.line or "ready in" in line.line
+    ]
+    result = {
+        "scenario": scenario,
+        "notice_to_resumed_s": round(migration.downtime_seconds, 2),
+        "timeline_s": timeline,
+        "steps_lost": migration.steps_lost,
+        "lost_seconds": round(migration.lost_seconds or 0, 2),
+        "refund": migration.refund,
+        "world_size": [len(job.plan["ranks"])],
+        "rank_startup": startup,
+        **{key: round(value, 2) for key, value in extra.items()},
+    }
+    print(f"\n{scenario}: {json.dumps(result)}")
+    if path := os.environ.get("STARVERSE_BENCH_RECORD"):
+        with open(path, "a") as out:
+            out.write(json.dumps(result) + "\n")
 
 
 def wait_online(stack, *hostnames):
@@ -84,9 +116,7 @@ def test_a_higher_bid_takes_the_chips_and_the_run_resumes_elsewhere_from_its_che
         assert old.ended_at == migration.notice_at and old.billed_through <= migration.notice_at
     assert migration.refund > 0
     assert Transaction.objects.filter(idempotency_key=f"insurance:{migration.pk}", kind="refund").exists()
-    print(f"\nreclaim notice -> resumed: {migration.downtime_seconds:.1f}s")
-    for event in job.events.filter(created_at__gte=migration.notice_at):
-        print(f"  +{(event.created_at - migration.notice_at).total_seconds():5.1f}s {event.kind}: {event.message[:90]}")
+    record("outbid", migration)
 
     done = wait_until(
         lambda: Job.objects.filter(pk__in=[job_id, rival_id], status__in=JobStatus.finished()).count() == 2,
@@ -128,5 +158,5 @@ def test_killing_an_agent_mid_run_moves_the_run_and_refunds_the_lost_work(stack,
     job = Job.objects.get(pk=job_id)
     assert {rank["chip"] for rank in job.plan["ranks"]} == {"rtx-4090", "ascend-910b"}
     assert migration.resume_step == migration.checkpoint_step + 1
-    print(f"\ndead node noticed after {detected:.1f}s; resumed {migration.downtime_seconds:.1f}s after the notice")
+    record("lost node", migration, detected_s=detected)
     api_for(alice).post(f"/api/v1/jobs/{job_id}/cancel/")

@@ -31,7 +31,7 @@ EVENT_FIELDS = {
         "memory_mb",
         "t",
     ),
-    ReportKind.CHECKPOINT: ("step", "path", "seconds", "t"),
+    ReportKind.CHECKPOINT: ("step", "path", "seconds", "stopping", "t"),
 }
 DONE = "done"
 

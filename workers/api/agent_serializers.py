@@ -86,6 +86,7 @@ class ReportItemSerializer(serializers.Serializer):
     line = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
     path = serializers.CharField(required=False, max_length=500)
     seconds = serializers.FloatField(required=False, allow_null=True)
+    stopping = serializers.BooleanField(required=False, default=False)
     code = serializers.IntegerField(required=False)
     error = serializers.CharField(required=False, allow_blank=True, allow_null=True, trim_whitespace=False)
 

@@ -41,8 +41,9 @@ class EventStream:
         """step, loss, tokens, tokens_per_s, step_time_s, samples_seen, memory_mb."""
         self.emit("metric", **fields)
 
-    def checkpoint(self, step: int, path: str, seconds: float) -> None:
-        self.emit("checkpoint", step=step, path=path, seconds=round(seconds, 4))
+    def checkpoint(self, step: int, path: str, seconds: float, stopping: bool = False) -> None:
+        """`stopping`: the last checkpoint before the ranks stop (the one a reclaim notice asked for)."""
+        self.emit("checkpoint", step=step, path=path, seconds=round(seconds, 4), stopping=stopping)
 
     def done(self, step: int, loss: float | None, **extra: Any) -> None:
         self.emit("done", step=step, loss=loss, **extra)

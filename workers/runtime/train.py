@@ -103,7 +103,7 @@ class Trainer:
             request = self.step()
             if request.checkpoint or self._due():
                 final = self.state.step >= self.launch.max_steps
-                self.save(export=(request.stop and request.export) or final)
+                self.save(export=(request.stop and request.export) or final, stopping=request.stop)
         if not request.stop and self.saved != (self.state.step, True):
             self.save(export=True)
         self.events.done(self.state.step, self.state.loss, path=self.last_path, stopped=request.stop)
@@ -132,11 +132,11 @@ class Trainer:
         self._report(tokens, elapsed)
         return request
 
-    def save(self, export: bool) -> None:
+    def save(self, export: bool, stopping: bool = False) -> None:
         path, seconds = checkpoint.save(self.engine, self.launch, self.placement, self.state, export)
         self.saved, self.last_path = (self.state.step, export), str(path)
         if self.placement.rank == 0:
-            self.events.checkpoint(self.state.step, str(path), seconds)
+            self.events.checkpoint(self.state.step, str(path), seconds, stopping=stopping)
 
     def _due(self) -> bool:
         every = self.launch.checkpoint_every

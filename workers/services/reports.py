@@ -153,7 +153,7 @@ def _record_checkpoint(job: Job, item: dict, now) -> None:
     job.latest_checkpoint_step = item["step"]
     job.latest_checkpoint_at = _time(item, now)
     job.save(update_fields=["latest_checkpoint", "latest_checkpoint_step", "latest_checkpoint_at", "updated_at"])
-    if job.status == JobStatus.MIGRATING:  # the checkpoint the notice asked for: move on without waiting for exits
+    if job.status == JobStatus.MIGRATING and item.get("stopping"):  # the notice's checkpoint: move on at once
         transaction.on_commit(lambda: continue_migration(job.pk, release=False))
     record_event(
         job,
