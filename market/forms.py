@@ -38,7 +38,7 @@ class BidForm(RefusalMixin, forms.Form):
     """A new bid: which of your live jobs, for which chips, at most how much per chip-hour."""
 
     job = JobChoiceField(queryset=Job.objects.none(), empty_label="Choose a job", help_text="One of your live jobs.")
-    chip = ChipChoiceField(queryset=ChipType.objects.all(), to_field_name="slug", empty_label="Choose a chip type")
+    chip = ChipChoiceField(queryset=ChipType.objects.all(), to_field_name="slug", empty_label="Choose…")
     chips = forms.IntegerField(**CHIPS, initial=1, widget=forms.NumberInput(attrs={"min": "1"}))
     max_price = forms.DecimalField(
         **PRICE,
