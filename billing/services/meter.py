@@ -60,24 +60,50 @@ BATCH = 1000
 class PriceBook:
     """Price history per chip type, answering "what did a chip-hour cost at t" and over a span.
 
-    Spot allocations pay the spot floor until the spot market's clearing prices exist; that is
-    the one place (`_column`) a clearing-price history plugs in.
+    On-demand allocations pay the on-demand price in force. Spot allocations pay the spot market's
+    clearing price in force (market.SpotPrice, one row per clearing that changed the market), never
+    below the spot floor in force; before the first clearing, the floor.
     """
 
-    def __init__(self, rows: list[tuple[int, datetime, int, int]]):
+    def __init__(self, rows: list[tuple[int, datetime, int, int]], spot_rows: list[tuple[int, datetime, int]] = ()):
         self._times: dict[int, list[datetime]] = defaultdict(list)
         self._prices: dict[int, list[tuple[int, int]]] = defaultdict(list)
-        for chip_type_id, effective_at, on_demand, spot_floor in sorted(rows, key=lambda r: (r[0], r[1])):
-            self._times[chip_type_id].append(effective_at)
-            self._prices[chip_type_id].append((on_demand, spot_floor))
+        # One timeline per chip type: every moment the list price or the clearing price changed.
+        changes: dict[int, list[tuple[datetime, int, tuple]]] = defaultdict(list)
+        for chip_type_id, effective_at, on_demand, spot_floor in rows:
+            changes[chip_type_id].append((effective_at, 0, (on_demand, spot_floor)))
+        for chip_type_id, at, clearing in spot_rows:
+            changes[chip_type_id].append((at, 1, (clearing,)))
+        for chip_type_id, timeline in changes.items():
+            listed, clearing = None, None
+            for at, kind, values in sorted(timeline, key=lambda change: (change[0], change[1])):
+                if kind == 0:
+                    listed = values
+                else:
+                    clearing = values[0]
+                if listed is None:
+                    continue
+                on_demand, floor = listed
+                price = (on_demand, max(floor, clearing) if clearing is not None else floor)
+                times = self._times[chip_type_id]
+                if times and times[-1] == at:
+                    self._prices[chip_type_id][-1] = price
+                else:
+                    times.append(at)
+                    self._prices[chip_type_id].append(price)
 
     @classmethod
     def load(cls, chip_type_ids=None) -> PriceBook:
+        from market.models import SpotPrice
+
         prices = Price.objects.order_by("chip_type_id", "effective_at", "id")
+        spot = SpotPrice.objects.order_by("chip_type_id", "at", "id")
         if chip_type_ids is not None:
             prices = prices.filter(chip_type_id__in=chip_type_ids)
+            spot = spot.filter(chip_type_id__in=chip_type_ids)
         return cls(
-            list(prices.values_list("chip_type_id", "effective_at", "on_demand_per_hour", "spot_floor_per_hour"))
+            list(prices.values_list("chip_type_id", "effective_at", "on_demand_per_hour", "spot_floor_per_hour")),
+            list(spot.values_list("chip_type_id", "at", "price_per_hour")),
         )
 
     def price_per_hour(self, chip_type_id: int, mode: str, at: datetime) -> int | None:
@@ -109,8 +135,8 @@ class PriceBook:
 
     @staticmethod
     def _column(price: tuple[int, int], mode: str) -> int:
-        on_demand, spot_floor = price
-        return spot_floor if mode == AllocationMode.SPOT else on_demand
+        on_demand, spot = price
+        return spot if mode == AllocationMode.SPOT else on_demand
 
 
 def price_per_hour(chip_type_id: int, mode: str, at: datetime) -> int | None:
@@ -303,12 +329,15 @@ def _post(bills: list[Bill], now: datetime) -> MeterResult:
 
 def _lock_wallets(owner_ids: set[int], revenue: Account) -> dict[int, Account]:
     """Lock the wallets and the revenue account in id order (the ledger's lock order)."""
-    for owner_id in owner_ids - set(
-        Account.objects.filter(owner_id__in=owner_ids, kind=AccountKind.WALLET, currency=settings.CURRENCY).values_list(
-            "owner_id", flat=True
-        )
-    ):
-        wallet_for(_user(owner_id))
+    wallets = _locked_accounts(owner_ids, revenue)
+    if missing := owner_ids - wallets.keys():  # a first charge: the wallet is created, then locked
+        for owner_id in missing:
+            wallet_for(_user(owner_id))
+        wallets = _locked_accounts(owner_ids, revenue)
+    return wallets
+
+
+def _locked_accounts(owner_ids: set[int], revenue: Account) -> dict[int, Account]:
     accounts = Account.objects.select_for_update().filter(
         Q(owner_id__in=owner_ids, kind=AccountKind.WALLET, currency=settings.CURRENCY) | Q(pk=revenue.pk)
     )

@@ -20,7 +20,10 @@ def spot_nodes(chip_type_id: int):
 
 
 def spot_capacity(chip_type_id: int, now: datetime) -> int:
-    """Spot-eligible chips of this type not held by on-demand work, nor wanted by waiting on-demand jobs."""
+    """Spot-eligible chips of this type not held by on-demand work, nor wanted by waiting on-demand jobs.
+
+    A draining node takes no new work, but the spot allocations it runs keep their chips until they end.
+    """
     nodes = list(spot_nodes(chip_type_id).values_list("pk", "chips"))
     total = sum(chips for _, chips in nodes)
     on_demand = (
@@ -30,7 +33,18 @@ def spot_capacity(chip_type_id: int, now: datetime) -> int:
         .aggregate(chips=Sum("chips"))["chips"]
         or 0
     )
-    return max(0, total - on_demand - on_demand_waiting(chip_type_id))
+    draining = (
+        Allocation.objects.open()
+        .filter(
+            mode=AllocationMode.SPOT,
+            node__pool__chip_type_id=chip_type_id,
+            node__spot_eligible=True,
+            node__agent_status=AgentStatus.DRAINING,
+        )
+        .aggregate(chips=Sum("chips"))["chips"]
+        or 0
+    )
+    return max(0, total - on_demand - on_demand_waiting(chip_type_id)) + draining
 
 
 def on_demand_waiting(chip_type_id: int) -> int:
