@@ -213,3 +213,13 @@ def test_clearing_records_the_price_only_when_the_market_changes(enroll, funded,
     spot_job(alice, "0.80")
     rows = list(SpotPrice.objects.filter(chip_type=chip).order_by("at"))
     assert [r.allocated for r in rows] == [0, 2]
+
+
+def test_draining_a_node_lets_its_spot_jobs_finish_instead_of_reclaiming_them(enroll, funded, alice):
+    node, _ = enroll("spot-g", "rtx-4090", chips=2, spot=True)
+    job = spot_job(alice, "0.80")
+    Node.objects.filter(pk=node.pk).update(agent_status="draining")
+    result = clear_chip_type(ChipType.objects.get(slug="rtx-4090").pk)
+    job.refresh_from_db()
+    assert result.capacity == 2 and result.awards == {Bid.objects.get(job=job).pk: 2}
+    assert job.status == JobStatus.PROVISIONING and not job.migrations.exists()
