@@ -159,6 +159,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "portal.api.schema.document_common_errors",
+    ],
 }
 
 CELERY_BROKER_URL = env("CELERY_BROKER_URL", REDIS_URL)

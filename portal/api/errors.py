@@ -7,6 +7,9 @@ that the SDK maps to a typed exception. Other errors are `{"detail": ...}`, told
 
 from __future__ import annotations
 
+from django.http import HttpResponsePermanentRedirect, JsonResponse
+from django.urls import Resolver404, resolve
+from django.views.decorators.csrf import csrf_exempt
 from rest_framework.exceptions import ValidationError
 from rest_framework.views import exception_handler as drf_exception_handler
 
@@ -39,3 +42,17 @@ def flatten(codes):
             yield from flatten(value)
     else:
         yield str(codes)
+
+
+@csrf_exempt  # it changes nothing; Django's CSRF page would answer HTML
+def unknown_endpoint(request, *args, **kwargs):
+    """A path under /api/v1/ that names no endpoint: a JSON 404 (GETs missing their slash are redirected)."""
+    if request.method in ("GET", "HEAD") and not request.path.endswith("/"):
+        try:
+            if resolve(request.path + "/").func is not unknown_endpoint:
+                return HttpResponsePermanentRedirect(
+                    request.get_full_path().replace(request.path, request.path + "/", 1)
+                )
+        except Resolver404:
+            pass
+    return JsonResponse({"detail": f"No API endpoint at {request.path}; see /api/v1/docs/."}, status=404)

@@ -25,3 +25,41 @@ class NodeTokenScheme(OpenApiAuthenticationExtension):
             "scheme": "bearer",
             "description": "A node token from `POST /api/v1/agent/enroll/`.",
         }
+
+
+# Errors any operation can answer, documented once here instead of on every view (RELIABILITY 23):
+# 429 everywhere (throttles), 401 where a token is needed, 404 for a missing object or a page
+# past the end of a paginated list (`?page=`).
+COMMON_ERRORS = {
+    "401": "No, an invalid, a revoked or an expired API token.",
+    "404": "No such object among yours, or no such page.",
+    "429": "Too many requests; wait the seconds in the Retry-After header.",
+}
+
+
+def document_common_errors(result, generator, request, public):
+    """drf-spectacular postprocessing hook: add the common error answers each operation lacks."""
+    schemas = result.setdefault("components", {}).setdefault("schemas", {})
+    schemas.setdefault(
+        "Error",
+        {
+            "type": "object",
+            "properties": {"detail": {"type": "string"}, "errors": {"type": "object"}, "code": {"type": "string"}},
+            "required": ["detail"],
+        },
+    )
+    body = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
+    for path, operations in result.get("paths", {}).items():
+        for operation in operations.values():
+            if not isinstance(operation, dict) or "responses" not in operation:
+                continue
+            wanted = {"429"}
+            security = operation.get("security", [])
+            if security and all(security):  # an empty requirement ({}) means the token is optional
+                wanted.add("401")
+            names = {parameter.get("name") for parameter in operation.get("parameters", [])}
+            if "{" in path or "page" in names:
+                wanted.add("404")
+            for code in sorted(wanted - set(operation["responses"])):
+                operation["responses"][code] = {"description": COMMON_ERRORS[code], "content": body}
+    return result

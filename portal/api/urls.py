@@ -1,9 +1,10 @@
-from django.urls import include, path
+from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
 from billing.api import TopupCreateView
 from portal.api import views
+from portal.api.errors import unknown_endpoint
 
 router = DefaultRouter(trailing_slash=True)
 router.include_root_view = False
@@ -29,4 +30,6 @@ urlpatterns = [
     path("", include("workers.api.urls")),
     path("", include("market.urls")),
     path("", include("portal.api.usage")),
+    # Last: any other /api/v1/ path answers JSON in the API's error format, not Django's HTML page.
+    re_path(r"^.*$", unknown_endpoint),
 ]

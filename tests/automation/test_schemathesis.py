@@ -1,0 +1,108 @@
+"""The OpenAPI schema fuzzed by schemathesis against a live server, as one of two users (RELIABILITY 23).
+
+Every operation of /api/v1/ except the node agents' (another kind of token) gets a bounded,
+derandomized batch of generated requests, valid and invalid. Checks: no 5xx, the status code and
+content type are documented, the body matches the schema, and nothing of the other user's leaks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis.errors import Unsatisfiable
+from schemathesis import GenerationMode
+from schemathesis.checks import not_a_server_error
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
+
+from tests.automation.conftest import SPEC
+from workers.models import Dataset, Job
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+BOB_MARKER = "bobs-private"
+
+
+@pytest.fixture
+def two_users(alice, bob, fund, token_for, small_fleet, no_celery) -> str:
+    """Alice, who fuzzes (her token is returned), and Bob, whose things must never show up in her answers."""
+    fund(alice)
+    fund(bob)
+    for owner, name in [(alice, "alices-run"), (bob, f"{BOB_MARKER}-run")]:
+        Job.objects.create(
+            owner=owner,
+            name=name,
+            model_name=SPEC["model"],
+            per_device_batch_size=4,
+            max_steps=10,
+            max_budget_per_hour=28_000_000,
+        )
+    Dataset.objects.create(
+        owner=bob, name=f"{BOB_MARKER}-data", kind="text", file="datasets/x.txt", size_bytes=10, samples=1
+    )
+    token_for(bob)
+    return token_for(alice)
+
+
+def nothing_of_bobs(ctx, response, case) -> bool | None:
+    assert BOB_MARKER not in response.text, f"{case.method} {case.path} answered Bob's data"
+    return None
+
+
+def no_undocumented_server_error(ctx, response, case) -> bool | None:
+    """No 5xx, except a 503 the operation documents (top-ups on a platform without Stripe keys)."""
+    if response.status_code == 503 and "503" in case.operation.definition.raw.get("responses", {}):
+        return None
+    return not_a_server_error(ctx, response, case)
+
+
+CHECKS = [
+    no_undocumented_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_schema_conformance,
+    nothing_of_bobs,
+]
+# Invalid input must be refused cleanly: never a 5xx, and never Bob's data.
+NEGATIVE_CHECKS = [no_undocumented_server_error, content_type_conformance, nothing_of_bobs]
+FUZZ = settings(
+    max_examples=6,
+    derandomize=True,
+    deadline=None,
+    database=None,
+    phases=[Phase.explicit, Phase.generate],
+    suppress_health_check=list(HealthCheck),
+)
+
+
+def fuzz(strategy, base_url: str, headers: dict, checks: list) -> None:
+    @FUZZ
+    @given(case=strategy)
+    def call(case):
+        case.call_and_validate(base_url=base_url, headers=headers, checks=checks)
+
+    with contextlib.suppress(Unsatisfiable):  # no invalid request exists for an operation without input
+        call()
+
+
+def test_the_api_fuzzes_clean(live_server, two_users):
+    schema = (
+        schemathesis.openapi.from_url(f"{live_server.url}/api/v1/schema/")
+        .exclude(path_regex=r"^/api/v1/agent/")
+        .exclude(method="DELETE", path_regex=r"^/api/v1/tokens/")  # revoking the fuzzing token tests only 401s
+    )
+    headers = {"Authorization": f"Bearer {two_users}"}
+    fuzzed = []
+    for result in schema.get_all_operations():
+        operation = result.ok()
+
+        for mode, checks in [(GenerationMode.POSITIVE, CHECKS), (GenerationMode.NEGATIVE, NEGATIVE_CHECKS)]:
+            fuzz(operation.as_strategy(generation_mode=mode), live_server.url, headers, checks)
+        fuzzed.append(operation.label)
+    assert len(fuzzed) >= 25, fuzzed  # every operation ran (a schema that lost its paths would pass vacuously)
