@@ -1,0 +1,113 @@
+"""Throttles answer 429 in the API's error format; parallel bad logins still lock an account (RELIABILITY 22)."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from threading import Barrier
+
+import pytest
+from django.core.cache import cache
+from django.db import connection
+from django.test import Client
+from rest_framework.test import APIClient
+
+from portal.models import ApiToken
+from tests.automation.conftest import client_with
+from tests.conftest import PASSWORD
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def fresh_counters():
+    """Throttle and lockout counters live in the cache; start each test from none."""
+    cache.clear()
+    yield
+    cache.clear()
+
+
+@pytest.fixture
+def rates(settings):
+    def set_rates(**changed) -> None:
+        framework = settings.REST_FRAMEWORK
+        settings.REST_FRAMEWORK = {
+            **framework,
+            "DEFAULT_THROTTLE_RATES": {**framework["DEFAULT_THROTTLE_RATES"], **changed},
+        }
+
+    return set_rates
+
+
+def test_a_user_past_the_rate_gets_429_with_retry_after(rates, alice, token_for):
+    rates(user="3/min")
+    api = client_with(token_for(alice))
+
+    codes = [api.get("/api/v1/account/").status_code for _ in range(4)]
+
+    assert codes == [200, 200, 200, 429]
+    refused = api.get("/api/v1/account/")
+    assert set(refused.json()) == {"detail"} and "throttled" in refused.json()["detail"]
+    assert int(refused.headers["Retry-After"]) > 0
+
+
+def test_the_rate_is_per_user(rates, alice, bob, token_for):
+    rates(user="2/min")
+    alices, bobs = client_with(token_for(alice)), client_with(token_for(bob))
+    for _ in range(2):
+        alices.get("/api/v1/account/")
+
+    assert alices.get("/api/v1/account/").status_code == 429
+    assert bobs.get("/api/v1/account/").status_code == 200
+
+
+def test_anonymous_callers_are_throttled_by_address(rates, catalog):
+    rates(anon="2/min")
+    api = APIClient()
+
+    assert [api.get("/api/v1/chips/").status_code for _ in range(3)] == [200, 200, 429]
+
+
+def bad_logins_at_once(count: int, username: str) -> list[int]:
+    barrier = Barrier(count)
+
+    def attempt(_):
+        barrier.wait()
+        try:
+            return Client().post("/accounts/login/", {"login": username, "password": "wrong-guess"}).status_code
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(max_workers=count) as pool:
+        return list(pool.map(attempt, range(count)))
+
+
+def test_twenty_parallel_bad_logins_lock_the_account_on_the_page_and_the_api(alice):
+    bad_logins_at_once(20, "alice")
+
+    page = Client().post("/accounts/login/", {"login": "alice", "password": PASSWORD})
+    assert page.status_code != 302 and "_auth_user_id" not in page.client.session
+    assert "Too many failed login attempts" in page.content.decode()
+
+    token = APIClient().post("/api/v1/tokens/", {"username": "alice", "password": PASSWORD}, format="json")
+    assert token.status_code == 429 and "Too many failed sign-in attempts" in token.json()["detail"]
+    assert not ApiToken.objects.exists()
+
+
+def test_bad_token_requests_count_toward_the_same_lockout(alice):
+    api = APIClient()
+    for _ in range(5):
+        assert api.post("/api/v1/tokens/", {"username": "alice", "password": "nope"}, format="json").status_code == 401
+
+    page = Client().post("/accounts/login/", {"login": "alice", "password": PASSWORD})
+
+    assert "_auth_user_id" not in page.client.session
+
+
+def test_a_good_login_after_a_few_mistakes_still_works(alice):
+    api = APIClient()
+    for _ in range(2):
+        api.post("/api/v1/tokens/", {"username": "alice", "password": "nope"}, format="json")
+
+    response = api.post("/api/v1/tokens/", {"username": "alice", "password": PASSWORD}, format="json")
+
+    assert response.status_code == 201
