@@ -17,6 +17,7 @@ from market.services.bids import BidRefused, cancel_bid, change_bid, place_bid
 from portal.api.docs import IDEMPOTENT_WRITE_ERRORS, WRITE_ERRORS, errors
 from portal.api.fields import MoneyField
 from portal.api.idempotency import IDEMPOTENCY_KEY_PARAMETER, idempotent
+from portal.api.validation import refuse_unknown_fields
 from workers.models import ChipType, Job
 
 PRICE = {"max_digits": 12, "decimal_places": 6, "min_value": Decimal("0.000001"), "max_value": Decimal("1000000")}
@@ -107,7 +108,6 @@ class BidViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     """Spot bids: up to N chips of a type at up to a price per chip-hour, for one of your jobs."""
 
     serializer_class = BidSerializer
-    permission_classes = [permissions.IsAuthenticated]
     http_method_names = ["get", "post", "patch", "head", "options"]
 
     def get_queryset(self):
@@ -135,6 +135,7 @@ class BidViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     @idempotent
     def create(self, request):
         form = BidCreateSerializer(data=request.data, context={"request": request})
+        refuse_unknown_fields(form, read_only=BidSerializer().fields)
         form.is_valid(raise_exception=True)
         data = form.validated_data
         try:
@@ -158,6 +159,7 @@ class BidViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     def partial_update(self, request, pk=None):
         bid = self.get_object()
         form = BidChangeSerializer(data=request.data)
+        refuse_unknown_fields(form, read_only=BidSerializer().fields)
         form.is_valid(raise_exception=True)
         data = form.validated_data
         try:

@@ -169,10 +169,6 @@ USER_WRITES = [
         "post",
         "/api/v1/bids/",
         {"job": 1, "chip": "tpu-v5e", "chips": 1, "max_price": "5"},
-        marks=pytest.mark.xfail(
-            reason="market/api.py BidViewSet sets permission_classes=[IsAuthenticated], dropping TokenScopeAllows",
-            strict=True,
-        ),
     ),
 ]
 WRITE_IDS = ["jobs", "quotes", "topups", "bids"]

@@ -87,14 +87,21 @@ class Stack:
         return "\n".join(f"===== {name}\n{self.log(name)[-4000:]}" for name in self.processes)
 
 
-def wait_until(condition: Callable[[], object], timeout: float, what: str, stack: Stack | None = None):
+def wait_until(
+    condition: Callable[[], object],
+    timeout: float,
+    what: str,
+    stack: Stack | None = None,
+    explain: Callable[[], str] | None = None,
+):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         result = condition()
         if result:
             return result
         time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}\n{stack.logs() if stack else ''}")
+    details = "\n".join(filter(None, [explain() if explain else "", stack.logs() if stack else ""]))
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}\n{details}")
 
 
 @contextmanager

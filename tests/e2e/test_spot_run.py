@@ -65,6 +65,24 @@ def record(scenario: str, migration: JobMigration, **extra) -> None:
             out.write(json.dumps(result) + "\n")
 
 
+def timeline(job_id: int) -> str:
+    job = Job.objects.get(pk=job_id)
+    lines = [f"job {job_id}: {job.status} step {job.step} epoch {job.epoch}: {job.status_reason}"]
+    lines += [f"  {e.created_at:%H:%M:%S.%f} e{e.epoch} {e.kind}: {e.message}" for e in job.events.all()]
+    lines += [f"  migration {m.pk}: {m.status} {m.reason} {m.from_epoch}->{m.to_epoch}" for m in job.migrations.all()]
+    return "\n".join(lines)
+
+
+def wait_warm(stack, hostname: str, ranks: int = 1):
+    """An idle agent keeps a rank process started (torch imported): wait until it says so."""
+    wait_until(
+        lambda: (Node.objects.get(hostname=hostname).health or {}).get("warm_ranks", 0) >= ranks,
+        90,
+        f"{hostname} to warm up a rank",
+        stack,
+    )
+
+
 def wait_online(stack, *hostnames):
     wait_until(
         lambda: Node.objects.filter(hostname__in=hostnames, agent_status=AgentStatus.ONLINE).count() == len(hostnames),
@@ -84,21 +102,26 @@ def submit(api, **spec):
 def test_a_higher_bid_takes_the_chips_and_the_run_resumes_elsewhere_from_its_checkpoint(stack, alice, bob):
     stack.add_agent("spot-4090", "rtx-4090", chips=2, spot=True)
     wait_online(stack, "spot-4090")
-    job_id = submit(api_for(alice), max_steps=120, spot=True, bid="0.80", allow_on_demand=False)
+    job_id = submit(api_for(alice), max_steps=3000, spot=True, bid="0.80", allow_on_demand=False)
     wait_until(lambda: Job.objects.filter(pk=job_id, step__gte=15).exists(), 180, "alice's run to train", stack)
     stack.add_agent("spot-910b", "ascend-910b", chips=1, spot=True)
     wait_online(stack, "spot-910b")
+    wait_warm(stack, "spot-910b")
 
     rival_id = submit(
         api_for(bob), max_steps=10, spot=True, bid="1.00", allow_on_demand=False, chip_counts={"rtx-4090": 2}
     )
 
     migration = wait_until(
-        lambda: JobMigration.objects.filter(job_id=job_id, status="resumed").first(), 180, "the run to resume", stack
+        lambda: JobMigration.objects.filter(job_id=job_id, status="resumed").first(),
+        180,
+        "the run to resume",
+        stack,
+        explain=lambda: timeline(job_id),
     )
     job = Job.objects.get(pk=job_id)
     assert migration.reason == "outbid" and migration.nodes == ["spot-4090"]
-    assert Bid.objects.get(job_id=rival_id, chip_type__slug="rtx-4090").won_chips == 2
+    assert Bid.objects.get(job_id=rival_id, chip_type__slug="rtx-4090").chips == 2
     # Resumed on the 910B, one rank instead of two, from the checkpoint taken on notice: nothing lost or repeated.
     new = job.allocations.get(epoch=migration.to_epoch)
     assert new.node.hostname == "spot-910b" and new.mode == AllocationMode.SPOT
@@ -118,18 +141,18 @@ def test_a_higher_bid_takes_the_chips_and_the_run_resumes_elsewhere_from_its_che
     assert Transaction.objects.filter(idempotency_key=f"insurance:{migration.pk}", kind="refund").exists()
     record("outbid", migration)
 
-    done = wait_until(
-        lambda: Job.objects.filter(pk__in=[job_id, rival_id], status__in=JobStatus.finished()).count() == 2,
-        300,
-        "both runs to finish",
+    wait_until(
+        lambda: JobMetric.objects.filter(job=job, epoch=migration.to_epoch, step__gte=new_steps + 20).exists(),
+        120,
+        "the resumed run to go on",
         stack,
     )
-    assert done
-    job.refresh_from_db()
-    assert job.status == JobStatus.SUCCEEDED and job.step == 120, job.status_reason
-    rival = Job.objects.get(pk=rival_id)
+    rival = wait_until(
+        lambda: Job.objects.filter(pk=rival_id, status__in=JobStatus.finished()).first(), 120, "bob's run", stack
+    )
     assert rival.status == JobStatus.SUCCEEDED, rival.status_reason
     assert {a.node.hostname for a in rival.allocations.all()} == {"spot-4090"}
+    api_for(alice).post(f"/api/v1/jobs/{job_id}/cancel/")
 
 
 def test_killing_an_agent_mid_run_moves_the_run_and_refunds_the_lost_work(stack, alice):

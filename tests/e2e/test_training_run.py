@@ -87,4 +87,3 @@ def test_the_demo_fleet_trains_llama_tiny_across_three_chip_types(fleet, alice, 
     assert all(free == node.chips for node, free in zip(nodes, free_chips(nodes).values(), strict=True))
     body = api.get(f"/api/v1/jobs/{job_id}/").json()
     assert body["status"] == "succeeded" and body["step"] == 40 and body["plan"]["ranks"]
-

@@ -63,6 +63,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=30.0,
         help="seconds a stop waits for the ranks before SIGTERM, unless the command says",
     )
+    parser.add_argument(
+        "--warm-ranks",
+        type=int,
+        default=None,
+        help="CPU ranks kept started with torch imported, so a rank (re)starts in under a second "
+        "(default: one per simulated chip, at most 4; 0 for GPU hosts)",
+    )
     parser.add_argument("--log-level", default=env("STARVERSE_AGENT_LOG_LEVEL", "INFO"))
     parser.add_argument("--version", action="version", version=f"starverse-agent {AGENT_VERSION}")
     return parser
@@ -83,7 +90,15 @@ def config_from(args: argparse.Namespace) -> AgentConfig:
         poll_wait_s=args.poll_wait,
         rank_module=args.rank_module,
         default_grace_s=args.stop_grace,
+        warm_ranks=args.warm_ranks if args.warm_ranks is not None else _default_warm_ranks(args.simulate),
     )
+
+
+def _default_warm_ranks(simulate: str | None) -> int:
+    if not simulate:
+        return 0
+    count = simulate.partition(":")[2]
+    return min(int(count), 4) if count.isdigit() else 1
 
 
 def _raise_interrupt(signum, frame) -> None:

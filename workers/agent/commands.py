@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from workers.agent.ranks import RankProcess, update_control
+from workers.agent.ranks import DEFAULT_RANK_MODULE, RankProcess, Standbys, update_control
 from workers.agent.state import AgentState, write_json_atomic
 from workers.protocol import CONTROL_FILE, CommandType, RankLaunch, ReportKind
 
@@ -34,9 +34,16 @@ class RankTable:
     """Every rank this agent started (recently exited ones included, for the poll's rank states)."""
 
     def __init__(
-        self, data_dir: Path, rank_module: str, emit: Emit, log_rate: float = 50.0, term_wait_s: float = 5.0
+        self,
+        data_dir: Path,
+        rank_module: str,
+        emit: Emit,
+        log_rate: float = 50.0,
+        term_wait_s: float = 5.0,
+        standbys: Standbys | None = None,
     ) -> None:
         self.data_dir, self.rank_module, self.emit = Path(data_dir), rank_module, emit
+        self.standbys = standbys
         self.log_rate, self.term_wait_s = log_rate, term_wait_s
         self._ranks: dict[tuple[int, int, int], RankProcess] = {}
         self._lock = threading.Lock()
@@ -80,8 +87,9 @@ class RankTable:
             lambda item: self.emit(job, epoch, item),
             self.log_rate,
         )
+        warm = self.standbys is not None and self.rank_module == DEFAULT_RANK_MODULE and launch.device == "cpu"
         try:
-            rank.start(self.rank_module)
+            rank.start(self.rank_module, self.standbys.take() if warm else None)
         except OSError as exc:
             error = f"rank {launch.rank} failed to start: {exc}"
             self.emit(
@@ -145,12 +153,17 @@ class RankTable:
             for key in [k for k, r in self._ranks.items() if r.exited_at and r.exited_at < cutoff]:
                 del self._ranks[key]
 
+    def warm_ranks(self) -> int:
+        return self.standbys.ready_count() if self.standbys is not None else 0
+
     def shutdown(self) -> None:
         """Agent exit: the ranks can't outlive their pipes, so end them now."""
         with self._lock:
             jobs = {job for job, _, _ in self._ranks}
         for job in jobs:
             self.kill(job, lambda e: True, wait=True)
+        if self.standbys is not None:
+            self.standbys.close()
 
 
 class CommandExecutor:

@@ -18,7 +18,7 @@ from workers.agent import AGENT_VERSION
 from workers.agent.client import Backoff, PlatformClient, Rejected, Transient, Unauthorized
 from workers.agent.commands import CommandExecutor, RankTable
 from workers.agent.devices import Inventory, detect, health
-from workers.agent.ranks import DEFAULT_RANK_MODULE
+from workers.agent.ranks import DEFAULT_RANK_MODULE, Standbys
 from workers.agent.reporter import Reporter
 from workers.agent.state import AgentState
 from workers.protocol import MAX_POLL_WAIT_S
@@ -50,6 +50,7 @@ class AgentConfig:
     default_grace_s: float = 30.0
     term_wait_s: float = 5.0
     log_rate: float = 50.0
+    warm_ranks: int = 0  # CPU ranks kept started with torch imported, so a (re)start is quick
 
 
 class Agent:
@@ -69,8 +70,16 @@ class Agent:
             self._on_stale,
             config.report_interval_s,
         )
+        standbys = None
+        if config.warm_ranks > 0 and config.rank_module == DEFAULT_RANK_MODULE:
+            standbys = Standbys(config.warm_ranks, Path(config.data_dir) / "standby")
         self.ranks = RankTable(
-            Path(config.data_dir), config.rank_module, self.reporter.put, config.log_rate, config.term_wait_s
+            Path(config.data_dir),
+            config.rank_module,
+            self.reporter.put,
+            config.log_rate,
+            config.term_wait_s,
+            standbys=standbys,
         )
         self.executor = CommandExecutor(self.state, self.ranks, config.default_grace_s)
 
@@ -121,7 +130,7 @@ class Agent:
     def _poll(self, token: str, wait_s: float) -> dict:
         acks = self.state.pending_acks()
         body = {
-            "health": health(self.inventory, self.ranks.running()),
+            "health": {**health(self.inventory, self.ranks.running()), "warm_ranks": self.ranks.warm_ranks()},
             "acks": [ack["id"] for ack in acks],
             "ack_errors": [ack for ack in acks if ack["error"]],
             "ranks": self.ranks.states(),

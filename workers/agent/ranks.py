@@ -28,6 +28,7 @@ from workers.protocol import CONTROL_FILE, RankLaunch
 log = logging.getLogger(__name__)
 
 DEFAULT_RANK_MODULE = "workers.runtime"
+STANDBY_READY = "standby ready"  # workers.runtime.__main__ prints it (that module imports torch, so not from there)
 REPO_ROOT = str(Path(workers.__file__).resolve().parent.parent)
 _control_lock = threading.Lock()
 
@@ -106,6 +107,88 @@ def write_launch(launch: RankLaunch, rank_dir: Path, cuda: bool) -> Path:
     return path
 
 
+class Standbys:
+    """Warm rank processes (`python -m workers.runtime --standby`) with torch and DeepSpeed imported.
+
+    CPU ranks only: a CUDA rank's visible device must be set before anything touches CUDA, so GPU
+    ranks start cold. A standby that is taken is replaced in the background.
+    """
+
+    def __init__(self, size: int, work_dir: Path) -> None:
+        self.size, self.work_dir = size, Path(work_dir)
+        self._ready: list[subprocess.Popen] = []
+        self._lock = threading.Lock()
+        self._closed = False
+        if size > 0:
+            self.work_dir.mkdir(parents=True, exist_ok=True)
+            threading.Thread(target=self._fill, name="standbys", daemon=True).start()
+
+    def _spawn(self) -> subprocess.Popen:
+        env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", DS_ACCELERATOR="cpu")
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (REPO_ROOT, env.get("PYTHONPATH")) if p)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", DEFAULT_RANK_MODULE, "--standby"],
+            cwd=self.work_dir,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            encoding="utf-8",
+            errors="replace",
+            start_new_session=True,
+        )
+        # Its first line says the imports are done; until it is read, nobody else reads its stdout.
+        proc.ready, proc.first_line_read = threading.Event(), threading.Event()
+        threading.Thread(target=self._await_ready, args=(proc,), name="standby-ready", daemon=True).start()
+        return proc
+
+    @staticmethod
+    def _await_ready(proc: subprocess.Popen) -> None:
+        try:
+            if proc.stdout.readline().strip() == STANDBY_READY:
+                proc.ready.set()
+        except (OSError, ValueError):
+            pass
+        finally:
+            proc.first_line_read.set()
+
+    def ready_count(self) -> int:
+        with self._lock:
+            return sum(1 for proc in self._ready if proc.ready.is_set() and proc.poll() is None)
+
+    def _fill(self) -> None:
+        with self._lock:
+            self._ready = [proc for proc in self._ready if proc.poll() is None]
+            missing = 0 if self._closed else self.size - len(self._ready)
+        for _ in range(missing):
+            proc = self._spawn()
+            with self._lock:
+                if self._closed:
+                    proc.kill()
+                    return
+                self._ready.append(proc)
+
+    def take(self) -> subprocess.Popen | None:
+        with self._lock:
+            while self._ready:
+                proc = self._ready.pop(0)
+                if proc.poll() is None:
+                    break
+            else:
+                proc = None
+        threading.Thread(target=self._fill, name="standbys", daemon=True).start()
+        return proc
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            ready, self._ready = self._ready, []
+        for proc in ready:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+
+
 class RankProcess:
     """One running rank: its process group, its output threads, its state."""
 
@@ -136,21 +219,27 @@ class RankProcess:
             return "exited"
         return "running" if self.output.events else "starting"
 
-    def start(self, rank_module: str) -> None:
+    def start(self, rank_module: str, standby: subprocess.Popen | None = None) -> None:
         env = rank_env(self.launch, self.local_rank)
         config = write_launch(self.launch, self.rank_dir, cuda=self.launch.device.startswith("cuda"))
-        self.proc = subprocess.Popen(
-            rank_argv(rank_module, config),
-            cwd=self.rank_dir,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            encoding="utf-8",
-            errors="replace",
-            start_new_session=True,
-        )
+        if standby is not None:
+            request = {"argv": ["--config", str(config)], "env": env, "cwd": str(self.rank_dir)}
+            standby.stdin.write(json.dumps(request) + "\n")
+            standby.stdin.close()
+            self.proc = standby
+        else:
+            self.proc = subprocess.Popen(
+                rank_argv(rank_module, config),
+                cwd=self.rank_dir,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                encoding="utf-8",
+                errors="replace",
+                start_new_session=True,
+            )
         name = f"rank-{self.launch.job_id}-{self.launch.epoch}-{self.launch.rank}"
         self._readers = [
             threading.Thread(
@@ -166,9 +255,14 @@ class RankProcess:
                 daemon=True,
             ),
         ]
+        threading.Thread(target=self._attach, args=(standby,), name=f"{name}-attach", daemon=True).start()
+
+    def _attach(self, standby: subprocess.Popen | None) -> None:
+        if standby is not None:
+            standby.first_line_read.wait(300)  # a standby still importing: its ready line comes first
         for reader in self._readers:
             reader.start()
-        threading.Thread(target=self._watch, name=f"{name}-wait", daemon=True).start()
+        self._watch()
 
     @staticmethod
     def _read(stream, handle: Callable[[str], None]) -> None:

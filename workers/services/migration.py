@@ -54,8 +54,8 @@ def reclaim_job(
     lost = reason == MigrationReason.LOST_NODE
     with transaction.atomic():
         job = Job.objects.select_for_update().get(pk=job_id)
-        if job.status not in MOVABLE or job.cancel_requested_at:
-            return None
+        if job.status not in MOVABLE or job.cancel_requested_at or job.step >= job.max_steps:
+            return None  # nothing to move (a job past its last step is saving its model and ending)
         allocations = list(Allocation.objects.open().filter(job=job).select_related("node"))
         if not allocations:
             return None
