@@ -179,6 +179,7 @@ CELERY_BEAT_SCHEDULE = {
     "clear-spot-market": {"task": "market.tasks.clear_market", "schedule": env_int("SPOT_CLEARING_SECONDS", 5)},
     "run-meter": {"task": "billing.tasks.run_meter", "schedule": env_int("METER_SECONDS", 5)},
     "audit-ledger": {"task": "billing.tasks.audit_ledger", "schedule": env_int("LEDGER_AUDIT_SECONDS", 300)},
+    "purge-idempotency-keys": {"task": "portal.tasks.purge_idempotency_keys", "schedule": 3600},
 }
 
 # Compute fleet and training.

@@ -1,0 +1,13 @@
+"""Celery tasks of the site itself."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from portal.models import IdempotentRequest
+
+
+@shared_task(ignore_result=True)
+def purge_idempotency_keys() -> int:
+    """Forget Idempotency-Keys past their 24 hours (a retry after that is a new request)."""
+    return IdempotentRequest.purge_expired()
