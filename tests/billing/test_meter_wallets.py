@@ -6,15 +6,18 @@ from datetime import timedelta
 
 import pytest
 from django.db import IntegrityError, connection, transaction
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 from test_meter import FOUR_CHIPS_PER_HOUR, T0, exact_cost, fund, open_allocation
 
 from billing.choices import AccountKind, TransactionKind
 from billing.models import Charge, Entry, Transaction
 from billing.services.credits import adjust_credit
 from billing.services.ledger import audit_ledger, balance_of, platform_account, transfer, wallet_for
-from billing.services.meter import charge_allocations, due_allocations, run_meter
+from billing.services.meter import Integrals, PriceBook, charge_allocations, due_allocations, run_meter
 from tests.compute.conftest import enroll, planning_job  # noqa: F401 - fixtures
-from workers.choices import JobStatus
+from workers.choices import AllocationMode, JobStatus
 from workers.models import Job
 
 pytestmark = pytest.mark.django_db
@@ -205,3 +208,27 @@ def test_the_database_refuses_legs_in_another_currency_added_to_a_transaction(al
             ]
         )
     assert txn.entries.count() == 2
+
+
+# The batch's running price sums -----------------------------------------------------------------
+
+offsets = st.integers(min_value=0, max_value=7200 * 10**6)
+
+
+@hypothesis_settings(max_examples=200, deadline=None)
+@given(
+    prices=st.lists(st.tuples(offsets, st.integers(0, 9_000_000), st.integers(0, 9_000_000)), min_size=1, max_size=6),
+    clearings=st.lists(st.tuples(offsets, st.integers(0, 9_000_000)), max_size=4),
+    spans=st.lists(st.tuples(offsets, offsets), min_size=1, max_size=8),
+    mode=st.sampled_from([AllocationMode.ON_DEMAND, AllocationMode.SPOT]),
+)
+def test_the_batchs_running_sums_give_the_price_books_integral_exactly(prices, clearings, spans, mode):
+    at = lambda us: T0 + timedelta(microseconds=us)  # noqa: E731
+    book = PriceBook(
+        [(7, at(offset), on_demand, floor) for offset, on_demand, floor in prices],
+        [(7, at(offset), clearing) for offset, clearing in clearings],
+    )
+    spans = [(at(min(a, b)), at(max(a, b))) for a, b in spans]
+    integrals = Integrals(book, {(7, mode): (min(lo for lo, _ in spans), max(hi for _, hi in spans))})
+    for lo, hi in spans:
+        assert integrals.integral(7, mode, lo, hi) == book.integral(7, mode, lo, hi)
