@@ -302,8 +302,10 @@ def charge_allocations(
     """Charge `ids` up to `now` in one database transaction; stops out-of-credit jobs after it."""
     if not ids:
         return MeterResult()
+    outermost = not connection.in_atomic_block
     with transaction.atomic():
-        _index_joins()
+        if outermost:  # the planner settings last until commit: not to be left in a caller's transaction
+            _index_joins()
         bills = _lock(ids, skip_locked)
         book = book or PriceBook.load({bill.chip_type_id for bill in bills})
         integrals = _integrals(book, bills, now)

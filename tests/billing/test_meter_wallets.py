@@ -124,6 +124,16 @@ def test_ticks_add_up_per_allocation_with_wallet_transactions(two_owners, alice)
     assert len(charge_transactions()) == 2 * 7
 
 
+def test_a_charge_inside_a_callers_transaction_leaves_its_planner_settings_alone(two_owners, alice):
+    """The meter steers the planner only in a transaction of its own (the setting lasts until commit)."""
+    with transaction.atomic():
+        charge_allocations([a.pk for a in two_owners[alice]], HOUR)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT current_setting('enable_hashjoin'), current_setting('enable_mergejoin')")
+            assert cursor.fetchone() == ("on", "on")
+    assert balance_of(alice) == 10**12 - 3 * FOUR_CHIPS_PER_HOUR
+
+
 # The database's own checks on what a tick writes ------------------------------------------------
 
 
