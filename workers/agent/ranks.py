@@ -107,6 +107,22 @@ def write_launch(launch: RankLaunch, rank_dir: Path, cuda: bool) -> Path:
     return path
 
 
+def spawn_rank(argv: list[str], cwd: Path, env: dict[str, str], stdin) -> subprocess.Popen:
+    """A rank process in its own session, its output piped to the agent as text."""
+    return subprocess.Popen(
+        argv,
+        cwd=cwd,
+        env=env,
+        stdin=stdin,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        encoding="utf-8",
+        errors="replace",
+        start_new_session=True,
+    )
+
+
 class Standbys:
     """Warm rank processes (`python -m workers.runtime --standby`) with torch and DeepSpeed imported.
 
@@ -126,18 +142,7 @@ class Standbys:
     def _spawn(self) -> subprocess.Popen:
         env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", DS_ACCELERATOR="cpu")
         env["PYTHONPATH"] = os.pathsep.join(p for p in (REPO_ROOT, env.get("PYTHONPATH")) if p)
-        proc = subprocess.Popen(
-            [sys.executable, "-m", DEFAULT_RANK_MODULE, "--standby"],
-            cwd=self.work_dir,
-            env=env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            encoding="utf-8",
-            errors="replace",
-            start_new_session=True,
-        )
+        proc = spawn_rank([sys.executable, "-m", DEFAULT_RANK_MODULE, "--standby"], self.work_dir, env, subprocess.PIPE)
         # Its first line says the imports are done; until it is read, nobody else reads its stdout.
         proc.ready, proc.first_line_read = threading.Event(), threading.Event()
         threading.Thread(target=self._await_ready, args=(proc,), name="standby-ready", daemon=True).start()
@@ -228,18 +233,7 @@ class RankProcess:
             standby.stdin.close()
             self.proc = standby
         else:
-            self.proc = subprocess.Popen(
-                rank_argv(rank_module, config),
-                cwd=self.rank_dir,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                encoding="utf-8",
-                errors="replace",
-                start_new_session=True,
-            )
+            self.proc = spawn_rank(rank_argv(rank_module, config), self.rank_dir, env, subprocess.DEVNULL)
         name = f"rank-{self.launch.job_id}-{self.launch.epoch}-{self.launch.rank}"
         self._readers = [
             threading.Thread(
