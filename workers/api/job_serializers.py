@@ -218,7 +218,11 @@ class JobSerializer(serializers.ModelSerializer):
 
     @extend_schema_field({"type": "string", "format": "decimal", "example": "0.42"})
     def get_cost(self, job: Job) -> str:
-        return format_amount(job.allocations.aggregate(total=Sum("charged_total"))["total"] or 0)
+        if hasattr(job, "charged"):  # annotated by the API's queryset: one query for a whole page
+            charged = job.charged
+        else:
+            charged = job.allocations.aggregate(total=Sum("charged_total"))["total"]
+        return format_amount(charged or 0)
 
 
 class JobEventSerializer(serializers.ModelSerializer):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.db.models import Sum
 from django.http import FileResponse, Http404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
@@ -118,7 +119,11 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):
             return Job.objects.none()
-        jobs = Job.objects.filter(owner=self.request.user)
+        jobs = (
+            Job.objects.filter(owner=self.request.user)
+            .annotate(charged=Sum("allocations__charged_total"))  # cost, in one query for a whole page
+            .prefetch_related("migrations")
+        )
         if status_filter := self.request.query_params.get("status"):
             jobs = jobs.filter(status=status_filter)
         return jobs
