@@ -10,19 +10,11 @@ from billing.forms import OperatorSettingsForm, PriceForm
 from billing.models import Account, Entry, OperatorSettings, Price, Transaction
 from billing.money import format_amount
 from billing.services.ledger import LedgerError, reverse_transaction
+from portal.admin_readonly import ReadOnlyMixin
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+class ReadOnlyAdmin(ReadOnlyMixin, admin.ModelAdmin):
     """Ledger rows are append-only: the admin may look, never change or delete."""
-
-    def has_add_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
 
 
 @admin.register(Price)

@@ -16,6 +16,7 @@ from django.utils.html import format_html
 from billing.models import Payment, Refund, StripeEvent
 from billing.money import format_amount
 from billing.services import stripe_payments as payments
+from portal.admin_readonly import ReadOnlyMixin
 
 
 class RefundForm(forms.Form):
@@ -33,17 +34,6 @@ class RefundForm(forms.Form):
         if micros % payments.minor_unit_micros(settings.CURRENCY):
             raise forms.ValidationError("Enter the amount with at most two decimals.")
         return micros
-
-
-class ReadOnlyMixin:
-    def has_add_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
 
 
 class RefundInline(ReadOnlyMixin, admin.TabularInline):

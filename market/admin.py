@@ -12,6 +12,7 @@ from billing.models import Price
 from billing.money import format_amount
 from market.models import Bid, BidStatus, MarketSettings, SpotPrice
 from market.services.bids import BidRefused, cancel_bid
+from portal.admin_readonly import ReadOnlyMixin
 
 FLOORS_NOTE = (
     "Spot floors are the spot floor of each chip type's price row: add a new price under Billing › Prices "
@@ -93,7 +94,7 @@ class BidAdmin(admin.ModelAdmin):
 
 
 @admin.register(SpotPrice)
-class SpotPriceAdmin(admin.ModelAdmin):
+class SpotPriceAdmin(ReadOnlyMixin, admin.ModelAdmin):
     """The clearing price history: written by the auction only."""
 
     list_display = ["chip_type", "at", "price", "floor", "capacity", "demand", "allocated"]
@@ -110,15 +111,6 @@ class SpotPriceAdmin(admin.ModelAdmin):
     @admin.display(description="Floor /chip-h", ordering="floor_per_hour")
     def floor(self, row: SpotPrice) -> str:
         return money(row.floor_per_hour)
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
 
 
 @admin.register(MarketSettings)
