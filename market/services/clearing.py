@@ -15,7 +15,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from market import auction
-from market.models import Bid, BidStatus, MarketSettings, SpotPrice
+from market.models import Bid, MarketSettings, SpotPrice
 from market.services.market_state import floor_of, on_demand_waiting, spot_capacity, spot_holdings
 from workers.models import ChipType, MigrationReason
 
@@ -41,9 +41,7 @@ def clear_chip_type(chip_type_id: int, now: datetime | None = None) -> auction.C
         floor = floor_of(chip_type_id, now)
         if floor is None:
             return None
-        bids = list(Bid.objects.active().filter(chip_type_id=chip_type_id).select_related("job"))
-        _close_bids_of_finished_jobs(bids)
-        bids = [bid for bid in bids if bid.status == BidStatus.ACTIVE]
+        bids = list(Bid.objects.active().filter(chip_type_id=chip_type_id))  # a job's end closes its bids
         capacity = spot_capacity(chip_type_id, now)
         holdings = spot_holdings(chip_type_id)
         if not bids and not holdings and not capacity:
@@ -75,15 +73,6 @@ def clear_chip_type(chip_type_id: int, now: datetime | None = None) -> auction.C
 def _lock_market(chip_type_id: int) -> None:
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [zlib.crc32(b"spot-market"), chip_type_id])
-
-
-def _close_bids_of_finished_jobs(bids: list[Bid]) -> None:
-    finished = [bid for bid in bids if bid.job.is_finished]
-    for bid in finished:
-        bid.status = BidStatus.CLOSED
-        bid.won_chips = 0
-    if finished:
-        Bid.objects.bulk_update(finished, ["status", "won_chips", "updated_at"])
 
 
 def _store_awards(bids: list[Bid], result: auction.Clearing) -> None:

@@ -5,17 +5,12 @@ from __future__ import annotations
 from django.db import transaction
 from django.utils import timezone
 
+from market.services.bids import close_job_bids
 from workers.choices import JobEventKind, JobStatus
 from workers.models import Job, MigrationStatus
 from workers.protocol import CommandType
 from workers.services.events import record_event
 from workers.services.placement import release, send_to_nodes
-
-
-def close_job_bids(job: Job) -> None:
-    from market.services.bids import close_job_bids as close
-
-    close(job)
 
 
 def submit_job(owner, **fields) -> Job:

@@ -19,7 +19,6 @@ import logging
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from django.conf import settings
 from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
@@ -86,7 +85,8 @@ def reclaim_job(
             {"reason": job.status_reason[:200], "checkpoint": not lost, "grace_s": max(notice_seconds, 5)},
             now=now,
         )
-        hold = now + timedelta(seconds=settings.JOB_STOP_GRACE_S if lost else notice_seconds)
+        # Chips stay held while the ranks checkpoint and leave; a lost node's job moves on at once.
+        hold = None if lost else now + timedelta(seconds=notice_seconds)
         ending = [a.pk for a in allocations]
         Allocation.objects.filter(pk__in=ending).update(ended_at=now, held_until=hold)
         charge_allocations(ending, now)  # billing of the old chips stops at the notice

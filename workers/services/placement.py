@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from billing.services.holds import HoldRefused, check_hold
 from billing.services.meter import charge_allocations
+from market.services.bids import sync_job_bids
 from workers.choices import AllocationMode, CommandStatus, JobEventKind, JobStatus
 from workers.models import AgentCommand, Allocation, Job, Node
 from workers.modelspecs import resolve_model
@@ -76,8 +77,6 @@ def note_placement(job: Job, now) -> None:
 
 
 def sync_bids_with_plan(job: Job, plan: dict, now) -> None:
-    from market.services.bids import sync_job_bids
-
     sync_job_bids(job, spot_chip_counts(plan), now)
 
 

@@ -39,16 +39,15 @@ def chip_infos() -> dict[str, planner.ChipInfo]:
     }
 
 
-def node_offers(market: spot.MarketView | None = None) -> list[planner.NodeOffer]:
+def node_offers(market: spot.ChipView | None = None) -> list[planner.NodeOffer]:
     """Free chips per schedulable node; for a spot job, as the spot market lets that job see them."""
     nodes = list(schedulable_nodes())
     free = free_chips(nodes)
+    seen = market.adjust(nodes, free) if market else {node.pk: (free[node.pk], node.spot_eligible) for node in nodes}
     offers = []
     for node in nodes:
         chip = node.pool.chip_type
-        count, spot_eligible = free[node.pk], node.spot_eligible
-        if market is not None:
-            count, spot_eligible = market.offer(node, chip, count)
+        count, spot_eligible = seen[node.pk]
         if count > 0:
             offers.append(
                 planner.NodeOffer(
@@ -89,7 +88,7 @@ def plan_request(fields: dict) -> planner.PlanRequest:
     )
 
 
-def quote(fields: dict, market: spot.MarketView | None = None) -> dict:
+def quote(fields: dict, market: spot.ChipView | None = None) -> dict:
     """The plan the job would get now, as a dict (raises planner.PlanningError)."""
     request = plan_request(fields)
     chips = chip_infos()

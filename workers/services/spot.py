@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections import defaultdict
 from collections.abc import Callable
 
@@ -31,14 +32,24 @@ def bid_prices(fields: dict) -> dict[str, int]:
     return defaultdict(lambda: price)
 
 
-class MarketView:
-    """Adjusts each node's free chips for one spot job (see the module docstring)."""
+class ChipView:
+    """How one planning sees each node's chips: {node id: (chips it may plan on, offered as spot)}."""
+
+    def __init__(self, extra: dict[int, int] | None = None):
+        self.extra = extra or {}  # chips held by others that this planning may claim, per node
+
+    def adjust(self, nodes: list[Node], free: dict[int, int]) -> dict[int, tuple[int, bool]]:
+        return {node.pk: (free[node.pk] + self.extra.get(node.pk, 0), node.spot_eligible) for node in nodes}
+
+
+class MarketView(ChipView):
+    """A spot job's view: spot chips only of types priced within its bid, less what waiting higher bids won."""
 
     def __init__(self, bids: dict[str, int], exclude_job_id: int | None = None, extra: dict[int, int] | None = None):
+        super().__init__(extra)
         self.bids = bids
         self.prices = {offer.chip.slug: offer.spot_per_hour for offer in current_offers() if offer.price}
         self.reserve = dict(reserved_for_waiting_bids(exclude_job_id=exclude_job_id))
-        self.extra = extra or {}
 
     @classmethod
     def for_job(cls, job: Job, extra: dict[int, int] | None = None) -> MarketView:
@@ -46,21 +57,32 @@ class MarketView:
         bids = defaultdict(lambda: job.spot_bid_per_hour or 0, own)
         return cls(bids, exclude_job_id=job.pk, extra=extra)
 
+    def with_extra(self, extra: dict[int, int]) -> MarketView:
+        view = copy.copy(self)
+        view.extra = extra
+        return view
+
     def affordable(self, slug: str) -> bool:
         price = self.prices.get(slug)
         return price is not None and self.bids[slug] >= price
 
-    def offer(self, node: Node, chip: ChipType, free: int) -> tuple[int, bool]:
-        if not node.spot_eligible or not self.affordable(chip.slug):
-            return free, False  # sold on-demand only, as far as this job goes
-        count = free + self.extra.get(node.pk, 0)
-        taken = min(count, self.reserve.get(chip.pk, 0))
-        if taken:
-            self.reserve[chip.pk] -= taken
-        return count - taken, True
+    def adjust(self, nodes: list[Node], free: dict[int, int]) -> dict[int, tuple[int, bool]]:
+        reserve = dict(self.reserve)  # taken node by node; the view itself is not used up
+        seen = {}
+        for node in nodes:
+            chip = node.pool.chip_type
+            if not node.spot_eligible or not self.affordable(chip.slug):
+                seen[node.pk] = (free[node.pk], False)  # sold on-demand only, as far as this job goes
+                continue
+            count = free[node.pk] + self.extra.get(node.pk, 0)
+            taken = min(count, reserve.get(chip.pk, 0))
+            if taken:
+                reserve[chip.pk] -= taken
+            seen[node.pk] = (count - taken, True)
+        return seen
 
 
-def claim_held_chips(job: Job, fields: dict, quote: Callable[[MarketView | None], dict]) -> str | None:
+def claim_held_chips(job: Job, fields: dict, quote: Callable[[ChipView], dict]) -> str | None:
     """Nothing free: try to plan on chips that lower bids (or, for on-demand, spot work) hold, and claim them.
 
     Returns what the job now waits for, or None when even those chips wouldn't do.
@@ -73,9 +95,10 @@ def claim_held_chips(job: Job, fields: dict, quote: Callable[[MarketView | None]
 def _outbid_lower_bids(job: Job, fields: dict, quote) -> str | None:
     held = _spot_held(exclude_job=job)
     market = MarketView.for_job(job)
+    slugs = dict(ChipType.objects.filter(pk__in=held).values_list("pk", "slug"))
     contestable: dict[int, int] = defaultdict(int)
     for chip_type_id, rows in held.items():
-        slug = ChipType.objects.values_list("slug", flat=True).get(pk=chip_type_id)
+        slug = slugs[chip_type_id]
         theirs = bid_prices_by_job(chip_type_id)
         for node_id, job_id, chips in rows:
             if theirs.get(job_id, 0) < market.bids[slug]:
@@ -83,7 +106,7 @@ def _outbid_lower_bids(job: Job, fields: dict, quote) -> str | None:
     if not contestable:
         return None
     try:
-        plan = quote(MarketView.for_job(job, extra=contestable))
+        plan = quote(market.with_extra(contestable))
     except planner.PlanningError:
         return None
     from workers.services.placement import spot_chip_counts, sync_bids_with_plan
@@ -105,16 +128,8 @@ def _ask_for_spot_chips(job: Job, fields: dict, quote) -> str | None:
     for rows in held.values():
         for node_id, _, chips in rows:
             extra[node_id] += chips
-
-    class Everything(MarketView):
-        def __init__(self):
-            self.extra = extra
-
-        def offer(self, node, chip, free):
-            return free + self.extra.get(node.pk, 0), node.spot_eligible
-
     try:
-        plan = quote(Everything())
+        plan = quote(ChipView(extra))
     except planner.PlanningError:
         return None
     nodes = list(schedulable_nodes())
