@@ -11,6 +11,28 @@ from billing.services.ledger import audit_ledger
 
 PASSWORD = "correct-horse-battery-staple"
 
+# A small job spec the API accepts, for tests that submit or quote one.
+JOB_SPEC = {
+    "model": "llama-tiny",
+    "dataset": "synthetic",
+    "per_device_batch_size": 4,
+    "max_steps": 100,
+    "policy": "cost-performance",
+    "max_budget": "28",
+}
+
+
+def token_client(user, **issue):
+    """An API client for `user` with a fresh token (`issue`: ApiToken.issue's scope, expires_at...)."""
+    from rest_framework.test import APIClient
+
+    from portal.models import ApiToken
+
+    _, raw = ApiToken.issue(user, **issue)
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    return api
+
 
 def _uses_database(item) -> bool:
     return item.get_closest_marker("django_db") is not None or bool(
@@ -68,3 +90,11 @@ def fund():
         adjust_credit(user, to_micros(amount), reason="test funds", actor=None, key=f"test-funds:{user.pk}:{amount}")
 
     return give
+
+
+@pytest.fixture
+def no_celery(monkeypatch):
+    """Jobs stay queued: the ids the API asked Celery to schedule are collected instead."""
+    queued = []
+    monkeypatch.setattr("workers.tasks.schedule_job.delay", lambda job_id: queued.append(job_id))
+    return queued

@@ -40,14 +40,6 @@ def api_for(token_for):
 
 
 @pytest.fixture
-def no_celery(monkeypatch):
-    """Jobs stay queued: the ids the API asked Celery to schedule are collected instead."""
-    queued = []
-    monkeypatch.setattr("workers.tasks.schedule_job.delay", lambda job_id: queued.append(job_id))
-    return queued
-
-
-@pytest.fixture
 def small_fleet(catalog):
     """Three simulated single-chip nodes online, one per chip type the demo fleet has; returns node tokens."""
     tokens = {}
@@ -64,13 +56,3 @@ def small_fleet(catalog):
         )
         tokens[hostname] = enrolled.token
     return tokens
-
-
-SPEC = {
-    "model": "llama-tiny",
-    "dataset": "synthetic",
-    "per_device_batch_size": 4,
-    "max_steps": 100,
-    "policy": "cost-performance",
-    "max_budget": "28",
-}

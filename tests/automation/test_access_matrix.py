@@ -13,7 +13,8 @@ from rest_framework.test import APIClient
 from billing.models import Entry
 from market.models import Bid
 from portal.models import ApiToken
-from tests.automation.conftest import SPEC, client_with
+from tests.automation.conftest import client_with
+from tests.conftest import JOB_SPEC as SPEC
 from workers.models import ChipType, Dataset, Job
 
 pytestmark = pytest.mark.django_db

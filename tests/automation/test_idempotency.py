@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from billing.services.stripe_payments import TopupIntent
 from portal.models import IdempotentRequest
-from tests.automation.conftest import SPEC
+from tests.conftest import JOB_SPEC as SPEC
 from workers.choices import JobEventKind, JobStatus
 from workers.models import Job, JobEvent
 

@@ -21,7 +21,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from tests.automation.conftest import SPEC
+from tests.conftest import JOB_SPEC as SPEC
 from workers.models import Dataset, Job
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -6,15 +6,14 @@ from datetime import timedelta
 
 import pytest
 from django.utils import timezone
-from rest_framework.test import APIClient
 
 from billing.models import OperatorSettings
 from billing.services.credits import adjust_credit
 from billing.services.holds import HoldRefused, check_hold, stop_low_balance
 from billing.services.ledger import balance_of
 from billing.services.meter import run_meter
-from portal.models import ApiToken
 from tests.compute.conftest import enroll, hand_plan, planning_job  # noqa: F401 - fixtures
+from tests.conftest import JOB_SPEC, token_client
 from workers.choices import JobStatus
 from workers.models import AgentCommand, Allocation, Job
 from workers.protocol import CommandType
@@ -23,21 +22,8 @@ from workers.services.placement import allocate
 
 pytestmark = pytest.mark.django_db
 
-SPEC = {
-    "model": "llama-tiny",
-    "dataset": "synthetic",
-    "per_device_batch_size": 4,
-    "max_steps": 100,
-    "policy": "cost-performance",
-    "max_budget": "28",
-}
-
-
-def api_for(user) -> APIClient:
-    _, raw = ApiToken.issue(user)
-    api = APIClient()
-    api.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
-    return api
+SPEC = JOB_SPEC
+api_for = token_client
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from rest_framework.test import APIClient
 
 from market.models import Bid, SpotPrice
 from market.services.clearing import clear_chip_type
-from portal.models import ApiToken
+from tests.conftest import token_client
 from workers.models import ChipType, Job
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the market clears after each commit
@@ -18,13 +18,6 @@ def clearing_inline(monkeypatch):
     from market.tasks import clear_market
 
     monkeypatch.setattr("market.tasks.clear_market.delay", lambda chip_type_id=None: clear_market(chip_type_id))
-
-
-def api_as(user) -> APIClient:
-    _, raw = ApiToken.issue(user)
-    api = APIClient()
-    api.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
-    return api
 
 
 @pytest.fixture
@@ -41,18 +34,18 @@ def bid_body(for_job, **changes):
 
 
 def test_a_bid_enters_the_auction_at_once_and_wins_free_chips_at_the_floor(alice, job):
-    response = api_as(alice).post("/api/v1/bids/", bid_body(job), format="json")
+    response = token_client(alice).post("/api/v1/bids/", bid_body(job), format="json")
     assert response.status_code == 201, response.json()
     body = response.json()
     assert (body["chip"], body["chips"], body["max_price"], body["status"]) == ("rtx-4090", 2, "0.90", "active")
     bid = Bid.objects.get(pk=body["id"])
     assert bid.won_chips == 2 and bid.clearing_price == 500_000  # 2 of 4 spot chips wanted: the floor
-    listed = api_as(alice).get("/api/v1/bids/").json()["results"]
+    listed = token_client(alice).get("/api/v1/bids/").json()["results"]
     assert [b["id"] for b in listed] == [bid.pk] and listed[0]["won_chips"] == 2
 
 
 def test_raising_and_lowering_a_bid_keeps_its_place_in_time(alice, job):
-    api = api_as(alice)
+    api = token_client(alice)
     bid_id = api.post("/api/v1/bids/", bid_body(job), format="json").json()["id"]
     placed_at = Bid.objects.get(pk=bid_id).placed_at
     raised = api.patch(f"/api/v1/bids/{bid_id}/", {"max_price": "1.10"}, format="json")
@@ -67,8 +60,8 @@ def test_the_highest_bids_win_when_demand_exceeds_capacity_and_all_pay_the_highe
     bobs_job = Job.objects.create(
         owner=bob, model_name="llama-tiny", per_device_batch_size=4, max_steps=10, max_budget_per_hour=28_000_000
     )
-    api_as(alice).post("/api/v1/bids/", bid_body(job, chips=3, max_price="0.90"), format="json")
-    api_as(bob).post("/api/v1/bids/", bid_body(bobs_job, chips=2, max_price="1.20"), format="json")
+    token_client(alice).post("/api/v1/bids/", bid_body(job, chips=3, max_price="0.90"), format="json")
+    token_client(bob).post("/api/v1/bids/", bid_body(bobs_job, chips=2, max_price="1.20"), format="json")
     alice_bid, bob_bid = Bid.objects.get(job=job), Bid.objects.get(job=bobs_job)
     assert (bob_bid.won_chips, alice_bid.won_chips) == (2, 2)  # alice's bid is the marginal one: filled in part
     assert bob_bid.clearing_price == alice_bid.clearing_price == 900_000
@@ -89,14 +82,14 @@ def test_the_highest_bids_win_when_demand_exceeds_capacity_and_all_pay_the_highe
     ],
 )
 def test_bad_bids_are_refused_naming_the_field_and_nothing_is_written(alice, job, changes, field, words):
-    response = api_as(alice).post("/api/v1/bids/", bid_body(job, **changes), format="json")
+    response = token_client(alice).post("/api/v1/bids/", bid_body(job, **changes), format="json")
     assert response.status_code == 400, response.json()
     assert words in " ".join(response.json()["errors"][field])
     assert not Bid.objects.exists() and not SpotPrice.objects.exists()
 
 
 def test_a_cancelled_bid_cannot_be_raised(alice, job):
-    api = api_as(alice)
+    api = token_client(alice)
     bid_id = api.post("/api/v1/bids/", bid_body(job), format="json").json()["id"]
     assert api.post(f"/api/v1/bids/{bid_id}/cancel/").json()["status"] == "cancelled"
     response = api.patch(f"/api/v1/bids/{bid_id}/", {"max_price": "2.00"}, format="json")
@@ -106,8 +99,8 @@ def test_a_cancelled_bid_cannot_be_raised(alice, job):
 
 
 def test_another_users_bid_is_not_found_and_not_listed(alice, bob, job):
-    bid_id = api_as(alice).post("/api/v1/bids/", bid_body(job), format="json").json()["id"]
-    other = api_as(bob)
+    bid_id = token_client(alice).post("/api/v1/bids/", bid_body(job), format="json").json()["id"]
+    other = token_client(bob)
     assert other.get(f"/api/v1/bids/{bid_id}/").status_code == 404
     assert other.patch(f"/api/v1/bids/{bid_id}/", {"max_price": "0.60"}, format="json").status_code == 404
     assert other.post(f"/api/v1/bids/{bid_id}/cancel/").status_code == 404
@@ -124,7 +117,7 @@ def test_price_history_needs_a_known_chip(db):
 
 def test_a_spot_job_needs_a_bid_and_a_bid_needs_a_spot_job(alice, fund, catalog):
     fund(alice)
-    api = api_as(alice)
+    api = token_client(alice)
     spec = {"model": "llama-tiny", "per_device_batch_size": 4, "max_steps": 10, "max_budget": "28"}
     assert "bid" in api.post("/api/v1/jobs/", {**spec, "spot": True}, format="json").json()["errors"]
     assert "bid" in api.post("/api/v1/jobs/", {**spec, "bid": "0.9"}, format="json").json()["errors"]

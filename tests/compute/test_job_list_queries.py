@@ -1,9 +1,8 @@
 """The jobs list costs the same number of queries for 3 jobs as for 30 (cost and migrations included)."""
 
 import pytest
-from rest_framework.test import APIClient
 
-from portal.models import ApiToken
+from tests.conftest import token_client
 from workers.models import Job
 
 pytestmark = pytest.mark.django_db
@@ -26,9 +25,7 @@ def count_queries(api) -> int:
 
 
 def test_listing_jobs_does_not_query_once_per_job(alice):
-    _, raw = ApiToken.issue(alice)
-    api = APIClient()
-    api.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    api = token_client(alice)
     make_jobs(alice, 3)
     count_queries(api)  # first use of the token records it; not part of the comparison
     few = count_queries(api)

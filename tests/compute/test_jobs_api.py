@@ -4,42 +4,21 @@ from __future__ import annotations
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
-from rest_framework.test import APIClient
 
-from portal.models import ApiToken
 from tests.compute.conftest import hand_plan
+from tests.conftest import JOB_SPEC, token_client
 from workers.choices import JobStatus
 from workers.models import Dataset, Job, JobEvent, JobLogLine, JobMetric
 from workers.services.placement import allocate
 
 pytestmark = pytest.mark.django_db
 
-SPEC = {
-    "model": "llama-tiny",
-    "dataset": "synthetic",
-    "per_device_batch_size": 4,
-    "max_steps": 100,
-    "policy": "cost-performance",
-    "max_budget": "28",
-}
+SPEC = JOB_SPEC
 
 
 @pytest.fixture
 def api_as():
-    def make(user) -> APIClient:
-        _, raw = ApiToken.issue(user)
-        api = APIClient()
-        api.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
-        return api
-
-    return make
-
-
-@pytest.fixture
-def no_celery(monkeypatch):
-    queued = []
-    monkeypatch.setattr("workers.tasks.schedule_job.delay", lambda job_id: queued.append(job_id))
-    return queued
+    return token_client
 
 
 @pytest.fixture(autouse=True)

@@ -18,8 +18,8 @@ from django.db.models import Max, Min
 
 from billing.models import Transaction
 from market.models import Bid
+from tests.conftest import token_client
 from tests.e2e.stack import platform_stack, wait_until
-from tests.e2e.test_training_run import api_for
 from workers.choices import AgentStatus, AllocationMode, JobStatus
 from workers.models import Job, JobMetric, JobMigration, Node
 
@@ -102,14 +102,14 @@ def submit(api, **spec):
 def test_a_higher_bid_takes_the_chips_and_the_run_resumes_elsewhere_from_its_checkpoint(stack, alice, bob):
     stack.add_agent("spot-4090", "rtx-4090", chips=2, spot=True)
     wait_online(stack, "spot-4090")
-    job_id = submit(api_for(alice), max_steps=3000, spot=True, bid="0.80", allow_on_demand=False)
+    job_id = submit(token_client(alice), max_steps=3000, spot=True, bid="0.80", allow_on_demand=False)
     wait_until(lambda: Job.objects.filter(pk=job_id, step__gte=15).exists(), 180, "alice's run to train", stack)
     stack.add_agent("spot-910b", "ascend-910b", chips=1, spot=True)
     wait_online(stack, "spot-910b")
     wait_warm(stack, "spot-910b")
 
     rival_id = submit(
-        api_for(bob), max_steps=10, spot=True, bid="1.00", allow_on_demand=False, chip_counts={"rtx-4090": 2}
+        token_client(bob), max_steps=10, spot=True, bid="1.00", allow_on_demand=False, chip_counts={"rtx-4090": 2}
     )
 
     migration = wait_until(
@@ -152,14 +152,14 @@ def test_a_higher_bid_takes_the_chips_and_the_run_resumes_elsewhere_from_its_che
     )
     assert rival.status == JobStatus.SUCCEEDED, rival.status_reason
     assert {a.node.hostname for a in rival.allocations.all()} == {"spot-4090"}
-    api_for(alice).post(f"/api/v1/jobs/{job_id}/cancel/")
+    token_client(alice).post(f"/api/v1/jobs/{job_id}/cancel/")
 
 
 def test_killing_an_agent_mid_run_moves_the_run_and_refunds_the_lost_work(stack, alice):
     for hostname, chip in [("k-4090", "rtx-4090"), ("k-v5e", "tpu-v5e"), ("k-910b", "ascend-910b")]:
         stack.add_agent(hostname, chip)
     wait_online(stack, "k-4090", "k-v5e", "k-910b")
-    job_id = submit(api_for(alice), max_steps=200, policy="fastest")
+    job_id = submit(token_client(alice), max_steps=200, policy="fastest")
     wait_until(
         lambda: Job.objects.filter(pk=job_id, latest_checkpoint_step__isnull=False, step__gte=25).exists(),
         240,
@@ -182,4 +182,4 @@ def test_killing_an_agent_mid_run_moves_the_run_and_refunds_the_lost_work(stack,
     assert {rank["chip"] for rank in job.plan["ranks"]} == {"rtx-4090", "ascend-910b"}
     assert migration.resume_step == migration.checkpoint_step + 1
     record("lost node", migration, detected_s=detected)
-    api_for(alice).post(f"/api/v1/jobs/{job_id}/cancel/")
+    token_client(alice).post(f"/api/v1/jobs/{job_id}/cancel/")

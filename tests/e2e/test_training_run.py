@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 from django.core.management import call_command
-from rest_framework.test import APIClient
 
-from portal.models import ApiToken
+from tests.conftest import token_client
 from tests.e2e.stack import platform_stack, wait_until
 from workers.choices import AgentStatus, JobStatus
 from workers.models import Job, JobMetric, Node
@@ -42,15 +41,8 @@ def fleet(live_server, settings, tmp_path, alice, fund):
         yield stack
 
 
-def api_for(user) -> APIClient:
-    _, raw = ApiToken.issue(user)
-    api = APIClient()
-    api.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
-    return api
-
-
 def test_the_demo_fleet_trains_llama_tiny_across_three_chip_types(fleet, alice, live_server):
-    api = api_for(alice)
+    api = token_client(alice)
     response = api.post(
         "/api/v1/jobs/",
         {
