@@ -188,6 +188,9 @@ CELERY_BEAT_SCHEDULE = {
 AGENT_POLL_WAIT_S = env_int("AGENT_POLL_WAIT_S", 3)
 AGENT_HEARTBEAT_DEADLINE_S = env_int("AGENT_HEARTBEAT_DEADLINE_S", 8)
 JOB_STOP_GRACE_S = env_int("JOB_STOP_GRACE_S", 30)
+# Ranks rendezvous on a port derived from (job, epoch) above this base; two platforms on one host
+# (parallel test runs) pick different bases.
+RENDEZVOUS_PORT_BASE = env_int("RENDEZVOUS_PORT_BASE", 29500)
 JOB_PROVISIONING_TIMEOUT_S = env_int("JOB_PROVISIONING_TIMEOUT_S", 180)
 CHECKPOINT_ROOT = Path(env("CHECKPOINT_ROOT", str(DATA_DIR / "checkpoints")))
 RUNS_ROOT = Path(env("RUNS_ROOT", str(DATA_DIR / "runs")))

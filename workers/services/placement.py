@@ -160,7 +160,7 @@ def rank_launches(job: Job, plan: dict, nodes: dict[int, Node]) -> list[tuple[in
 
 def master_port(job: Job) -> int:
     """A rendezvous port that differs between jobs and between placements of one job."""
-    return 29500 + zlib.crc32(f"{job.pk}:{job.epoch}".encode()) % 20000
+    return settings.RENDEZVOUS_PORT_BASE + zlib.crc32(f"{job.pk}:{job.epoch}".encode()) % 20000
 
 
 def checkpoint_dir(job: Job):
