@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import re
 from collections.abc import Iterable, Iterator
 from datetime import date
 
@@ -28,6 +29,18 @@ USAGE_HEADER = [
 ]
 
 
+# A cell a spreadsheet would run as a formula starts with one of these (OWASP "CSV injection").
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+PLAIN_NUMBER = re.compile(r"^[+-]?[0-9]+(\.[0-9]+)?$")
+
+
+def safe_cell(value: object) -> object:
+    """A text cell that would start a formula, quoted with a leading apostrophe; numbers ("-1.50") stay as they are."""
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS) and not PLAIN_NUMBER.match(value):
+        return "'" + value
+    return value
+
+
 class _Echo:
     """A file-like object that hands back what is written, so rows can be streamed."""
 
@@ -39,7 +52,8 @@ def csv_lines(header: list[str], rows: Iterable[list]) -> Iterator[str]:
     writer = csv.writer(_Echo())
     yield writer.writerow(header)
     for row in rows:
-        yield writer.writerow(row)
+        # Names and memos are the user's own text: "=HYPERLINK(...)" must reach a spreadsheet as text.
+        yield writer.writerow([safe_cell(cell) for cell in row])
 
 
 def _iso(value) -> str:
