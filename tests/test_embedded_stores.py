@@ -190,7 +190,7 @@ def test_stores_command_prints_urls_and_a_signal_stops_everything(tmp_path: Path
 
 
 def _serve(processes: dict[str, str], port: int) -> subprocess.Popen[str]:
-    """launcher.serve() in a child process, since honcho takes over that process's signals."""
+    """launcher.serve() in a child process, since Ctrl-C/SIGTERM stop that whole process."""
     code = "import sys\nfrom portal.local.launcher import serve\n"
     return _spawn(["-c", code + f"sys.exit(serve({processes!r}, '127.0.0.1', {port}))"])
 
@@ -207,9 +207,14 @@ def test_serve_announces_the_url_and_stops_its_processes_on_sigterm() -> None:
         proc.kill()
 
 
-def test_serve_stops_everything_and_fails_when_a_process_dies() -> None:
+def test_serve_restarts_a_process_that_dies_and_keeps_the_others_running() -> None:
     proc = _serve({"idle": "sleep 600", "crash": "sh -c 'sleep 1; exit 3'"}, free_port())
     try:
-        assert proc.wait(timeout=30) == 3
+        lines = _Lines(proc)
+        idle = int(lines.wait_for("idle started (pid").rsplit("pid ", 1)[1].rstrip(")"))
+        lines.wait_for("crash exited (exit code 3) after 1.")
+        assert lines.wait_for("crash started (pid").endswith("(restart 1)")
+        assert proc.poll() is None and psutil.Process(idle).is_running()
+        _stop_and_check_nothing_left(proc, signal.SIGTERM)
     finally:
         proc.kill()

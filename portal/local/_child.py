@@ -78,7 +78,7 @@ def live_pid(pidfile: Path, process_name: str, *, keep_dead: bool = False) -> in
     return None
 
 
-def _death_signal(sig: int) -> Callable[[], None] | None:
+def death_signal(sig: int) -> Callable[[], None] | None:
     """A preexec_fn asking the kernel to send `sig` to the child when we die, even by SIGKILL."""
     if not sys.platform.startswith("linux"):
         return None
@@ -107,6 +107,10 @@ class ChildServer:
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
+    def exit_code(self) -> int | None:
+        """The status of a server that died on its own; None while it runs, or before start / after stop."""
+        return self._proc.poll() if self._proc is not None else None
+
     def _spawn(self, argv: list[str], **kwargs: Any) -> None:
         with open(self.log_path, "ab") as log:
             self._proc = subprocess.Popen(
@@ -115,7 +119,7 @@ class ChildServer:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # a terminal's Ctrl-C reaches the launcher, not the store
-                preexec_fn=_death_signal(self.stop_signals[0][0]),
+                preexec_fn=death_signal(self.stop_signals[0][0]),
                 **kwargs,
             )
 

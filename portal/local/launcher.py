@@ -1,10 +1,11 @@
 """`python -m portal.local run|stores`: the one process behind `make run`.
 
 Why: a fresh machine should get the whole platform (stores, migrations, web, Celery) from one
-command, and Ctrl-C should take all of it down again. Web, worker and beat run under honcho's
-Manager; the embedded stores are ours and are stopped last, in a `finally`, so that the platform
-processes can still reach them while they shut down. No Django import here: Django only runs
-in the children, after DATABASE_URL and REDIS_URL are known.
+command, one crashed process should not take the rest down, and Ctrl-C should take all of it
+down again. Web, worker, beat, the demo agents and the embedded stores run under our small
+supervisor (supervisor.py): each restarts on its own with backoff; on Ctrl-C the stores are stopped
+last, so that the platform processes can still reach them while they shut down. No Django import
+here: Django only runs in the children, after DATABASE_URL and REDIS_URL are known.
 """
 
 from __future__ import annotations
@@ -21,15 +22,13 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 
-from honcho.manager import Manager
-from honcho.printer import Message, Printer
-
 from portal.local._child import ChildServer, StoreError, ensure_port_free
 from portal.local.stores import EmbeddedPostgres, EmbeddedRedis
+from portal.local.supervisor import Output, RestartPolicy, Supervisor, command_children
 
 REPO = Path(__file__).resolve().parents[2]
 SETUP_COMMANDS = (
@@ -39,7 +38,6 @@ SETUP_COMMANDS = (
     ("ensure_operator",),
     ("ensure_demo_fleet",),
 )
-HONCHO_SIGNAL_RCS = {130, 143}  # Manager.returncode after SIGINT / SIGTERM: a requested stop
 WEB_READY_TIMEOUT_S = 120.0
 
 
@@ -47,7 +45,7 @@ class SetupFailed(Exception):
     """A setup step (migrate, seed, ...) failed; nothing long-running was started."""
 
 
-_OUTPUT = threading.Lock()  # honcho prints a line and its newline in two writes
+_OUTPUT = threading.Lock()  # honcho's printer writes a line and its newline in two writes
 
 
 def say(message: str) -> None:
@@ -55,14 +53,6 @@ def say(message: str) -> None:
     with _OUTPUT:
         sys.stdout.write(f"[starverse] {message}\n")
         sys.stdout.flush()
-
-
-class _LockedPrinter(Printer):
-    """honcho's printer, sharing `say`'s lock so the two never interleave within a line."""
-
-    def write(self, message: Message) -> None:
-        with _OUTPUT:
-            super().write(message)
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
@@ -219,23 +209,35 @@ def _announce_when_up(host: str, port: int, stopped: threading.Event) -> None:
         return
 
 
-def serve(processes: Mapping[str, str], host: str, port: int) -> int:
-    """Run the processes under honcho until Ctrl-C/SIGTERM (0) or until one of them stops (!= 0)."""
-    manager = Manager(printer=_LockedPrinter(sys.stdout))
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    for name, command in processes.items():
-        manager.add_process(name, f"exec {command}", env=env, cwd=str(REPO))
+def serve(
+    processes: Mapping[str, object],
+    host: str,
+    port: int,
+    stores: Sequence[ChildServer] = (),
+    policy: RestartPolicy | None = None,
+) -> int:
+    """Run the processes (and watch the running `stores`) until Ctrl-C/SIGTERM, restarting what dies.
+
+    `processes`: name -> command line, or a supervisor.ProcessSpec / (command, env) pair when a child
+    needs variables of its own. Returns 0 once everything is stopped.
+    """
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _interrupt)  # as main() does, for callers that come straight here
+    output = Output(sys.stdout, _OUTPUT)
+    supervisor = Supervisor(output, policy)
+    for server in stores:
+        supervisor.add_store(server)
+    for child in command_children(processes, output, os.environ, REPO):
+        supervisor.add_command(child)
     stopped = threading.Event()
     threading.Thread(target=_announce_when_up, args=(host, port, stopped), daemon=True).start()
     try:
-        manager.loop()
+        supervisor.run()
+    except KeyboardInterrupt:
+        pass  # run() has stopped the children and the stores on its way out
     finally:
         stopped.set()
-    code = manager.returncode
-    if code in HONCHO_SIGNAL_RCS:
-        return 0
-    say(f"a process stopped on its own (rc={code}), so everything was stopped")
-    return code if isinstance(code, int) and code > 0 else 1
+    return 0
 
 
 def run() -> int:
@@ -249,22 +251,22 @@ def run() -> int:
         start_stores(data_dir, started, keep_external=True)
         for args in SETUP_COMMANDS:
             manage(*args)
-        return serve(platform_processes(os.environ), host, port)
+        return serve(platform_processes(os.environ), host, port, started)
     finally:
-        stop_stores(started)
+        stop_stores(started)  # a no-op when serve() got that far: it stops them after the children
 
 
 def stores() -> int:
-    """`stores`: only the embedded stores, their URLs on stdout, until Ctrl-C/SIGTERM."""
+    """`stores`: only the embedded stores, their URLs on stdout, until Ctrl-C/SIGTERM (restarted if they die)."""
     started: list[ChildServer] = []
     try:
         start_stores(prepare_data_dir(), started, keep_external=False)
         print(f"DATABASE_URL={os.environ['DATABASE_URL']}\nREDIS_URL={os.environ['REDIS_URL']}", flush=True)
-        while all(server.running for server in started):
-            time.sleep(0.5)
-        dead = next(server for server in started if not server.running)
-        say(f"{dead.name} stopped unexpectedly.\n{dead.log_tail()}")
-        return 1
+        supervisor = Supervisor(Output(sys.stdout, _OUTPUT))
+        for server in started:
+            supervisor.add_store(server)
+        supervisor.run()
+        return 0
     finally:
         stop_stores(started)
 
