@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal
 
 from django.utils.dateparse import parse_datetime
@@ -15,12 +16,13 @@ from billing.money import to_micros
 from market.models import Bid, SpotPrice
 from market.services.bids import BidRefused, cancel_bid, change_bid, place_bid
 from portal.api.docs import IDEMPOTENT_WRITE_ERRORS, WRITE_ERRORS, errors
-from portal.api.fields import MoneyField
+from portal.api.fields import MoneyField, MoneyInputField
 from portal.api.idempotency import IDEMPOTENCY_KEY_PARAMETER, idempotent
 from portal.api.validation import refuse_unknown_fields
 from workers.models import ChipType, Job
 
-PRICE = {"max_digits": 12, "decimal_places": 6, "min_value": Decimal("0.000001"), "max_value": Decimal("1000000")}
+JOB_ID = re.compile(r"^[0-9]{1,18}$")
+PRICE = {"max_value": Decimal("1000000")}
 
 
 class BidSerializer(serializers.ModelSerializer):
@@ -50,7 +52,7 @@ class BidCreateSerializer(serializers.Serializer):
     job = serializers.IntegerField(min_value=1, help_text="One of your jobs that hasn't finished")
     chip = serializers.SlugField(help_text="Chip type slug, e.g. rtx-4090")
     chips = serializers.IntegerField(min_value=1, max_value=4096)
-    max_price = serializers.DecimalField(**PRICE, help_text="Most you pay per chip-hour, in currency units")
+    max_price = MoneyInputField(**PRICE, help_text="Most you pay per chip-hour, in currency units")
 
     def validate_job(self, value: int) -> Job:
         job = Job.objects.filter(pk=value, owner=self.context["request"].user).first()
@@ -68,7 +70,7 @@ class BidCreateSerializer(serializers.Serializer):
 
 class BidChangeSerializer(serializers.Serializer):
     chips = serializers.IntegerField(min_value=1, max_value=4096, required=False)
-    max_price = serializers.DecimalField(**PRICE, required=False, help_text="New most-per-chip-hour: raise or lower")
+    max_price = MoneyInputField(**PRICE, required=False, help_text="New most-per-chip-hour: raise or lower")
 
     def validate(self, data):
         if not data:
@@ -116,7 +118,7 @@ class BidViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         bids = Bid.objects.filter(owner=self.request.user).select_related("chip_type")
         if status_filter := self.request.query_params.get("status"):
             bids = bids.filter(status=status_filter)
-        if (job := self.request.query_params.get("job")) and job.isdigit():
+        if (job := self.request.query_params.get("job")) and JOB_ID.match(job):  # not isdigit(): "²" is one
             bids = bids.filter(job_id=int(job))
         return bids
 
@@ -210,7 +212,10 @@ class PriceHistoryView(generics.ListAPIView):
             raise ValidationError({"chip": [f"Unknown chip type '{slug}'."]})
         prices = SpotPrice.objects.filter(chip_type__slug=slug).select_related("chip_type")
         if since := self.request.query_params.get("since"):
-            moment = parse_datetime(since)
+            try:
+                moment = parse_datetime(since)
+            except ValueError:  # well-formed but impossible, e.g. 2024-02-30T00:00
+                moment = None
             if moment is None:
                 raise ValidationError({"since": [f"'{since}' is not an ISO 8601 time."]})
             prices = prices.filter(at__gt=moment)

@@ -11,7 +11,8 @@ from market.services.bids import BidRefused
 from workers.choices import JobStatus
 from workers.models import ChipType, Job
 
-PRICE = {"max_digits": 12, "decimal_places": 6, "min_value": Decimal("0.000001"), "max_value": Decimal("1000000")}
+# 13 digits: 7 whole (the maximum, 1000000, itself) and 6 decimals (micro-units).
+PRICE = {"max_digits": 13, "decimal_places": 6, "min_value": Decimal("0.000001"), "max_value": Decimal("1000000")}
 PRICE_WIDGET = forms.NumberInput(attrs={"min": "0", "step": "0.01", "inputmode": "decimal"})
 CHIPS = {"min_value": 1, "max_value": 4096}
 

@@ -42,6 +42,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "portal.middleware.RefuseNulCharacters",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -138,6 +139,12 @@ REST_FRAMEWORK = {
         "portal.api.permissions.TokenScopeAllows",
     ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    # JSON and forms without NUL characters or deep nesting: refused by field with a 400.
+    "DEFAULT_PARSER_CLASSES": [
+        "portal.api.parsers.StrictJSONParser",
+        "portal.api.parsers.StrictFormParser",
+        "portal.api.parsers.StrictMultiPartParser",
+    ],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 50,
     # Generous per-user and per-IP limits (429 with Retry-After past them); agent endpoints are not throttled.

@@ -7,14 +7,36 @@ that the SDK maps to a typed exception. Other errors are `{"detail": ...}`, told
 
 from __future__ import annotations
 
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig, SuspiciousOperation, TooManyFieldsSent, TooManyFilesSent
 from django.http import HttpResponsePermanentRedirect, JsonResponse
 from django.urls import Resolver404, resolve
 from django.views.decorators.csrf import csrf_exempt
-from rest_framework.exceptions import ValidationError
+from rest_framework import status
+from rest_framework.exceptions import APIException, ErrorDetail, ParseError, ValidationError
 from rest_framework.views import exception_handler as drf_exception_handler
 
 
+class RequestTooLarge(APIException):
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    default_detail = "The request body is too large."
+    default_code = "request_too_large"
+
+
+def api_exception(exc: Exception) -> Exception:
+    """Django's refusals of a malformed body (too big, too many fields), as API errors instead of an HTML 400."""
+    if isinstance(exc, RequestDataTooBig):
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        return RequestTooLarge(f"The request body is too large: this API takes at most {limit:,} bytes of fields.")
+    if isinstance(exc, TooManyFieldsSent | TooManyFilesSent):
+        return ValidationError({"non_field_errors": [ErrorDetail(f"{exc}", "too_many_fields")]})
+    if isinstance(exc, SuspiciousOperation):
+        return ValidationError({"non_field_errors": [ErrorDetail("The request is malformed.", "malformed")]})
+    return exc
+
+
 def exception_handler(exc, context):
+    exc = api_exception(exc)
     response = drf_exception_handler(exc, context)
     if response is None:
         return None
@@ -22,6 +44,9 @@ def exception_handler(exc, context):
         errors = response.data if isinstance(response.data, dict) else {"non_field_errors": response.data}
         fields = ", ".join(errors)
         response.data = {"detail": f"Invalid input: {fields}.", "code": validation_code(exc), "errors": errors}
+    elif isinstance(exc, ParseError):
+        detail = str(exc.detail)
+        response.data = {"detail": detail, "code": "parse_error", "errors": {"non_field_errors": [detail]}}
     elif isinstance(response.data, dict) and "detail" in response.data:
         response.data = {"detail": str(response.data["detail"])}
     return response

@@ -28,9 +28,12 @@ class NodeTokenScheme(OpenApiAuthenticationExtension):
 
 
 # Errors any operation can answer, documented once here instead of on every view (RELIABILITY 23):
-# 429 everywhere (throttles), 401 where a token is needed, 404 for a missing object or a page
-# past the end of a paginated list (`?page=`).
+# 400 everywhere (a NUL character in the path or query), 413 where a body is taken, 429 everywhere
+# (throttles), 401 where a token is needed, 404 for a missing object or a page past the end of a
+# paginated list (`?page=`).
 COMMON_ERRORS = {
+    "400": "Bad input; `errors` names the field or parameter (e.g. a NUL character in the path or query).",
+    "413": "The request body is larger than the server takes.",
     "401": "No, an invalid, a revoked or an expired API token.",
     "404": "No such object among yours, or no such page.",
     "429": "Too many requests; wait the seconds in the Retry-After header.",
@@ -53,7 +56,9 @@ def document_common_errors(result, generator, request, public):
         for operation in operations.values():
             if not isinstance(operation, dict) or "responses" not in operation:
                 continue
-            wanted = {"429"}
+            wanted = {"400", "429"}
+            if "requestBody" in operation:
+                wanted.add("413")
             security = operation.get("security", [])
             if security and all(security):  # an empty requirement ({}) means the token is optional
                 wanted.add("401")

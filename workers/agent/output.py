@@ -37,7 +37,7 @@ DONE = "done"
 
 
 def capped_lines(stream: IO[str], cap: int = READ_CAP) -> Iterator[str]:
-    """Lines without their newline; a line longer than `cap` is cut and its rest skipped."""
+    """Lines without their newline or NUL characters; a line longer than `cap` is cut and its rest skipped."""
     while True:
         piece = stream.readline(cap)
         if not piece:
@@ -45,7 +45,9 @@ def capped_lines(stream: IO[str], cap: int = READ_CAP) -> Iterator[str]:
         line = piece.rstrip("\r\n")
         while piece and not piece.endswith("\n"):
             piece = stream.readline(cap)
-        yield line
+        # The platform refuses NUL characters (PostgreSQL can't store them): one printed by a rank
+        # would get the whole report batch refused, so it travels as U+FFFD.
+        yield line.replace("\x00", "\ufffd")
 
 
 def parse_event(line: str, rank: int) -> dict | str | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal
 
 from django.conf import settings
@@ -10,12 +11,13 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from billing.money import format_amount, to_micros
-from portal.api.fields import MoneyField
+from portal.api.fields import MoneyField, MoneyInputField
 from workers.choices import Policy
 from workers.models import Dataset, Job, JobEvent, JobLogLine, JobMigration
 from workers.modelspecs import UnknownModel, resolve_model
 
 MONEY_KEYS = ("price_per_hour", "price_per_million_tokens", "total_cost")
+UPLOAD_REFERENCE = re.compile(r"^upload:([0-9]{1,18})$")
 
 
 def format_plan(plan: dict | None) -> dict | None:
@@ -43,21 +45,8 @@ class JobSpecSerializer(serializers.Serializer):
     per_device_batch_size = serializers.IntegerField(min_value=1, max_value=settings.JOB_MAX_BATCH)
     max_steps = serializers.IntegerField(min_value=1, max_value=settings.JOB_MAX_STEPS)
     policy = serializers.ChoiceField(choices=Policy.choices, default=Policy.COST_PERFORMANCE)
-    max_budget = serializers.DecimalField(
-        max_digits=12,
-        decimal_places=6,
-        min_value=Decimal("0.000001"),
-        max_value=Decimal("1000000"),
-        help_text="Hourly cap, in currency units",
-    )
-    total_budget = serializers.DecimalField(
-        max_digits=14,
-        decimal_places=6,
-        min_value=Decimal("0.000001"),
-        max_value=Decimal("100000000"),
-        required=False,
-        allow_null=True,
-    )
+    max_budget = MoneyInputField(max_value=Decimal("1000000"), help_text="Hourly cap, in currency units")
+    total_budget = MoneyInputField(max_value=Decimal("100000000"), required=False, allow_null=True)
     chip_counts = serializers.DictField(
         child=serializers.IntegerField(min_value=0, max_value=4096),
         required=False,
@@ -66,10 +55,7 @@ class JobSpecSerializer(serializers.Serializer):
     )
     name = serializers.CharField(max_length=120, required=False, allow_blank=True, default="")
     spot = serializers.BooleanField(default=False, help_text="Run on spot chips (cheaper; may be reclaimed and moved)")
-    bid = serializers.DecimalField(
-        max_digits=12,
-        decimal_places=6,
-        min_value=Decimal("0.000001"),
+    bid = MoneyInputField(
         max_value=Decimal("1000000"),
         required=False,
         allow_null=True,
@@ -99,8 +85,9 @@ class JobSpecSerializer(serializers.Serializer):
         if value == "synthetic":
             return value
         user = self.context["request"].user
-        reference = value.startswith("upload:") and value[7:].isdigit()
-        if reference and Dataset.objects.filter(pk=int(value[7:]), owner=user).exists():
+        # ASCII digits only: "²" and "٣" pass str.isdigit() but are no dataset id (int("²") raises).
+        reference = UPLOAD_REFERENCE.match(value)
+        if reference and Dataset.objects.filter(pk=int(reference[1]), owner=user).exists():
             return value
         raise serializers.ValidationError(f"Unknown dataset '{value}': use 'synthetic' or 'upload:<id>' of yours.")
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from django.db.models import Sum
 from django.http import FileResponse, Http404
+from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import ErrorDetail, ValidationError
-from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -22,6 +22,7 @@ from portal.api.docs import (
     errors,
 )
 from portal.api.idempotency import IDEMPOTENCY_KEY_PARAMETER, idempotent
+from portal.api.parsers import StrictFormParser, StrictMultiPartParser
 from portal.api.validation import refuse_unknown_fields
 from workers import planner
 from workers.api import job_docs as docs
@@ -65,6 +66,11 @@ def valid_spec(request) -> s.JobSpecSerializer:
     refuse_unknown_fields(spec, read_only=[*s.JobSerializer().fields, "owner"])
     spec.is_valid(raise_exception=True)
     return spec
+
+
+def artifact_url(request, job: Job, relative: str) -> str:
+    """Where `artifact` serves a file of the job: its path (percent-encoded by reverse), no trailing slash."""
+    return request.build_absolute_uri(reverse("job-artifact", kwargs={"pk": job.pk, "path": relative}))
 
 
 def int_param(request, name: str, default: int) -> int:
@@ -219,16 +225,17 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     @action(detail=True, pagination_class=None)
     def artifacts(self, request, pk=None):
         job = self.get_object()
-        base = request.build_absolute_uri(f"/api/v1/jobs/{job.pk}/artifacts/")
-        return Response([{**a.__dict__, "url": base + a.path} for a in list_artifacts(job)])
+        return Response([{**a.__dict__, "url": artifact_url(request, job, a.path)} for a in list_artifacts(job)])
 
     @extend_schema(
         summary="Download an artifact",
+        description="The file at a `url` that `artifacts/` lists, e.g. `step-100/model.pt`.",
         responses={(200, "application/octet-stream"): OpenApiTypes.BINARY, **errors(*READ_ERRORS)},
         operation_id="jobs_artifact_download",
     )
-    @action(detail=True, url_path=r"artifacts/(?P<path>.+)")
     def artifact(self, request, pk=None, path=""):
+        """Routed by workers/api/urls.py, not @action: the router would demand a trailing slash after the
+        file name and read `.json`/`.pt` as a format suffix."""
         found = artifact_file(self.get_object(), path)
         if found is None:
             raise Http404("No such artifact.")
@@ -262,7 +269,7 @@ class DatasetViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets
     """Upload a text or JSONL corpus (validated) and train on it as 'upload:<id>'."""
 
     serializer_class = s.DatasetSerializer
-    parser_classes = [MultiPartParser, FormParser]
+    parser_classes = [StrictMultiPartParser, StrictFormParser]
 
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):

@@ -1,4 +1,4 @@
-from django.urls import path
+from django.urls import path, re_path
 from rest_framework.routers import DefaultRouter
 
 from workers.api import agent_views, job_views
@@ -10,6 +10,12 @@ router.register("datasets", job_views.DatasetViewSet, basename="dataset")
 
 urlpatterns = [
     path("quotes/", job_views.QuoteView.as_view(), name="api-quotes"),
+    # Before the router: a file name ends the URL (no trailing slash), and ".json"/".pt" are part of it.
+    re_path(
+        r"^jobs/(?P<pk>[0-9]+)/artifacts/(?P<path>.+)$",
+        job_views.JobViewSet.as_view({"get": "artifact"}),
+        name="job-artifact",
+    ),
     path("agent/enroll/", agent_views.EnrollView.as_view(), name="agent-enroll"),
     path("agent/poll/", agent_views.PollView.as_view(), name="agent-poll"),
     path("agent/report/", agent_views.ReportView.as_view(), name="agent-report"),

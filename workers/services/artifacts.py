@@ -33,11 +33,15 @@ def list_artifacts(job: Job) -> list[Artifact]:
 
 def artifact_file(job: Job, relative: str) -> Path | None:
     """The file under the job's checkpoint folder, or None (never a path outside it)."""
-    root = checkpoint_dir(job).resolve()
-    candidate = (root / relative).resolve()
-    if root not in candidate.parents or not candidate.is_file():
+    if "\x00" in relative:  # no file name holds one; Path would raise ValueError
         return None
-    return candidate
+    root = checkpoint_dir(job).resolve()
+    try:
+        candidate = (root / relative).resolve()
+        found = root in candidate.parents and candidate.is_file()
+    except OSError:  # a name too long for the file system, a loop of links
+        return None
+    return candidate if found else None
 
 
 def _kind(relative: Path, final_step: str) -> str:

@@ -1,0 +1,47 @@
+"""Request checks that every page and endpoint needs before any view runs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
+
+NUL = "\x00"
+NUL_CODE = "null_characters_not_allowed"
+API_PREFIX = "/api/"
+
+
+def nul_parameter(request: HttpRequest) -> str | None:
+    """The first place of the URL holding a NUL character ("path" or a query parameter's name), or None."""
+    if NUL in request.path:
+        return "path"
+    for name, values in request.GET.lists():
+        if NUL in name or any(NUL in value for value in values):
+            return name.replace(NUL, "\\u0000")
+    return None
+
+
+def refusal(request: HttpRequest, parameter: str) -> HttpResponse:
+    """A 400 naming the parameter: the API's JSON error format under /api/, plain text elsewhere."""
+    message = f"Null characters (U+0000) are not allowed in {parameter!r}."
+    if request.path.startswith(API_PREFIX):
+        body = {"detail": f"Invalid input: {parameter}.", "code": NUL_CODE, "errors": {parameter: [message]}}
+        return JsonResponse(body, status=400)
+    return HttpResponseBadRequest(message, content_type="text/plain; charset=utf-8")
+
+
+class RefuseNulCharacters:
+    """A NUL in the path or the query string is a 400 here, not a 500 where PostgreSQL refuses it later.
+
+    PostgreSQL stores no NUL in text, and file paths can't hold one, so no view could use it anyway.
+    Bodies are checked by the API's parsers (portal.api.parsers) and by Django's form fields.
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        parameter = nul_parameter(request)
+        if parameter is not None:
+            return refusal(request, parameter)
+        return self.get_response(request)
