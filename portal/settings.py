@@ -6,15 +6,15 @@ from pathlib import Path
 
 import dj_database_url
 
-from portal.env import env, env_bool, env_int, env_list, env_secret
+from portal.env import env, env_bool, env_int, env_list, env_secret, secret_key
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(env("STARVERSE_DATA_DIR", str(BASE_DIR / ".data")))
 
 DEBUG = env_bool("DEBUG", False)
-# `make run` writes a generated key to the data folder and passes DJANGO_SECRET_KEY_FILE;
-# production sets DJANGO_SECRET_KEY (check --deploy flags the fallback).
-SECRET_KEY = env_secret("DJANGO_SECRET_KEY") or "django-insecure-local-mode-only"
+# Production sets DJANGO_SECRET_KEY (or DJANGO_SECRET_KEY_FILE); `make run` generates a key into the
+# data folder. Without either, settings refuse to load (ImproperlyConfigured says what to set).
+SECRET_KEY = secret_key(DATA_DIR)
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "127.0.0.1,localhost,testserver")
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS")
 SITE_URL = env("SITE_URL", "http://127.0.0.1:" + env("PORT", "8000"))

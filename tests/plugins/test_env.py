@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 
 import pytest
 
@@ -10,6 +11,9 @@ import pytest
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config, parser, args) -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+    # Settings refuse to load without a key; one per run, inherited by the servers, Celery workers and
+    # management commands the tests start.
+    os.environ.setdefault("DJANGO_SECRET_KEY", "tests-only-" + secrets.token_urlsafe(32))
     os.environ.setdefault("STATIC_NO_MANIFEST", "1")  # tests don't run collectstatic
     os.environ.setdefault("THROTTLE_TOKEN_CREATE", "1000/min")
     os.environ.setdefault("CACHE_KEY_PREFIX", f"starverse-test-{os.getpid()}")
