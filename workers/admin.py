@@ -10,6 +10,7 @@ from django.utils.html import format_html
 from billing.models import Price
 from workers.choices import AgentStatus, JobStatus
 from workers.models import Allocation, ChipType, EnrollmentToken, Job, MigrationReason, Node, Pool
+from workers.services.monitor import reset_node
 
 # A node in one of these states has no agent to take notice or finish work: nothing to reclaim or drain.
 GONE = {AgentStatus.LOST: "lost", AgentStatus.OFFLINE: "offline", AgentStatus.UNENROLLED: "not enrolled"}
@@ -69,6 +70,7 @@ class NodeAdmin(admin.ModelAdmin):
         "hostname",
         "pool",
         "chips",
+        "approved_chips",
         "agent_status",
         "simulated",
         "spot_eligible",
@@ -86,7 +88,7 @@ class NodeAdmin(admin.ModelAdmin):
         "agent_version",
         "enrolled_at",
     ]
-    actions = ["reclaim_for_maintenance", "drain", "return_to_service"]
+    actions = ["reclaim_for_maintenance", "drain", "return_to_service", "reset_node"]
 
     @admin.action(description="Reclaim for maintenance (running jobs get notice and move; nothing new lands)")
     def reclaim_for_maintenance(self, request, queryset) -> None:
@@ -128,6 +130,17 @@ class NodeAdmin(admin.ModelAdmin):
         changed = queryset.filter(agent_status=AgentStatus.DRAINING).update(agent_status=AgentStatus.ONLINE)
         self.message_user(request, f"{changed} node(s) back in service.", messages.SUCCESS)
 
+    @admin.action(description="Reset node (revoke its node token, move its jobs; the next enrollment takes the host)")
+    def reset_node(self, request, queryset) -> None:
+        for node in queryset.order_by("pk"):
+            reset_node(node, by=request.user.get_username())
+        self.message_user(
+            request,
+            f"{queryset.count()} node(s) reset: their agents' node tokens no longer work and their jobs were moved. "
+            "Each host may now enroll again with a usable enrollment token of its pool.",
+            messages.SUCCESS,
+        )
+
     def _all_present(self, request, queryset, verb: str) -> bool:
         """Refuse the whole selection when a node is already gone: nothing half-done."""
         gone = [f"{node.hostname} is {GONE[node.agent_status]}" for node in queryset if node.agent_status in GONE]
@@ -154,30 +167,52 @@ def running_job_ids(node: Node) -> list[int]:
 
 @admin.register(EnrollmentToken)
 class EnrollmentTokenAdmin(admin.ModelAdmin):
-    """Operators create a token per pool and give it to a compute host's agent (shown once)."""
+    """Operators create a token per pool and give it to a compute host's agent (shown once).
 
-    list_display = ["name", "pool", "prefix", "uses", "created_at", "expires_at", "revoked_at"]
+    A token enrolls at most `max_uses` hosts, each with at most `approved_chips` chips, until it expires.
+    """
+
+    list_display = [
+        "name",
+        "pool",
+        "prefix",
+        "uses_of_limit",
+        "approved_chips",
+        "created_at",
+        "expires_at",
+        "revoked_at",
+    ]
     list_filter = ["pool"]
-    fields = ["pool", "name", "expires_at"]
+    fields = ["pool", "name", "approved_chips", "max_uses", "expires_at", "uses"]
+    readonly_fields = ["uses"]
     actions = ["revoke_selected"]
 
-    def has_change_permission(self, request, obj=None) -> bool:
-        return obj is None and super().has_change_permission(request, obj)
+    def get_readonly_fields(self, request, obj=None) -> list[str]:
+        return ["pool", "uses"] if obj is not None else ["uses"]
+
+    @admin.display(description="uses")
+    def uses_of_limit(self, obj: EnrollmentToken) -> str:
+        return f"{obj.uses} / {obj.max_uses}"
 
     def save_model(self, request, obj: EnrollmentToken, form, change) -> None:
-        token, raw = EnrollmentToken.issue(obj.pool, name=obj.name, created_by=request.user)
-        if obj.expires_at:
-            EnrollmentToken.objects.filter(pk=token.pk).update(expires_at=obj.expires_at)
+        if change:
+            super().save_model(request, obj, form, change)
+            return
+        token, raw = EnrollmentToken.issue(
+            obj.pool, chips=obj.approved_chips, max_uses=obj.max_uses, name=obj.name, created_by=request.user
+        )
+        EnrollmentToken.objects.filter(pk=token.pk).update(expires_at=obj.expires_at)
         obj.pk = token.pk
         self.message_user(
             request,
             format_html(
-                "Enrollment token for {} (shown once): <code>{}</code><br>Start an agent with "
-                "<code>python -m workers.agent --platform {} --enrollment-token {}</code>",
+                "Enrollment token for {} (shown once): <code>{}</code><br>Save it in a file only the agent's "
+                "user can read (<code>chmod 600</code>) and start the agent with <code>python -m workers.agent "
+                "--platform {} --enrollment-token-file PATH</code> (or pass it in the environment variable "
+                "<code>STARVERSE_ENROLLMENT_TOKEN</code>; never on the command line).",
                 obj.pool,
                 raw,
                 request.build_absolute_uri("/").rstrip("/"),
-                raw,
             ),
             messages.SUCCESS,
         )

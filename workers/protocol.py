@@ -5,11 +5,15 @@ Imports neither Django nor torch: the node agent (`workers/agent/`) and the trai
 
 Platform <-> agent: JSON over HTTP under /api/v1/agent/, `Authorization: Bearer <node token>`.
 
-1. POST /api/v1/agent/enroll/   (no node token; the pool's enrollment token is in the body)
-   -> {"enrollment_token", "hostname", "chip_type", "chips", "simulated", "spot_eligible",
-       "address", "agent_version", "devices": [{"index", "name", "memory_gib"}]}
+1. POST /api/v1/agent/enroll/   (no Authorization header; the credential is in the body)
+   -> {"enrollment_token" | "node_token", "hostname", "chip_type", "chips", "simulated",
+       "spot_eligible", "address", "agent_version", "devices": [{"index", "name", "memory_gib"}]}
    <- 201 {"node_id", "node_token", "pool", "chip_type", "poll_timeout_s", "heartbeat_deadline_s"}
-   Enrolling a hostname again rotates its node token (the old one stops working).
+    | 403 {"detail", "code"} (token unknown, revoked, expired or used up; hostname taken; more
+      chips than the operator approved)
+   A new hostname needs the pool's enrollment token (limited uses, expires). An enrolled one is
+   re-enrolled only with its current node token (its agent does so when the host changed) or after
+   the operator reset the node. Enrolling again rotates the node token (the old one stops working).
 
 2. POST /api/v1/agent/poll/     heartbeat + long-poll for commands
    -> {"health": {...free-form numbers...}, "acks": [command ids done or refused],
@@ -27,9 +31,11 @@ Platform <-> agent: JSON over HTTP under /api/v1/agent/, `Authorization: Bearer 
 
 Command = {"id", "type": "start|checkpoint|stop", "job_id", "epoch", "payload"}
   start.payload = RankLaunch (one per rank on this node; "ranks" is a list of them)
-  checkpoint.payload = {"reason"}      stop.payload = {"reason", "checkpoint": bool}
+  checkpoint.payload = {"reason"}      stop.payload = {"reason", "checkpoint": bool, "grace_s"}
+  A stop ends the job's ranks of that epoch and older; grace_s 0 kills them at once (what a node
+  declared lost finds queued when it comes back: its epoch was fenced at the loss).
 An agent refuses (acks with an error, does nothing) any command whose epoch is older than the
-newest epoch it has seen for that job.
+newest epoch it has seen for that job, and kills its ranks of an epoch a report called stale (409).
 
 Report (one item) =
   {"kind": "metric", "rank", "step", "loss", "tokens", "tokens_per_s", "step_time_s",

@@ -163,7 +163,11 @@ def platform_processes(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def demo_fleet_processes(env: Mapping[str, str], platform_url: str) -> dict[str, str]:
-    """One simulated node agent per entry of <data dir>/demo-fleet.json (STARVERSE_DEMO_FLEET=0: none)."""
+    """One simulated node agent per entry of <data dir>/demo-fleet.json (STARVERSE_DEMO_FLEET=0: none).
+
+    Each agent reads its enrollment token from the 0600 file `ensure_demo_fleet` wrote: a token on
+    a command line would be visible to every user of this machine (`ps`).
+    """
     data_dir = Path(env["STARVERSE_DATA_DIR"])
     fleet_file = data_dir / "demo-fleet.json"
     if env.get("STARVERSE_DEMO_FLEET", "1") == "0" or not fleet_file.exists():
@@ -174,8 +178,8 @@ def demo_fleet_processes(env: Mapping[str, str], platform_url: str) -> dict[str,
         args = [
             "--platform",
             platform_url,
-            "--enrollment-token",
-            entry["token"],
+            "--enrollment-token-file",
+            entry["token_file"],
             "--hostname",
             entry["hostname"],
             "--simulate",

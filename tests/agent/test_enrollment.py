@@ -124,10 +124,10 @@ def test_cli_refuses_to_start_without_a_token(tmp_path):
 
 def test_cli_runs_ranks_and_ends_them_on_sigterm(platform, tmp_path):
     """The real entry point, with the rank module from STARVERSE_RANK_MODULE; SIGTERM ends it cleanly."""
-    env = dict(os.environ, STARVERSE_RANK_MODULE=FAKE_RANK)
+    env = dict(os.environ, STARVERSE_RANK_MODULE=FAKE_RANK, STARVERSE_ENROLLMENT_TOKEN=ENROLLMENT_TOKEN)
     agent = subprocess.Popen(
-        [sys.executable, "-m", "workers.agent", "--platform", platform.url, "--enrollment-token",
-         ENROLLMENT_TOKEN, "--simulate", "rtx-4090:1", "--data-dir", str(tmp_path), "--poll-wait", "5"],
+        [sys.executable, "-m", "workers.agent", "--platform", platform.url,
+         "--simulate", "rtx-4090:1", "--data-dir", str(tmp_path), "--poll-wait", "5"],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
@@ -147,9 +147,12 @@ def test_cli_runs_ranks_and_ends_them_on_sigterm(platform, tmp_path):
 
 def test_cli_once_runs_what_the_first_poll_brings_then_exits(platform, tmp_path):
     command_id = platform.send("start", 8, 1, {"ranks": [launch(job_id=8, steps=3)]})
+    token_file = tmp_path / "token"
+    token_file.write_text(ENROLLMENT_TOKEN)
+    token_file.chmod(0o600)
     done = subprocess.run(
-        [sys.executable, "-m", "workers.agent", "--platform", platform.url, "--enrollment-token",
-         ENROLLMENT_TOKEN, "--simulate", "rtx-4090:1", "--data-dir", str(tmp_path), "--once",
+        [sys.executable, "-m", "workers.agent", "--platform", platform.url, "--enrollment-token-file",
+         str(token_file), "--simulate", "rtx-4090:1", "--data-dir", str(tmp_path / "agent"), "--once",
          "--rank-module", FAKE_RANK],
         capture_output=True, text=True, timeout=30, check=False,
     )  # fmt: skip

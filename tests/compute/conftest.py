@@ -16,7 +16,7 @@ def enroll(catalog):
 
     def make(hostname: str, chip: str = "rtx-4090", chips: int = 1, spot: bool = False):
         pool = Pool.objects.get(chip_type__slug=chip)
-        _, raw = EnrollmentToken.issue(pool)
+        _, raw = EnrollmentToken.issue(pool, chips=chips)
         enrolled = enroll_node(
             enrollment_token=raw,
             hostname=hostname,

@@ -33,7 +33,7 @@ def enroll_body(raw, **extra):
 
 def test_an_agent_enrolls_with_the_pools_token_and_gets_a_hashed_node_token(catalog):
     pool = Pool.objects.get(chip_type__slug="rtx-4090")
-    _, raw = EnrollmentToken.issue(pool)
+    _, raw = EnrollmentToken.issue(pool, chips=2)
     response = APIClient().post("/api/v1/agent/enroll/", enroll_body(raw), format="json")
     assert response.status_code == 201
     node = Node.objects.get(hostname="gpu-host-1")
@@ -42,13 +42,15 @@ def test_an_agent_enrolls_with_the_pools_token_and_gets_a_hashed_node_token(cata
     assert node.agent_status == AgentStatus.ONLINE and node.simulated and node.chips == 2
 
 
-def test_enrolling_again_rotates_the_node_token(catalog, agent_api):
+def test_re_enrolling_with_the_current_node_token_rotates_it(catalog, agent_api):
     pool = Pool.objects.get(chip_type__slug="rtx-4090")
-    _, raw = EnrollmentToken.issue(pool)
+    _, raw = EnrollmentToken.issue(pool, chips=2)
     first = APIClient().post("/api/v1/agent/enroll/", enroll_body(raw), format="json").json()["node_token"]
-    second = APIClient().post("/api/v1/agent/enroll/", enroll_body(raw), format="json").json()["node_token"]
+    again = {**enroll_body(""), "node_token": first, "address": "10.0.0.9"}
+    second = APIClient().post("/api/v1/agent/enroll/", again, format="json").json()["node_token"]
     assert agent_api(first).post("/api/v1/agent/poll/", {}, format="json").status_code == 401
     assert agent_api(second).post("/api/v1/agent/poll/", {}, format="json").status_code == 200
+    assert Node.objects.get(hostname="gpu-host-1").address == "10.0.0.9"
 
 
 @pytest.mark.parametrize(
@@ -63,7 +65,7 @@ def test_enrolling_again_rotates_the_node_token(catalog, agent_api):
 )
 def test_a_bad_enrollment_is_refused_clearly_and_creates_nothing(catalog, change, status, field):
     pool = Pool.objects.get(chip_type__slug="rtx-4090")
-    _, raw = EnrollmentToken.issue(pool)
+    _, raw = EnrollmentToken.issue(pool, chips=2)
     response = APIClient().post("/api/v1/agent/enroll/", {**enroll_body(raw), **change}, format="json")
     assert response.status_code == status
     if field:

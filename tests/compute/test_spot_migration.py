@@ -18,6 +18,7 @@ from market.models import Bid, BidStatus, SpotPrice
 from market.services.clearing import clear_chip_type
 from workers.choices import AllocationMode, JobStatus
 from workers.models import AgentCommand, Allocation, ChipType, Job, Node
+from workers.services.fleet import record_heartbeat
 from workers.services.jobs import submit_job
 from workers.services.monitor import reconcile
 from workers.services.planning import schedule
@@ -154,11 +155,13 @@ def test_a_lost_node_moves_its_job_from_the_last_periodic_checkpoint_and_refunds
         {"kind": "checkpoint", "rank": 0, "step": 10, "path": "/ckpt/step-10", "seconds": 0.1, "t": _t()},
         metric(0, 14),
     )
+    job.refresh_from_db()
+    last_heartbeat = job.latest_checkpoint_at + timedelta(seconds=4)
+    record_heartbeat(first, {}, now=last_heartbeat)  # then the node falls silent
+    noticed = last_heartbeat + timedelta(seconds=settings.AGENT_HEARTBEAT_DEADLINE_S + 1)
     second, _ = enroll("spot-b", "rtx-4090", chips=1, spot=True)
-    Node.objects.filter(pk=first.pk).update(
-        last_heartbeat_at=timezone.now() - timedelta(seconds=settings.AGENT_HEARTBEAT_DEADLINE_S + 1)
-    )
-    reconcile()
+    record_heartbeat(second, {}, now=noticed)
+    reconcile(now=noticed)
     job.refresh_from_db()
     migration = job.migrations.get()
     assert migration.reason == "lost_node" and migration.nodes == ["spot-a"]
@@ -169,7 +172,8 @@ def test_a_lost_node_moves_its_job_from_the_last_periodic_checkpoint_and_refunds
     report(job, second, metric(0, 11))
     migration.refresh_from_db()
     assert migration.steps_lost == 4  # steps 11-14 ran on the lost node after the checkpoint
-    assert migration.lost_seconds > 0 and migration.refund > 0
+    # From the checkpoint to the node's last heartbeat, not to the moment the loss was noticed.
+    assert migration.lost_seconds == pytest.approx(4.0, abs=1e-3) and migration.refund > 0
 
 
 def test_cancelling_the_bid_of_a_running_job_moves_it_off_those_chips(enroll, funded, alice):

@@ -38,12 +38,12 @@ class Stack:
         self.url, self.root, self.env = url, root, env
         self.processes: dict[str, subprocess.Popen] = {}
 
-    def start(self, name: str, args: list[str]) -> subprocess.Popen:
+    def start(self, name: str, args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
         log = open(self.root / f"{name}.log", "w")  # noqa: SIM115 - closed with the process
         process = subprocess.Popen(
             [sys.executable, *args],
             cwd=REPO,
-            env=self.env,
+            env={**self.env, **(env or {})},
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -52,15 +52,14 @@ class Stack:
         return process
 
     def add_agent(self, hostname: str, chip: str, chips: int = 1, spot: bool = False) -> subprocess.Popen:
+        """Start a simulated agent with a single-use token approving its chips, passed in its environment."""
         pool = Pool.objects.get(chip_type__slug=chip)
-        _, raw = EnrollmentToken.issue(pool, name=f"test {hostname}")
+        _, raw = EnrollmentToken.issue(pool, chips=chips, name=f"test {hostname}")
         args = [
             "-m",
             "workers.agent",
             "--platform",
             self.url,
-            "--enrollment-token",
-            raw,
             "--hostname",
             hostname,
             "--simulate",
@@ -68,7 +67,8 @@ class Stack:
             "--data-dir",
             str(self.root / "agents" / hostname),
         ]
-        return self.start(f"agent-{hostname}", [*args, "--spot"] if spot else args)
+        env = {"STARVERSE_ENROLLMENT_TOKEN": raw}
+        return self.start(f"agent-{hostname}", [*args, "--spot"] if spot else args, env=env)
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
         process = self.processes[name]

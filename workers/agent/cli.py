@@ -1,7 +1,11 @@
-"""Command line of the node agent: `python -m workers.agent --platform URL --enrollment-token sve_...`.
+"""Command line of the node agent: `python -m workers.agent --platform URL --enrollment-token-file PATH`.
 
 argparse, not a CLI framework: the agent is installed on compute hosts and should need nothing
 beyond httpx (and torch, which the ranks need anyway).
+
+The enrollment token never travels on the command line, where every user of the host can read it
+(`ps`, /proc/PID/cmdline): it comes from STARVERSE_ENROLLMENT_TOKEN or from a file only its owner
+can read, and a token given as an argument is refused.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import logging
 import os
 import signal
 import socket
+import stat
 import sys
 from pathlib import Path
 
@@ -34,10 +39,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="platform base URL, e.g. http://127.0.0.1:8000 (env STARVERSE_PLATFORM_URL)",
     )
     parser.add_argument(
-        "--enrollment-token",
-        default=env("STARVERSE_ENROLLMENT_TOKEN"),
-        help="the pool's sve_ token (env STARVERSE_ENROLLMENT_TOKEN)",
+        "--enrollment-token-file",
+        metavar="PATH",
+        help="file holding the pool's sve_ enrollment token, readable only by its owner (chmod 600); "
+        "or pass the token in env STARVERSE_ENROLLMENT_TOKEN",
     )
+    # Only to refuse it with a helpful message: a token in argv is visible to every user of the host.
+    parser.add_argument("--enrollment-token", help=argparse.SUPPRESS)
     parser.add_argument("--hostname", default=socket.gethostname(), help="node name (default: this host's)")
     parser.add_argument("--simulate", metavar="CHIP:COUNT", help="offer COUNT simulated CHIP chips (CPU)")
     parser.add_argument("--chip-type", metavar="SLUG", help="chip slug of the GPUs when not recognised")
@@ -75,11 +83,47 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def config_from(args: argparse.Namespace) -> AgentConfig:
+class TokenError(Exception):
+    """The enrollment token can't be read safely; the message says how to pass it."""
+
+
+HOW_TO_PASS = (
+    "pass it in the environment variable STARVERSE_ENROLLMENT_TOKEN, or with --enrollment-token-file PATH "
+    "(a file only its owner can read: chmod 600 PATH)"
+)
+
+
+def enrollment_token(args: argparse.Namespace, environ=os.environ) -> str | None:
+    """The token from --enrollment-token-file or STARVERSE_ENROLLMENT_TOKEN; never from argv."""
+    if args.enrollment_token is not None:
+        raise TokenError(f"--enrollment-token is refused: a command line is visible to every user (ps); {HOW_TO_PASS}")
+    if args.enrollment_token_file:
+        return read_token_file(Path(args.enrollment_token_file).expanduser())
+    return environ.get("STARVERSE_ENROLLMENT_TOKEN") or None
+
+
+def read_token_file(path: Path) -> str:
+    """Like ssh with a private key: a file that others may read (or write) is refused."""
+    try:
+        with path.open() as handle:
+            mode = stat.S_IMODE(os.fstat(handle.fileno()).st_mode)
+            if mode & 0o077:
+                raise TokenError(
+                    f"enrollment token file {path} is accessible by others (mode {mode:04o}); run chmod 600 {path}"
+                )
+            token = handle.read().strip()
+    except OSError as exc:
+        raise TokenError(f"can't read the enrollment token file: {exc}") from exc
+    if not token:
+        raise TokenError(f"enrollment token file {path} is empty")
+    return token
+
+
+def config_from(args: argparse.Namespace, token: str | None = None) -> AgentConfig:
     data_dir = Path(args.data_dir or Path.home() / ".starverse" / "agent" / args.hostname).expanduser()
     return AgentConfig(
         platform=args.platform,
-        enrollment_token=args.enrollment_token,
+        enrollment_token=token,
         hostname=args.hostname,
         data_dir=data_dir,
         simulate=args.simulate,
@@ -113,12 +157,16 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per long-poll drowns what matters
     if not args.platform:
         parser.error("--platform (or STARVERSE_PLATFORM_URL) is required")
-    config = config_from(args)
+    try:
+        token = enrollment_token(args)
+    except TokenError as exc:
+        parser.error(str(exc))
+    config = config_from(args, token)
     signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         agent = Agent(config)
         if not agent.state.node_token and not config.enrollment_token:
-            parser.error("no saved node token: --enrollment-token (or STARVERSE_ENROLLMENT_TOKEN) is required")
+            parser.error(f"no saved node token: an enrollment token is required; {HOW_TO_PASS}")
         log.info(
             "agent %s for %s: %d x %s%s",
             config.hostname,

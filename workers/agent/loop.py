@@ -8,6 +8,7 @@ token to enroll again) ends the agent.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -97,7 +98,11 @@ class Agent:
 
     def cycle(self) -> bool:
         """Enroll if needed, poll once and run the commands; False if the platform wasn't reached."""
-        token = self.state.node_token or self._enroll()
+        token = self.state.node_token
+        if token is None:
+            token = self._enroll()
+        elif self.state.declared != self._declaration():
+            token = self._renew(token)
         if token is None:
             return False
         try:
@@ -148,18 +153,42 @@ class Agent:
         if not self.config.enrollment_token:
             raise AgentFatal("the platform refused this node's token and no enrollment token was given")
 
-    def _enroll(self) -> str | None:
-        self._need_enrollment_token()
-        body = {
-            "enrollment_token": self.config.enrollment_token,
+    def _declaration(self) -> dict:
+        """What this host tells the platform about itself when it enrolls (no secrets), as saved in JSON."""
+        declaration = {
             "hostname": self.config.hostname,
             **self.inventory.as_enrollment(),
             "spot_eligible": self.config.spot,
             "address": self.config.address,
             "agent_version": AGENT_VERSION,
         }
+        return json.loads(json.dumps(declaration))
+
+    def _renew(self, token: str) -> str | None:
+        """The host changed (chips, address, version...): re-enroll with the current node token.
+
+        Refused (e.g. more chips than the operator approved): keep working as enrolled, say why once.
+        """
+        declaration = self._declaration()
         try:
-            answer = self.poller.enroll(body)
+            answer = self.poller.enroll({**declaration, "node_token": token})
+        except Transient as exc:
+            log.warning("re-enrollment failed, retrying: %s", exc)
+            self.backoff.wait(self.stop_event)
+            return None
+        except (Unauthorized, Rejected) as exc:
+            log.error("re-enrollment refused, going on as enrolled before: %s", exc)
+            self.state.set_declared(declaration)
+            return token
+        self.state.set_enrollment(answer, declaration)
+        log.info("re-enrolled as node %s with %s", answer.get("node_id"), declaration)
+        return answer["node_token"]
+
+    def _enroll(self) -> str | None:
+        self._need_enrollment_token()
+        declaration = self._declaration()
+        try:
+            answer = self.poller.enroll({**declaration, "enrollment_token": self.config.enrollment_token})
         except Transient as exc:
             log.warning("enrollment failed, retrying: %s", exc)
             self.backoff.wait(self.stop_event)
@@ -171,7 +200,7 @@ class Agent:
             self.stop_event.wait(ENROLL_REFUSED_WAIT_S)
             return None
         self.backoff.reset()
-        self.state.set_enrollment(answer)
+        self.state.set_enrollment(answer, declaration)
         log.info("enrolled as node %s in pool %s", answer.get("node_id"), answer.get("pool"))
         return answer["node_token"]
 

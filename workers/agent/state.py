@@ -41,7 +41,14 @@ class AgentState:
         Path(data_dir).mkdir(mode=0o700, parents=True, exist_ok=True)
         self.path = Path(data_dir) / STATE_FILE
         self._lock = threading.RLock()
-        self._data: dict = {"node_token": None, "enrollment": {}, "epochs": {}, "executed": [], "acks": []}
+        self._data: dict = {
+            "node_token": None,
+            "enrollment": {},
+            "declared": None,  # what the host declared when it last enrolled (its agent re-enrolls on a change)
+            "epochs": {},
+            "executed": [],
+            "acks": [],
+        }
         if self.path.exists():
             self._data.update(json.loads(self.path.read_text()))
 
@@ -59,10 +66,22 @@ class AgentState:
         with self._lock:
             return dict(self._data["enrollment"])
 
-    def set_enrollment(self, answer: dict) -> None:
+    @property
+    def declared(self) -> dict | None:
+        with self._lock:
+            return self._data["declared"]
+
+    def set_enrollment(self, answer: dict, declared: dict | None = None) -> None:
         with self._lock:
             self._data["node_token"] = answer["node_token"]
             self._data["enrollment"] = {k: v for k, v in answer.items() if k != "node_token"}
+            self._data["declared"] = declared
+            self._save()
+
+    def set_declared(self, declared: dict) -> None:
+        """Don't ask again for a declaration the platform refused (until the host changes again)."""
+        with self._lock:
+            self._data["declared"] = declared
             self._save()
 
     def forget_token(self, token: str) -> None:

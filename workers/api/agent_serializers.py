@@ -15,7 +15,9 @@ class DeviceSerializer(serializers.Serializer):
 
 
 class EnrollSerializer(serializers.Serializer):
-    enrollment_token = serializers.CharField(max_length=200)
+    enrollment_token = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+    # An enrolled host's agent re-enrolls itself with its current node token instead.
+    node_token = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
     hostname = serializers.RegexField(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,119}$", max_length=120)
     chip_type = serializers.SlugField(max_length=40)
     chips = serializers.IntegerField(min_value=1, max_value=64)
@@ -24,6 +26,13 @@ class EnrollSerializer(serializers.Serializer):
     address = serializers.CharField(max_length=120, required=False, allow_blank=True, default="")
     agent_version = serializers.CharField(max_length=40, required=False, allow_blank=True, default="")
     devices = DeviceSerializer(many=True, required=False, default=list)
+
+    def validate(self, attrs):
+        if not attrs["enrollment_token"] and not attrs["node_token"]:
+            raise serializers.ValidationError(
+                {"enrollment_token": ["Required, unless the host re-enrolls with its current node_token."]}, "required"
+            )
+        return attrs
 
 
 @extend_schema_field(

@@ -40,7 +40,7 @@ class EnrollView(APIView):
         try:
             enrolled = enroll_node(**form.validated_data)
         except EnrollmentError as error:
-            return Response({"detail": str(error)}, status=status.HTTP_403_FORBIDDEN)
+            return Response({"detail": str(error), "code": error.code}, status=status.HTTP_403_FORBIDDEN)
         node = enrolled.node
         return Response(
             {
@@ -63,8 +63,9 @@ class PollView(AgentView):
         form = PollSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         node = request.auth
-        record_heartbeat(node, form.validated_data["health"])
+        # Acks first: a node coming back from being lost is in service again once its kills are acked.
         _record_acks(node, form.validated_data["acks"], form.validated_data["ack_errors"])
+        record_heartbeat(node, form.validated_data["health"], form.validated_data["ranks"])
         commands = _pending(node)
         wait_s = min(form.validated_data["wait_s"], settings.AGENT_POLL_WAIT_S)
         deadline = time.monotonic() + wait_s

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils import timezone
 
@@ -21,6 +23,13 @@ def new_node_token() -> str:
     return NODE_TOKEN_PREFIX + secrets.token_urlsafe(32)
 
 
+ENROLLMENT_TOKEN_LIFETIME = timedelta(hours=24)
+
+
+def default_token_expiry() -> datetime:
+    return timezone.now() + ENROLLMENT_TOKEN_LIFETIME
+
+
 class EnrollmentToken(models.Model):
     """A secret an operator hands to a compute host so its agent can join one pool."""
 
@@ -32,9 +41,17 @@ class EnrollmentToken(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     created_at = models.DateTimeField(auto_now_add=True)
-    expires_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(default=default_token_expiry, help_text="Refused after this time.")
     revoked_at = models.DateTimeField(null=True, blank=True)
     uses = models.PositiveIntegerField(default=0, editable=False)
+    max_uses = models.PositiveIntegerField(
+        default=1, validators=[MinValueValidator(1)], help_text="How many hosts may enroll with it."
+    )
+    approved_chips = models.PositiveSmallIntegerField(
+        default=1,
+        validators=[MinValueValidator(1), MaxValueValidator(64)],
+        help_text="The most chips a host enrolling with it may declare.",
+    )
 
     class Meta:
         ordering = ["-created_at"]
@@ -43,17 +60,56 @@ class EnrollmentToken(models.Model):
         return f"{self.name} ({self.prefix}…) for {self.pool}"
 
     @classmethod
-    def issue(cls, pool, *, name: str = "enrollment token", created_by=None, raw: str | None = None):
-        """Create a token; returns (token, raw secret). Pass `raw` to enroll with a known secret (demo fleet)."""
+    def issue(
+        cls,
+        pool,
+        *,
+        chips: int = 1,
+        max_uses: int = 1,
+        lifetime: timedelta = ENROLLMENT_TOKEN_LIFETIME,
+        name: str = "enrollment token",
+        created_by=None,
+        raw: str | None = None,
+    ):
+        """Create a token approving `chips` per node for `max_uses` hosts; returns (token, raw secret)."""
         raw = raw or ENROLLMENT_TOKEN_PREFIX + secrets.token_urlsafe(24)
         token = cls.objects.create(
-            pool=pool, name=name, prefix=raw[:10], token_hash=hash_secret(raw), created_by=created_by
+            pool=pool,
+            name=name,
+            prefix=raw[:10],
+            token_hash=hash_secret(raw),
+            created_by=created_by,
+            expires_at=timezone.now() + lifetime,
+            max_uses=max_uses,
+            approved_chips=chips,
         )
         return token, raw
 
+    def refusal(self, now: datetime | None = None) -> tuple[str, str] | None:
+        """(code, reason) why this token can't enroll a host now, or None when it can."""
+        now = now or timezone.now()
+        if self.revoked_at is not None:
+            return (
+                "enrollment_token_revoked",
+                f"This enrollment token was revoked at {self.revoked_at:%Y-%m-%d %H:%M} UTC.",
+            )
+        if self.expires_at <= now:
+            return (
+                "enrollment_token_expired",
+                f"This enrollment token expired at {self.expires_at:%Y-%m-%d %H:%M} UTC; "
+                "ask the operator for a new one.",
+            )
+        if self.uses >= self.max_uses:
+            return (
+                "enrollment_token_used_up",
+                f"This enrollment token is used up ({self.uses} of {self.max_uses} enrollment(s)); "
+                "ask the operator for a new one.",
+            )
+        return None
+
     @property
     def is_usable(self) -> bool:
-        return self.revoked_at is None and (self.expires_at is None or self.expires_at > timezone.now())
+        return self.refusal() is None
 
 
 class AgentCommand(models.Model):

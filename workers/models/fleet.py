@@ -79,6 +79,11 @@ class Node(models.Model):
     )
     spot_eligible = models.BooleanField(default=False)
     token_hash = models.CharField(max_length=64, null=True, blank=True, unique=True, editable=False)
+    approved_chips = models.PositiveSmallIntegerField(
+        default=1,
+        validators=[MinValueValidator(1), MaxValueValidator(64)],
+        help_text="The most chips this host's agent may declare (from its enrollment token; operators may change it).",
+    )
     address = models.CharField(max_length=120, blank=True, help_text="Where this node's ranks can be reached.")
     devices = models.JSONField(default=list, blank=True)
     health = models.JSONField(default=dict, blank=True)

@@ -35,6 +35,11 @@ class JobMigration(models.Model):
     nodes = models.JSONField(default=list, help_text="Hostnames whose chips were reclaimed or lost")
     notice_at = models.DateTimeField(help_text="When the reclaim was decided (billing of the old chips stops here)")
     notice_seconds = models.PositiveIntegerField()
+    last_seen_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="A lost node's last heartbeat before the loss: unsaved work is counted up to here, not to notice_at",
+    )
     step_at_notice = models.PositiveIntegerField(default=0)
     checkpoint_step = models.PositiveIntegerField(null=True, blank=True)
     checkpoint_at = models.DateTimeField(null=True, blank=True)

@@ -7,15 +7,19 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Sum
+from django.db.models import F, Sum
 from django.utils import timezone
 
-from workers.choices import AgentStatus
-from workers.models import Allocation, ChipType, EnrollmentToken, Node, hash_secret, new_node_token
+from workers.choices import AgentStatus, CommandStatus
+from workers.models import AgentCommand, Allocation, EnrollmentToken, Node, hash_secret, new_node_token
 
 
 class EnrollmentError(Exception):
-    """An enrollment that can't be accepted; the message says why."""
+    """An enrollment that can't be accepted; the message says why, `code` names the case."""
+
+    def __init__(self, message: str, code: str = "enrollment_refused") -> None:
+        super().__init__(message)
+        self.code = code
 
 
 @dataclass(frozen=True)
@@ -26,62 +30,137 @@ class Enrolled:
 
 def enroll_node(
     *,
-    enrollment_token: str,
     hostname: str,
     chip_type: str,
     chips: int,
     simulated: bool,
+    enrollment_token: str = "",
+    node_token: str = "",
     spot_eligible: bool = False,
     address: str = "",
     devices: list | None = None,
     agent_version: str = "",
 ) -> Enrolled:
-    """Register (or re-register) a host in the token's pool; returns its new node token."""
+    """Register a host, or re-register it, and return its new node token (the old one stops working).
+
+    A new hostname needs a usable enrollment token of its chip type's pool. An enrolled hostname is
+    re-registered only by its own agent (presenting its current node token) or after the operator
+    reset the node (no token left), so a pool's enrollment token can't take over another host.
+    Declared chips never exceed what the operator approved (on the token, then on the node).
+    """
+    raw = new_node_token()
+    with transaction.atomic():
+        # Locks the hostname's row, so two enrollments of one host can't both pass the checks below.
+        existing = Node.objects.select_for_update().select_related("pool__chip_type").filter(hostname=hostname).first()
+        if node_token:
+            if existing is None or existing.token_hash != hash_secret(node_token):
+                raise EnrollmentError(
+                    f"The node token presented is not host '{hostname}'s current node token.", "node_token_invalid"
+                )
+            node = _renew(existing, chip_type, chips, raw)
+        else:
+            node = _enroll_with_token(existing, enrollment_token, hostname, chip_type, chips, raw)
+        node.simulated, node.spot_eligible, node.address = simulated, spot_eligible, address
+        node.devices, node.agent_version = devices or [], agent_version
+        node.save()
+    return Enrolled(node=node, token=raw)
+
+
+def _renew(node: Node, chip_type: str, chips: int, raw: str) -> Node:
+    """The agent of an enrolled host re-registers itself: same pool, chips within its approval."""
+    if node.pool.chip_type.slug != chip_type:
+        raise EnrollmentError(
+            f"Host '{node.hostname}' is enrolled with {node.pool.chip_type.slug} chips, not {chip_type}.",
+            "chip_type_mismatch",
+        )
+    _check_chips(chips, node.approved_chips, f"host '{node.hostname}'")
+    now = timezone.now()
+    node.chips, node.token_hash, node.last_heartbeat_at = chips, hash_secret(raw), now
+    node.agent_status = heartbeat_status(node.agent_status)
+    return node
+
+
+def _enroll_with_token(
+    existing: Node | None, enrollment_token: str, hostname: str, chip_type: str, chips: int, raw: str
+) -> Node:
+    token = _usable_token(enrollment_token)
+    pool = token.pool
+    if pool.chip_type.slug != chip_type:
+        raise EnrollmentError(
+            f"This enrollment token is for pool {pool.name} ({pool.chip_type.slug}), not {chip_type}.",
+            "chip_type_mismatch",
+        )
+    _check_chips(chips, token.approved_chips, "this enrollment token")
+    if existing is not None:
+        if existing.pool_id != pool.pk:
+            raise EnrollmentError(f"Host '{hostname}' is already enrolled in pool {existing.pool.name}.", "host_taken")
+        if existing.token_hash:
+            raise EnrollmentError(
+                f"Host '{hostname}' is already enrolled. Re-enrolling it needs its current node token "
+                "(its agent presents it) or the operator's reset of the node (admin: Nodes › Reset node).",
+                "host_already_enrolled",
+            )
+    EnrollmentToken.objects.filter(pk=token.pk).update(uses=F("uses") + 1)
+    now = timezone.now()
+    node = existing or Node(hostname=hostname, pool=pool)
+    node.chips, node.approved_chips, node.token_hash = chips, token.approved_chips, hash_secret(raw)
+    node.agent_status, node.last_heartbeat_at, node.enrolled_at = AgentStatus.ONLINE, now, now
+    return node
+
+
+def _usable_token(raw: str) -> EnrollmentToken:
+    """The enrollment token, locked (so its uses can't be over-spent by parallel enrollments), or why not."""
+    if not raw:
+        raise EnrollmentError(
+            "An enrollment token (or this host's node token) is required.", "enrollment_token_missing"
+        )
     token = (
-        EnrollmentToken.objects.select_related("pool__chip_type")
-        .filter(token_hash=hash_secret(enrollment_token))
+        EnrollmentToken.objects.select_for_update(of=("self",))
+        .select_related("pool__chip_type")
+        .filter(token_hash=hash_secret(raw))
         .first()
     )
-    if token is None or not token.is_usable:
-        raise EnrollmentError("Invalid, expired or revoked enrollment token.")
-    if not ChipType.objects.filter(slug=chip_type).exists():
-        raise EnrollmentError(f"Unknown chip type '{chip_type}'.")
-    if token.pool.chip_type.slug != chip_type:
+    if token is None:
+        raise EnrollmentError("Unknown enrollment token.", "enrollment_token_invalid")
+    refusal = token.refusal()
+    if refusal:
+        raise EnrollmentError(refusal[1], refusal[0])
+    return token
+
+
+def _check_chips(declared: int, approved: int, whose: str) -> None:
+    if declared > approved:
         raise EnrollmentError(
-            f"This enrollment token is for pool {token.pool.name} ({token.pool.chip_type.slug}), not {chip_type}."
+            f"The agent declared {declared} chip(s) but {whose} approves at most {approved} per node; "
+            "ask the operator to approve more.",
+            "chips_not_approved",
         )
-    raw = new_node_token()
-    now = timezone.now()
-    fields = {
-        "pool": token.pool,
-        "chips": chips,
-        "simulated": simulated,
-        "spot_eligible": spot_eligible,
-        "address": address,
-        "devices": devices or [],
-        "agent_version": agent_version,
-        "token_hash": hash_secret(raw),
-        "agent_status": AgentStatus.ONLINE,
-        "last_heartbeat_at": now,
-        "enrolled_at": now,
-    }
-    with transaction.atomic():
-        existing = Node.objects.select_for_update().filter(hostname=hostname).first()
-        if existing and existing.pool_id != token.pool_id:
-            raise EnrollmentError(f"Host '{hostname}' is already enrolled in pool {existing.pool.name}.")
-        node, _ = Node.objects.update_or_create(hostname=hostname, defaults=fields)
-        EnrollmentToken.objects.filter(pk=token.pk).update(uses=token.uses + 1)
-    return Enrolled(node=node, token=raw)
 
 
 def authenticate_node(raw: str) -> Node | None:
     return Node.objects.select_related("pool__chip_type").filter(token_hash=hash_secret(raw)).first()
 
 
-def record_heartbeat(node: Node, health: dict, now=None) -> None:
+def heartbeat_status(current: str) -> str:
+    """A draining node stays draining and a lost one stays lost (see `record_heartbeat`); else it is online."""
+    return current if current in (AgentStatus.DRAINING, AgentStatus.LOST) else AgentStatus.ONLINE
+
+
+def record_heartbeat(node: Node, health: dict, ranks: list[dict] | None = None, now=None) -> None:
+    """A poll: the node is alive. A node declared lost comes back into service only once it has
+    acked every command queued for it (the kills of its fenced ranks) and reports no live rank, so
+    no new work lands beside ranks of a placement that was moved elsewhere."""
     now = now or timezone.now()
-    status = node.agent_status if node.agent_status == AgentStatus.DRAINING else AgentStatus.ONLINE
+    status = heartbeat_status(node.agent_status)
+    if status == AgentStatus.LOST and _clean_return(node, ranks or []):
+        status = AgentStatus.ONLINE
     Node.objects.filter(pk=node.pk).update(last_heartbeat_at=now, health=health, agent_status=status)
+    node.agent_status, node.last_heartbeat_at = status, now
+
+
+def _clean_return(node: Node, ranks: list[dict]) -> bool:
+    alive = [rank for rank in ranks if rank.get("state") in ("starting", "running")]
+    return not alive and not AgentCommand.objects.filter(node=node, status=CommandStatus.PENDING).exists()
 
 
 def silent_nodes(now=None):

@@ -3,14 +3,17 @@
 1. `reclaim_job`: the notice. Billing of every chip of the job stops now (the allocations end);
    the chips stay held for the notice period so the ranks can checkpoint and leave; the agents
    are told at once (a stop-with-checkpoint command, woken through their long-poll). A lost node
-   can't checkpoint: the job goes straight to step 2 from its last periodic checkpoint.
+   can't checkpoint: the job goes straight to step 2 from its last periodic checkpoint, and its
+   placement is fenced at once (`fence_epoch`): the epoch moves on, so whatever the old ranks say
+   later (a frozen node that wakes up) is refused, and every node is told to kill them.
 2. `continue_migration`: once every rank of the old placement has exited (or the notice ran out),
    the held chips are let go and the job goes back to the scheduler, which re-plans it with its
    global batch pinned and places it with a new epoch (old ranks are fenced out); the new ranks
    resume from the checkpoint, resharded to the new world size.
 3. `record_resume`: the first metric of the new placement. The migration is complete; training
    insurance refunds the seconds between the checkpoint and the notice on the old chips, and the
-   new chips' seconds from their start to the resume, as one ledger transaction.
+   new chips' seconds from their start to the resume, as one ledger transaction. For a lost node
+   the unsaved work ends at its last heartbeat, not at the moment the loss was noticed.
 """
 
 from __future__ import annotations
@@ -27,8 +30,17 @@ from billing.choices import AccountKind, TransactionKind
 from billing.money import format_amount, round_micros
 from billing.services.ledger import Leg, platform_account, post_transaction, wallet_for
 from billing.services.meter import PriceBook, charge_allocations
-from workers.choices import JobEventKind, JobStatus
-from workers.models import Allocation, Job, JobMetric, JobMigration, MigrationReason, MigrationStatus, Node
+from workers.choices import CommandStatus, JobEventKind, JobStatus
+from workers.models import (
+    AgentCommand,
+    Allocation,
+    Job,
+    JobMetric,
+    JobMigration,
+    MigrationReason,
+    MigrationStatus,
+    Node,
+)
 from workers.protocol import CommandType
 from workers.services.events import record_event
 from workers.services.placement import send_to_nodes
@@ -47,8 +59,13 @@ def reclaim_job(
     nodes: list[Node] | None = None,
     notice_seconds: int,
     now: datetime | None = None,
+    last_seen: datetime | None = None,
 ) -> JobMigration | None:
-    """Give the job notice and stop billing its chips; None when it is not running (nothing to move)."""
+    """Give the job notice and stop billing its chips; None when it is not running (nothing to move).
+
+    For a lost node (`last_seen`: its last heartbeat), the old placement is fenced at once and its
+    ranks everywhere are killed instead of checkpointing.
+    """
     now = now or timezone.now()
     lost = reason == MigrationReason.LOST_NODE
     with transaction.atomic():
@@ -74,15 +91,23 @@ def reclaim_job(
             notice_at=now,
             notice_seconds=0 if lost else notice_seconds,
             step_at_notice=job.step,
+            last_seen_at=min(last_seen or now, now) if lost else None,
         )
+        if lost:
+            fence_epoch(job, now)
         job.status = JobStatus.MIGRATING
         job.status_reason = f"{MigrationReason(reason).label}: {detail}. Moving to other chips."
         job.save(update_fields=["status", "status_reason", "updated_at"])
-        # Every rank stops (data parallelism needs all of them); rank 0 checkpoints first unless a peer is gone.
+        # Every rank stops (data parallelism needs all of them); rank 0 checkpoints first unless a peer is
+        # gone: then the ranks are killed at once (grace 0), the lost node's too as soon as its agent polls.
         send_to_nodes(
             job,
             CommandType.STOP,
-            {"reason": job.status_reason[:200], "checkpoint": not lost, "grace_s": max(notice_seconds, 5)},
+            {
+                "reason": job.status_reason[:200],
+                "checkpoint": not lost,
+                "grace_s": 0 if lost else max(notice_seconds, 5),
+            },
             now=now,
         )
         # Chips stay held while the ranks checkpoint and leave; a lost node's job moves on at once.
@@ -101,6 +126,22 @@ def reclaim_job(
         if lost:
             continue_migration(job.pk, now=now)
     return migration
+
+
+def fence_epoch(job: Job, now: datetime) -> int:
+    """End the job's current placement at once; returns the fenced epoch. Call with the job's row locked.
+
+    The epoch moves on, so every later report, checkpoint and exit of the old ranks is refused as
+    stale (409, and their agent kills them); commands still waiting for the old placement are
+    withdrawn. The next placement bumps the epoch again, so it never reuses the fenced one.
+    """
+    fenced = job.epoch
+    job.epoch += 1
+    job.save(update_fields=["epoch", "updated_at"])
+    AgentCommand.objects.filter(job=job, epoch__lte=fenced, status=CommandStatus.PENDING).update(
+        status=CommandStatus.REFUSED, error=f"epoch {fenced} was fenced", acked_at=now
+    )
+    return fenced
 
 
 def continue_migration(job_id: int, now: datetime | None = None, release: bool = True) -> bool:
@@ -164,9 +205,11 @@ def record_resume(job: Job, first_step: int, now: datetime) -> JobMigration | No
     saved = migration.checkpoint_step or 0
     migration.resumed_at = now
     migration.resume_step = first_step
+    # A fenced placement's later metrics were refused, so `reached` is the last step reported before the loss.
     migration.steps_lost = max(0, reached - saved)
     lost_from = _lost_work_start(job, migration)
-    migration.lost_seconds = max(0.0, (migration.notice_at - lost_from).total_seconds()) if lost_from else 0.0
+    lost_until = work_end(migration)
+    migration.lost_seconds = max(0.0, (lost_until - lost_from).total_seconds()) if lost_from else 0.0
     migration.refund = insurance_amount(job, migration, lost_from)
     migration.status = MigrationStatus.RESUMED
     if migration.refund > 0:
@@ -193,10 +236,15 @@ def record_resume(job: Job, first_step: int, now: datetime) -> JobMigration | No
     return migration
 
 
+def work_end(migration: JobMigration) -> datetime:
+    """Where the old placement's work ended: the notice, or a lost node's last heartbeat (not the detection)."""
+    return migration.last_seen_at or migration.notice_at
+
+
 def _lost_work_start(job: Job, migration: JobMigration) -> datetime | None:
-    """Where unsaved work began: the checkpoint, if it was taken before the notice; else the old placement's start."""
-    if migration.checkpoint_at and migration.checkpoint_at >= migration.notice_at:
-        return None  # checkpointed on notice: nothing was lost
+    """Where unsaved work began: the checkpoint, if taken before the work ended; else the old placement's start."""
+    if migration.checkpoint_at and migration.checkpoint_at >= work_end(migration):
+        return None  # checkpointed on notice (or after the lost node was last heard from): nothing was lost
     old = Allocation.objects.filter(job=job, epoch=migration.from_epoch).order_by("started_at").first()
     if old is None:
         return None
@@ -204,7 +252,7 @@ def _lost_work_start(job: Job, migration: JobMigration) -> datetime | None:
 
 
 def insurance_amount(job: Job, migration: JobMigration, lost_from: datetime | None) -> int:
-    """Cost of the old chips over [lost_from, notice) plus the new chips over [their start, resume)."""
+    """Cost of the old chips over [lost_from, work end) plus the new chips over [their start, resume)."""
     old = list(Allocation.objects.filter(job=job, epoch=migration.from_epoch))
     new = list(Allocation.objects.filter(job=job, epoch=migration.to_epoch))
     book = PriceBook.load({a.chip_type_id for a in old + new})
@@ -212,7 +260,7 @@ def insurance_amount(job: Job, migration: JobMigration, lost_from: datetime | No
     for allocation in old:
         if lost_from is not None:
             start = max(lost_from, allocation.started_at)
-            end = min(migration.notice_at, allocation.ended_at or migration.notice_at)
+            end = min(work_end(migration), allocation.ended_at or migration.notice_at)
             if end > start:
                 exact += allocation.chips * book.integral(allocation.chip_type_id, allocation.mode, start, end)
     for allocation in new:

@@ -15,7 +15,7 @@ from workers.choices import AgentStatus, JobStatus
 from workers.models import Allocation, Job, MigrationReason, Node, RankExit
 from workers.services.fleet import silent_nodes
 from workers.services.jobs import finish_job
-from workers.services.migration import overdue_notices, reclaim_job
+from workers.services.migration import fence_epoch, overdue_notices, reclaim_job
 
 logger = logging.getLogger(__name__)
 
@@ -47,20 +47,44 @@ def migrate_jobs_off_silent_nodes(now) -> int:
                 seconds=settings.AGENT_HEARTBEAT_DEADLINE_S
             ):
                 continue
-            node.agent_status = AgentStatus.LOST
-            node.save(update_fields=["agent_status"])
-            lost += 1
             silence = f"{(now - node.last_heartbeat_at).total_seconds():.0f}s" if node.last_heartbeat_at else "ever"
-            job_ids = list(Allocation.objects.open().filter(node=node).values_list("job_id", flat=True).distinct())
-            detail = f"node {node.hostname} went silent (no heartbeat for {silence})"
-            for job_id in job_ids:
-                moved = reclaim_job(job_id, MigrationReason.LOST_NODE, detail, nodes=[node], notice_seconds=0, now=now)
-                if moved is None:  # not running (starting or stopping): it can't go on without the node
-                    finish_job(
-                        Job.objects.get(pk=job_id), JobStatus.FAILED, f"{detail[0].upper()}{detail[1:]}.", now=now
-                    )
+            declare_lost(node, f"node {node.hostname} went silent (no heartbeat for {silence})", now)
+            lost += 1
         logger.warning("node %s declared lost", node.hostname)
     return lost
+
+
+def declare_lost(node: Node, detail: str, now) -> None:
+    """The node is gone: fence every job placed on it at once and move it (or fail it when it can't move).
+
+    Call inside a transaction with the node's row locked. Its agent, should it come back, finds a
+    kill command for each job's ranks queued before anything else (see fleet.record_heartbeat).
+    """
+    last_seen = node.last_heartbeat_at
+    node.agent_status = AgentStatus.LOST
+    node.save(update_fields=["agent_status"])
+    job_ids = list(Allocation.objects.open().filter(node=node).values_list("job_id", flat=True).distinct())
+    for job_id in job_ids:
+        moved = reclaim_job(
+            job_id, MigrationReason.LOST_NODE, detail, nodes=[node], notice_seconds=0, now=now, last_seen=last_seen
+        )
+        if moved is None:  # not running (starting or stopping): it can't go on without the node
+            job = Job.objects.select_for_update().get(pk=job_id)
+            if not job.is_finished:
+                fence_epoch(job, now)
+            finish_job(job, JobStatus.FAILED, f"{detail[0].upper()}{detail[1:]}.", now=now)
+
+
+def reset_node(node: Node, by: str, now=None) -> None:
+    """Operator: revoke the host's node token and treat it as lost (its jobs move at once, fenced);
+    the next enrollment of the hostname with a usable enrollment token takes it over."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        node = Node.objects.select_for_update().get(pk=node.pk)
+        node.token_hash = None
+        node.save(update_fields=["token_hash"])
+        if node.agent_status in (AgentStatus.ONLINE, AgentStatus.DRAINING):
+            declare_lost(node, f"node {node.hostname} was reset by {by}", now)
 
 
 def fail_jobs_with_crashed_ranks(now) -> int:
