@@ -67,55 +67,64 @@ def test_a_frozen_node_that_wakes_up_is_fenced_killed_and_not_paid_twice(stack, 
     assert response.status_code == 201, response.json()
     job_id = response.json()["id"]
     wait_until(lambda: unsaved_steps(job_id) >= 3, 240, "a periodic checkpoint and a few steps after it", stack)
+    # A second host, drained for now: the job has nowhere to go while the frozen one is away.
     stack.add_agent("frozen-b", "rtx-4090")
     wait_until(lambda: online("frozen-b"), 60, "frozen-b to enroll", stack)
+    Node.objects.filter(hostname="frozen-b").update(agent_status=AgentStatus.DRAINING)
 
     frozen = host_processes(agent)
-    ranks = [p for p in frozen if f"job-{job_id}-epoch-" in p.cwd()]  # not the idle warm standbys
-    assert len(ranks) == 1
+    [rank] = [p for p in frozen if f"job-{job_id}-epoch-" in p.cwd()]  # not the idle warm standbys
     signal_all(frozen, signal.SIGSTOP)
     frozen_at = time.time()
     try:
         migration = wait_until(
-            lambda: JobMigration.objects.filter(job_id=job_id, status="resumed").first(), 180, "the resume", stack
+            lambda: JobMigration.objects.filter(job_id=job_id, reason="lost_node").first(), 60, "the loss", stack
         )
+        time.sleep(2)  # frozen a little past the loss: the job waits, re-planned nowhere yet
     finally:
         signal_all(frozen, signal.SIGCONT)
     woke_at = time.time()
-
-    assert migration.reason == "lost_node" and migration.nodes == ["frozen-a"]
     detected = migration.notice_at.timestamp() - frozen_at
     assert detected <= settings.AGENT_HEARTBEAT_DEADLINE_S + 10, f"lost after {detected:.1f}s"
-    # Its rank is killed once it wakes up (the kill queued for it, or its first refused report).
-    wait_until(lambda: not any(alive(rank) for rank in ranks), 30, "the woken rank to be killed", stack)
-    assert time.time() - woke_at < 30
-    wait_until(lambda: "is stale" in stack.log("agent-frozen-a") or online("frozen-a"), 30, "the fence", stack)
-    wait_until(lambda: online("frozen-a"), 60, "frozen-a back in service once its rank is gone", stack)
-
     job = Job.objects.get(pk=job_id)
-    # Nothing the woken rank said after the loss was taken.
+    assert job.status == "queued" and job.epoch == migration.from_epoch + 1  # fenced at the loss, not placed yet
+
+    # Awake, its rank is killed (the kill queued for it, or its first refused report); the host is
+    # back in service only once the rank is gone.
+    def rank_gone() -> bool:
+        assert not (alive(rank) and online("frozen-a")), "frozen-a back in service beside its fenced rank"
+        return not alive(rank)
+
+    wait_until(rank_gone, 30, "the woken rank to be killed", stack)
+    killed_after = time.time() - woke_at
+    wait_until(lambda: "is stale" in stack.log("agent-frozen-a"), 30, "a late report refused (409)", stack)
+    # Nothing the woken rank said after the loss was taken, and its chips were billed up to the loss only.
     reported = JobMetric.objects.filter(job=job, epoch=migration.from_epoch).aggregate(last=Max("step"))["last"]
     assert reported == migration.step_at_notice
-    # Billed up to the moment of loss, not a second more.
+    assert Job.objects.get(pk=job_id).step == migration.step_at_notice
     old = job.allocations.get(epoch=migration.from_epoch)
     assert old.node.hostname == "frozen-a" and old.ended_at == migration.notice_at
     assert old.billed_through <= migration.notice_at
-    # Resumed on the other host from the checkpoint, with a fresh epoch past the fenced one.
+
+    Node.objects.filter(hostname="frozen-b").update(agent_status=AgentStatus.ONLINE)
+    migration = wait_until(
+        lambda: JobMigration.objects.filter(pk=migration.pk, status="resumed").first(), 180, "the resume", stack
+    )
+    # Resumed from the checkpoint, with a fresh epoch past the fenced one.
     assert migration.to_epoch == migration.from_epoch + 2
-    assert job.allocations.get(epoch=migration.to_epoch).node.hostname == "frozen-b"
+    resumed_on = job.allocations.get(epoch=migration.to_epoch).node.hostname
     assert migration.resume_step == migration.checkpoint_step + 1
     # The insurance covers the work really lost: steps reported before the loss, time to the last heartbeat.
     assert migration.steps_lost == reported - migration.checkpoint_step
-    assert migration.last_seen_at <= migration.notice_at
+    assert (migration.notice_at - migration.last_seen_at).total_seconds() >= settings.AGENT_HEARTBEAT_DEADLINE_S
     lost_window = max(0.0, (migration.last_seen_at - migration.checkpoint_at).total_seconds())
     assert migration.lost_seconds == pytest.approx(lost_window, abs=1e-3)
-    assert (migration.notice_at - migration.last_seen_at).total_seconds() >= settings.AGENT_HEARTBEAT_DEADLINE_S
-    if migration.refund:
-        refund = Transaction.objects.get(idempotency_key=f"insurance:{migration.pk}")
-        assert refund.kind == "refund"
+    assert migration.refund > 0  # at least the new chips' start-up
+    assert Transaction.objects.get(idempotency_key=f"insurance:{migration.pk}").kind == "refund"
     print(
-        f"\nfrozen node: detected after {detected:.1f}s, rank killed {time.time() - woke_at:.1f}s after waking; "
-        f"steps lost {migration.steps_lost}, lost {migration.lost_seconds:.2f}s, refund {migration.refund} micros"
+        f"\nfrozen node: lost {detected:.1f}s after the freeze, rank killed {killed_after:.1f}s after waking; "
+        f"resumed on {resumed_on}; steps lost {migration.steps_lost}, lost {migration.lost_seconds:.2f}s, "
+        f"refund {migration.refund} micros"
     )
     api.post(f"/api/v1/jobs/{job_id}/cancel/")
 
