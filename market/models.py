@@ -13,6 +13,7 @@ class BidStatus(models.TextChoices):
     ACTIVE = "active", "Active"
     CANCELLED = "cancelled", "Cancelled"
     CLOSED = "closed", "Closed"  # its job ended
+    LAPSED = "lapsed", "Lapsed"  # it won chips its job did not take up in time, so it left the auction
 
 
 class BidQuerySet(models.QuerySet):
@@ -32,6 +33,8 @@ class Bid(models.Model):
     # What the last clearing gave this bid, and at what price.
     won_chips = models.PositiveSmallIntegerField(default=0)
     clearing_price = models.BigIntegerField(null=True, blank=True)
+    # Since when the bid has won chips its job does not hold yet; past the take-up time it lapses.
+    waiting_since = models.DateTimeField(null=True, blank=True)
     # Time priority: ties on price go to the earlier bid. Raising or lowering keeps it.
     placed_at = models.DateTimeField()
     created_at = models.DateTimeField(auto_now_add=True)

@@ -181,8 +181,15 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
 CELERY_TASK_TIME_LIMIT = 600
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
+# Planning (which users can flood with queued jobs) goes to "<CELERY_QUEUE>.planning", served by a
+# worker of its own, so the meter, the reconciler, spot clearing and audits never wait behind it.
+CELERY_TASK_ROUTES = ("portal.task_routes.route_task",)
 CELERY_BEAT_SCHEDULE = {
     "reconcile-jobs": {"task": "workers.tasks.reconcile_jobs", "schedule": env_int("RECONCILE_SECONDS", 2)},
+    "schedule-waiting-jobs": {
+        "task": "workers.tasks.schedule_waiting_jobs",
+        "schedule": env_int("RECONCILE_SECONDS", 2),
+    },
     "clear-spot-market": {"task": "market.tasks.clear_market", "schedule": env_int("SPOT_CLEARING_SECONDS", 5)},
     "run-meter": {"task": "billing.tasks.run_meter", "schedule": env_int("METER_SECONDS", 5)},
     "audit-ledger": {"task": "billing.tasks.audit_ledger", "schedule": env_int("LEDGER_AUDIT_SECONDS", 300)},
@@ -204,6 +211,13 @@ RUNS_ROOT = Path(env("RUNS_ROOT", str(DATA_DIR / "runs")))
 DATASET_MAX_BYTES = env_int("DATASET_MAX_BYTES", 50 * 1024 * 1024)
 JOB_MAX_STEPS = env_int("JOB_MAX_STEPS", 1_000_000)
 JOB_MAX_BATCH = env_int("JOB_MAX_BATCH", 1024)
+# Jobs one user may have waiting to be placed; a queued job is re-planned with backoff (doubling
+# from PLAN_BACKOFF_MIN_S up to PLAN_BACKOFF_MAX_S), and at once when chips free up or a node joins.
+MAX_QUEUED_JOBS_PER_USER = env_int("MAX_QUEUED_JOBS_PER_USER", 5)
+PLAN_BACKOFF_MIN_S = env_int("PLAN_BACKOFF_MIN_S", 2)
+PLAN_BACKOFF_MAX_S = env_int("PLAN_BACKOFF_MAX_S", 60)
+# A waiting spot job whose bid won chips must hold them within the notice period plus this, or its bid lapses.
+SPOT_TAKE_UP_GRACE_S = env_int("SPOT_TAKE_UP_GRACE_S", 60)
 # Simulated chips run the real model on a CPU, paced to their modelled speed divided by this
 # fleet-wide factor, so that a tiny model takes visible time (DESIGN.md section 2).
 SIMULATION_SLOWDOWN = float(env("SIMULATION_SLOWDOWN", "20000"))

@@ -8,7 +8,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from workers.choices import AgentStatus, JobEventKind, JobStatus
-from workers.models import Dataset, Job, JobLogLine, JobMetric, Node
+from workers.models import Allocation, Dataset, Job, JobLogLine, JobMetric, Node
 from workers.services.events import record_event
 
 pytestmark = pytest.mark.django_db
@@ -195,10 +195,35 @@ def test_the_quote_says_when_the_model_does_not_fit_the_free_chips(alice_client,
     assert "llama-2-70b" in html
 
 
-def test_the_quote_without_free_chips_says_the_job_can_still_queue(alice_client, catalog):
+def occupy_the_fleet(owner) -> None:
+    """Every chip of the online fleet is held by another job: nothing is free, but chips exist."""
+    busy = Job.objects.create(
+        owner=owner, model_name="llama-tiny", per_device_batch_size=4, max_steps=10, max_budget_per_hour=1_000_000
+    )
+    now = timezone.now()
+    for node in Node.objects.filter(agent_status=AgentStatus.ONLINE).select_related("pool"):
+        Allocation.objects.create(
+            job=busy,
+            node=node,
+            chip_type=node.pool.chip_type,
+            chips=node.chips,
+            epoch=1,
+            started_at=now,
+            billed_through=now,
+        )
+
+
+def test_the_quote_without_free_chips_says_the_job_can_still_queue(alice_client, bob, fleet):
+    occupy_the_fleet(bob)
     html = quote_html(alice_client)
     assert "No free chips" in html
     assert "waits in the queue" in html
+
+
+def test_the_quote_says_when_the_fleet_could_never_place_the_job(alice_client, catalog):
+    html = quote_html(alice_client)  # no node is online
+    assert "No capacity" in html and "could never be placed" in html
+    assert "waits in the queue" not in html
 
 
 def test_the_quote_names_the_field_of_invalid_input(alice_client, fleet):
@@ -235,7 +260,8 @@ def test_chips_picked_by_hand_are_kept_on_the_job(alice_client, alice, fleet):
     assert Job.objects.get(owner=alice).chip_counts == {"rtx-4090": 2}
 
 
-def test_a_job_without_free_chips_is_still_queued(alice_client, alice, catalog):
+def test_a_job_without_free_chips_is_still_queued(alice_client, alice, bob, fleet):
+    occupy_the_fleet(bob)
     response = launch(alice_client)
     assert response.status_code == 302
     assert Job.objects.get(owner=alice).status == JobStatus.QUEUED

@@ -13,13 +13,14 @@
 from __future__ import annotations
 
 import logging
+import zlib
 from collections import defaultdict
 from datetime import datetime, timedelta
 from decimal import Decimal
 
 from django.conf import settings
 from django.core.mail import send_mail
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from billing.models import OperatorSettings
@@ -35,6 +36,7 @@ logger = logging.getLogger(__name__)
 
 NO_CREDIT = "no_credit"
 STOPPABLE = {JobStatus.PROVISIONING, JobStatus.RUNNING, JobStatus.MIGRATING}
+CREDIT_LOCK = zlib.crc32(b"starverse-credit") & 0x7FFFFFFF  # advisory lock keys are 32-bit signed
 
 
 class HoldRefused(Exception):
@@ -50,15 +52,35 @@ def hold_needed(plan_price_per_hour: int, minutes: int | None = None) -> int:
     return round_micros(Decimal(plan_price_per_hour) * minutes / 60)
 
 
-def check_hold(user, plan_price_per_hour: int) -> None:
-    """Raise HoldRefused unless the user's balance covers `hold_minutes` of the plan."""
+def lock_credit(owner) -> None:
+    """Serialise the owner's credit decisions (bids, launches, placements) until the transaction ends.
+
+    The race it closes: two requests of one owner each read the balance and what is already held,
+    each sees room for one more, and both commit, holding more than the balance covers (four
+    concurrent bids once held ¥12.00 against ¥9.998). With this transaction-scoped advisory lock the
+    second request waits until the first has committed, and then reads the first one's bid or job
+    (each statement at READ COMMITTED sees what committed before it). Take it before reading the
+    balance, after any row locks the caller takes (the one lock order everywhere: rows, then credit).
+    """
+    if not connection.in_atomic_block:
+        raise RuntimeError("lock_credit needs a transaction: the lock is released when it ends.")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [CREDIT_LOCK, owner.pk])
+
+
+def check_hold(user, plan_price_per_hour: int, committed: int = 0) -> None:
+    """Raise HoldRefused unless the balance covers `hold_minutes` of the plan on top of `committed`.
+
+    `committed` is what the user's queued jobs and active bids already hold; call under `lock_credit`.
+    """
     minutes = OperatorSettings.load().hold_minutes
     needed = hold_needed(plan_price_per_hour, minutes)
     balance = balance_of(user)
-    if balance < needed:
+    if balance < needed + committed:
+        on_top = f", on top of {money(committed)} held by your queued jobs and bids" if committed else ""
         raise HoldRefused(
             f"Your balance is {money(balance)}; launching this plan ({money(plan_price_per_hour)}/h) needs "
-            f"at least {money(needed)}, enough for {minutes} minutes. Top up or choose a cheaper plan."
+            f"at least {money(needed)}, enough for {minutes} minutes{on_top}. Top up or choose a cheaper plan."
         )
 
 
@@ -165,6 +187,11 @@ def balance_of_id(owner_id: int) -> int:
     from django.contrib.auth import get_user_model
 
     return balance_of(get_user_model()(pk=owner_id))
+
+
+def spend_over(per_hour: int, span: timedelta) -> int:
+    """What a rate of `per_hour` costs over `span`, rounded once (the stop margin's arithmetic)."""
+    return _cost(per_hour, span)
 
 
 def _cost(per_hour: int, span: timedelta) -> int:

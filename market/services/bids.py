@@ -1,19 +1,25 @@
-"""Placing, changing and cancelling bids; every change clears that chip type's market at once."""
+"""Placing, changing and cancelling bids; every change clears that chip type's market at once.
+
+A bid is placed or changed only for chips its job could use (`market.services.demand`), and only
+when the owner's balance holds a few minutes of it on top of everything the owner's bids and
+queued jobs already hold, decided under the owner's credit lock so concurrent bids can't overdraw.
+"""
 
 from __future__ import annotations
 
-from decimal import Decimal
-
 from django.db import transaction
-from django.db.models import Sum
+from django.db.models import Max, Sum
 from django.utils import timezone
 
 from billing.models import OperatorSettings
-from billing.money import format_amount, round_micros
+from billing.money import format_amount
+from billing.services.holds import lock_credit
 from billing.services.ledger import balance_of
 from market.models import Bid, BidStatus
+from market.services.commitments import bid_hold, commitments
+from market.services.demand import chip_limit
 from market.services.market_state import floor_of
-from workers.models import ChipType, Job, Node
+from workers.models import Allocation, ChipType, Job, Node
 
 
 class BidRefused(Exception):
@@ -26,14 +32,23 @@ class BidRefused(Exception):
 
 def place_bid(owner, *, job: Job, chip_type: ChipType, chips: int, max_price_per_hour: int, now=None) -> Bid:
     now = now or timezone.now()
-    _check_job(owner, job)
+    if job.owner_id != owner.pk:
+        raise BidRefused("job", f"Job {job.pk} not found.")
     with transaction.atomic():
-        Job.objects.select_for_update().get(pk=job.pk)
+        job = Job.objects.select_for_update().get(pk=job.pk)
+        _check_usable(job, chip_type, chips)
         if Bid.objects.active().filter(job=job, chip_type=chip_type).exists():
             raise BidRefused(
                 "chip", f"Job {job.pk} already has an active bid for {chip_type.slug}: raise or lower that one."
             )
-        _check_terms(owner, chip_type, chips, max_price_per_hour, now, replacing=None)
+        if chip_type.pk in lapsed_chip_types(job):
+            raise BidRefused(
+                "chip",
+                f"Job {job.pk}'s last bid for {chip_type.slug} lapsed: it won chips the job did not take up in "
+                "time. The job can bid for them again once it has been placed.",
+            )
+        lock_credit(owner)  # after the job's row lock: rows first, then credit, everywhere
+        _check_terms(owner, job, chip_type, chips, max_price_per_hour, now, replacing=None)
         bid = Bid.objects.create(
             owner=owner,
             job=job,
@@ -55,7 +70,9 @@ def change_bid(bid: Bid, *, chips: int | None = None, max_price_per_hour: int | 
             raise BidRefused("status", f"Bid {bid.pk} is {bid.get_status_display().lower()}; it can't be changed.")
         chips = bid.chips if chips is None else chips
         price = bid.max_price_per_hour if max_price_per_hour is None else max_price_per_hour
-        _check_terms(bid.owner, bid.chip_type, chips, price, now, replacing=bid)
+        _check_usable(bid.job, bid.chip_type, chips)
+        lock_credit(bid.owner)
+        _check_terms(bid.owner, bid.job, bid.chip_type, chips, price, now, replacing=bid)
         bid.chips, bid.max_price_per_hour = chips, price
         bid.save(update_fields=["chips", "max_price_per_hour", "updated_at"])
         _clear_after_commit(bid.chip_type_id)
@@ -115,14 +132,27 @@ def bid_price_for(job: Job, chip_type_id: int) -> int | None:
     return bid.max_price_per_hour if bid else job.spot_bid_per_hour
 
 
-def _check_job(owner, job: Job) -> None:
-    if job.owner_id != owner.pk:
-        raise BidRefused("job", f"Job {job.pk} not found.")
-    if job.is_finished:
-        raise BidRefused("job", f"Job {job.pk} has finished ({job.get_status_display().lower()}); bid for a live job.")
+def lapsed_chip_types(job: Job) -> set[int]:
+    """Chip types whose bid the job let lapse since it was last placed: no new bid for them until it is."""
+    placed = Allocation.objects.filter(job=job).aggregate(at=Max("started_at"))["at"]
+    lapsed = Bid.objects.filter(job=job, status=BidStatus.LAPSED)
+    if placed is not None:
+        lapsed = lapsed.filter(updated_at__gt=placed)
+    return set(lapsed.values_list("chip_type_id", flat=True))
 
 
-def _check_terms(owner, chip_type: ChipType, chips: int, price: int, now, replacing: Bid | None) -> None:
+def _check_usable(job: Job, chip_type: ChipType, chips: int) -> None:
+    """Refuse a bid its job could never use: it would win chips that nobody runs on."""
+    usable = chip_limit(job, chip_type)
+    if usable.limit == 0:
+        raise BidRefused(usable.field, usable.reason)
+    if job.chip_counts and chips > usable.limit:  # beyond the planner's cap, "chips that exist" says more
+        raise BidRefused(
+            "chips", f"Job {job.pk} runs on {usable.limit} {chip_type.slug} chip(s) picked for it; {chips} asked."
+        )
+
+
+def _check_terms(owner, job: Job, chip_type: ChipType, chips: int, price: int, now, replacing: Bid | None) -> None:
     floor = floor_of(chip_type.pk, now)
     if floor is None:
         raise BidRefused("chip", f"{chip_type.slug} has no price yet; it can't be bid on.")
@@ -137,18 +167,18 @@ def _check_terms(owner, chip_type: ChipType, chips: int, price: int, now, replac
             "chips", f"{chips} chips asked, but the platform has {exist} spot-eligible {chip_type.slug} chip(s)."
         )
     minutes = OperatorSettings.load().hold_minutes
-    held = round_micros(Decimal(chips * price) * minutes / 60)
-    others = sum(
-        round_micros(Decimal(b.chips * b.max_price_per_hour) * minutes / 60)
-        for b in Bid.objects.active().filter(owner=owner).exclude(pk=getattr(replacing, "pk", None))
-    )
+    held = bid_hold(chips, price, minutes)
+    # Everything the owner's other bids and queued jobs hold (read under lock_credit, so a concurrent
+    # bid or launch of the same owner has either committed and is counted, or waits for this one).
+    already = commitments(owner, exclude_bid_id=getattr(replacing, "pk", None))
+    others = already.total()
     balance = balance_of(owner)
-    if held + others > balance:
+    if already.total(bid_for=job.pk, bid_hold=held) > balance:
         raise BidRefused(
             "balance",
             f"Your balance of {format_amount(balance)} can't hold this bid: {minutes} minutes of {chips} chip(s) at "
             f"{format_amount(price)}/h is {format_amount(held)}"
-            + (f", on top of {format_amount(others)} held by your other bids." if others else "."),
+            + (f", on top of {format_amount(others)} held by your other bids and queued jobs." if others else "."),
         )
 
 

@@ -3,19 +3,30 @@
 One clearing of one chip type runs in one database transaction under a per-type advisory lock, so
 a beat tick and a bid change never clear the same market at once. Bids are ranked by the pure
 auction (`market.auction`); what a job holds beyond what its bid won is reclaimed with notice.
+
+A bid is demand only for chips its job can run on (`market.services.demand`). A waiting job's bid
+that wins chips must see its job take them up within the take-up time (the notice period, for the
+chips' holders to leave, plus SPOT_TAKE_UP_GRACE_S), or it lapses: it leaves the auction, and its
+job can't bid for that chip type again until it has been placed (`market.services.bids`).
+Dropping was chosen over billing the chips from the moment they are won: billing unused chips
+needs a second meter path (charges that belong to no allocation, and credit stops for them),
+while dropping keeps one way money is charged (allocations) and still bounds what a bid that never
+takes its chips up can do: one reclaim (with notice and insurance) per job and chip type.
 """
 
 from __future__ import annotations
 
 import logging
 import zlib
-from datetime import datetime
+from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
 from market import auction
-from market.models import Bid, MarketSettings, SpotPrice
+from market.models import Bid, BidStatus, MarketSettings, SpotPrice
+from market.services.demand import demand_of
 from market.services.market_state import floor_of, on_demand_waiting, spot_capacity, spot_holdings
 from workers.models import ChipType, MigrationReason
 
@@ -41,22 +52,27 @@ def clear_chip_type(chip_type_id: int, now: datetime | None = None) -> auction.C
         floor = floor_of(chip_type_id, now)
         if floor is None:
             return None
-        bids = list(Bid.objects.active().filter(chip_type_id=chip_type_id))  # a job's end closes its bids
-        capacity = spot_capacity(chip_type_id, now)
+        chip = ChipType.objects.get(pk=chip_type_id)
         holdings = spot_holdings(chip_type_id)
+        # a job's end closes its bids
+        bids = list(Bid.objects.active().filter(chip_type_id=chip_type_id).select_related("job"))
+        bids = _lapse_untaken(bids, holdings, chip, now)
+        capacity = spot_capacity(chip_type_id, now)
         if not bids and not holdings and not capacity:
             return None
+        asked = {bid.pk: demand_of(bid.chips, bid.job, chip, holdings.get(bid.job_id, 0)) for bid in bids}
         result = auction.clear(
             [
                 auction.Bid(
-                    id=bid.pk, price=bid.max_price_per_hour, chips=bid.chips, placed_at=bid.placed_at.timestamp()
+                    id=bid.pk, price=bid.max_price_per_hour, chips=asked[bid.pk], placed_at=bid.placed_at.timestamp()
                 )
                 for bid in bids
+                if asked[bid.pk] > 0  # a bid its job can't use now is no demand
             ],
             capacity=capacity,
             floor=floor,
         )
-        _store_awards(bids, result)
+        _store_awards(bids, result, holdings, now)
         _record_price(chip_type_id, result, floor, now)
         bid_of_job = {bid.job_id: bid for bid in bids}
         losers = {
@@ -75,15 +91,49 @@ def _lock_market(chip_type_id: int) -> None:
         cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [zlib.crc32(b"spot-market"), chip_type_id])
 
 
-def _store_awards(bids: list[Bid], result: auction.Clearing) -> None:
+def take_up_seconds() -> int:
+    """How long a waiting job has to hold chips its bid won: its rivals' notice, then the grace."""
+    return MarketSettings.load().notice_seconds + settings.SPOT_TAKE_UP_GRACE_S
+
+
+def _lapse_untaken(bids: list[Bid], holdings: dict[int, int], chip: ChipType, now: datetime) -> list[Bid]:
+    """Bids that won chips their job did not take up within the take-up time leave the auction.
+
+    The clock starts when a bid first wins chips its job doesn't hold and stops only when the job
+    holds chips of this type: a bid lowered and raised again (or outbid meanwhile) keeps its clock,
+    so it can't reclaim a rival's chips over and over without ever using them.
+    """
+    deadline = now - timedelta(seconds=take_up_seconds())
+    lapsed = [
+        bid for bid in bids if bid.waiting_since and bid.waiting_since <= deadline and not holdings.get(bid.job_id)
+    ]
+    if not lapsed:
+        return bids
+    Bid.objects.filter(pk__in=[bid.pk for bid in lapsed]).update(
+        status=BidStatus.LAPSED, won_chips=0, waiting_since=None, updated_at=now
+    )
+    for bid in lapsed:
+        logger.warning(
+            "bid %s of job %s lapsed: it won %s chip(s) the job did not take up within %ss",
+            bid.pk,
+            bid.job_id,
+            chip.slug,
+            take_up_seconds(),
+        )
+    return [bid for bid in bids if bid not in lapsed]
+
+
+def _store_awards(bids: list[Bid], result: auction.Clearing, holdings: dict[int, int], now: datetime) -> None:
     changed = []
     for bid in bids:
         won = result.chips_won(bid.pk)
-        if bid.won_chips != won or bid.clearing_price != result.price:
-            bid.won_chips, bid.clearing_price = won, result.price
+        held = holdings.get(bid.job_id, 0)
+        waiting_since = None if held else bid.waiting_since or (now if won > 0 else None)
+        if (bid.won_chips, bid.clearing_price, bid.waiting_since) != (won, result.price, waiting_since):
+            bid.won_chips, bid.clearing_price, bid.waiting_since = won, result.price, waiting_since
             changed.append(bid)
     if changed:
-        Bid.objects.bulk_update(changed, ["won_chips", "clearing_price"])
+        Bid.objects.bulk_update(changed, ["won_chips", "clearing_price", "waiting_since"])
 
 
 def _record_price(chip_type_id: int, result: auction.Clearing, floor: int, now: datetime) -> None:

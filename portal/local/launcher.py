@@ -154,10 +154,15 @@ def platform_processes(env: Mapping[str, str]) -> dict[str, str]:
     web = f"{python} -m gunicorn portal.wsgi:application --bind {bind} --workers 2"
     # Threads, because node agents hold a request open while they long-poll for commands.
     web += " --worker-class gthread --threads 16 --access-logfile -"
+    # Two workers: the meter, reconciler, spot clearing and audits on the default queue; planning, which
+    # users can flood with queued jobs, on `<queue>.planning` (portal.task_routes), so it never delays them.
+    queue = env.get("CELERY_QUEUE") or "celery"
+    celery_worker = f"{python} -m celery -A portal worker --loglevel INFO --concurrency 1"
     return {
         **demo_fleet_processes(env, f"http://{bind}"),
         "web": web + _no_gunicorn_control_socket(),
-        "worker": f"{python} -m celery -A portal worker --loglevel INFO --concurrency 1 --hostname worker@%h",
+        "worker": f"{celery_worker} -Q {shlex.quote(queue)} --hostname worker@%h",
+        "planner": f"{celery_worker} -Q {shlex.quote(queue + '.planning')} --hostname planner@%h",
         "beat": f"{python} -m celery -A portal beat --loglevel INFO --schedule {schedule}",
     }
 

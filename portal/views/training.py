@@ -14,14 +14,13 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from billing.money import MICROS_PER_UNIT, to_decimal
-from billing.services.holds import HoldRefused, check_hold
 from portal.forms import TrainingForm
 from portal.views.pages import format_price
 from workers import planner
 from workers.choices import AllocationMode
 from workers.models import ChipType
 from workers.services.fleet import free_chips, schedulable_nodes
-from workers.services.jobs import submit_job
+from workers.services.launch import LaunchRefused, fleet_refusal, launch
 from workers.services.planning import quote
 
 # What a planning error is called in the quote box, and which field it belongs to at submit.
@@ -31,7 +30,6 @@ PROBLEM_TITLES = {
     planner.NoCapacity: "No free chips",
     planner.InvalidRequest: "Invalid request",
 }
-PROBLEM_FIELDS = {planner.BudgetTooLow: "max_budget", planner.ModelDoesNotFit: "model"}
 
 
 @dataclass(frozen=True)
@@ -173,6 +171,14 @@ def problem_of(error: planner.PlanningError) -> Problem:
     return Problem(title, str(error), can_queue=isinstance(error, planner.NoCapacity))
 
 
+def quote_problem(error: planner.PlanningError, fields: dict) -> Problem:
+    """Why there is no quote; without free chips, whether the job could still wait for some."""
+    never = fleet_refusal(fields) if isinstance(error, planner.NoCapacity) else None
+    if never is not None:
+        return Problem(never.title or "No capacity", str(never))
+    return problem_of(error)
+
+
 def free_chips_by_type() -> Counter[str]:
     nodes = list(schedulable_nodes())
     free = free_chips(nodes)
@@ -207,19 +213,13 @@ def train(request: HttpRequest) -> HttpResponse:
 
 
 def _submit(request: HttpRequest, form: TrainingForm):
-    """Refuse what can never run (the API does too); a job that only lacks free chips waits in the queue."""
-    fields = form.job_fields()
+    """Launch as the API does (workers.services.launch); a refusal becomes a form error on its field."""
     try:
-        check_hold(request.user, quote(fields)["price_per_hour"])
-    except planner.NoCapacity:
-        pass  # held at placement instead
-    except planner.PlanningError as error:
-        form.add_error(PROBLEM_FIELDS.get(type(error)), f"{problem_of(error).title}: {error}")
+        return launch(request.user, form.job_fields())
+    except LaunchRefused as error:
+        field = error.field if error.field in form.fields else None
+        form.add_error(field, f"{error.title}: {error}" if error.title else str(error))
         return None
-    except HoldRefused as error:
-        form.add_error(None, str(error))
-        return None
-    return submit_job(request.user, **fields)
 
 
 @require_POST
@@ -229,8 +229,9 @@ def train_quote(request: HttpRequest) -> HttpResponse:
     form = TrainingForm(request.POST, request=request)
     context: dict = {"form": form, "simulation_slowdown": f"{settings.SIMULATION_SLOWDOWN:,.0f}"}
     if form.is_valid():
+        fields = form.job_fields()
         try:
-            context["plan"] = summarize_plan(quote(form.job_fields()))
+            context["plan"] = summarize_plan(quote(fields))
         except planner.PlanningError as error:
-            context["problem"] = problem_of(error)
+            context["problem"] = quote_problem(error, fields)
     return render(request, "partials/training/quote.html", context)

@@ -24,8 +24,19 @@ def clearing_inline(monkeypatch):
 def job(alice, fund, enroll):
     fund(alice, "100")
     enroll("spot-1", "rtx-4090", chips=4, spot=True)
+    return spot_job(alice)
+
+
+def spot_job(owner) -> Job:
+    """A queued spot job: only a spot job's bid is demand in the auction."""
     return Job.objects.create(
-        owner=alice, model_name="llama-tiny", per_device_batch_size=4, max_steps=10, max_budget_per_hour=28_000_000
+        owner=owner,
+        model_name="llama-tiny",
+        per_device_batch_size=4,
+        max_steps=10,
+        max_budget_per_hour=28_000_000,
+        spot=True,
+        spot_bid_per_hour=900_000,
     )
 
 
@@ -57,9 +68,7 @@ def test_raising_and_lowering_a_bid_keeps_its_place_in_time(alice, job):
 
 def test_the_highest_bids_win_when_demand_exceeds_capacity_and_all_pay_the_highest_losing_bid(alice, bob, fund, job):
     fund(bob, "100")
-    bobs_job = Job.objects.create(
-        owner=bob, model_name="llama-tiny", per_device_batch_size=4, max_steps=10, max_budget_per_hour=28_000_000
-    )
+    bobs_job = spot_job(bob)
     token_client(alice).post("/api/v1/bids/", bid_body(job, chips=3, max_price="0.90"), format="json")
     token_client(bob).post("/api/v1/bids/", bid_body(bobs_job, chips=2, max_price="1.20"), format="json")
     alice_bid, bob_bid = Bid.objects.get(job=job), Bid.objects.get(job=bobs_job)

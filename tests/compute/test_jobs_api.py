@@ -105,10 +105,16 @@ def test_a_valid_job_is_queued_and_scheduled_after_commit(
     assert response.json()["max_budget"] == "28.00"
 
 
-def test_a_job_waits_in_the_queue_when_no_chips_are_free(api_as, alice, catalog, no_celery):
+def test_a_job_waits_in_the_queue_when_no_chips_are_free(api_as, alice, bob, enroll, no_celery):
+    node, _ = enroll("busy", "rtx-4090", chips=1)
+    busy = Job.objects.create(
+        owner=bob, model_name="llama-tiny", per_device_batch_size=4, max_steps=10, max_budget_per_hour=28_000_000
+    )
+    Job.objects.filter(pk=busy.pk).update(status=JobStatus.PLANNING)
+    allocate(busy, hand_plan((node, 4)))  # the fleet's only chip is taken
     response = api_as(alice).post("/api/v1/jobs/", SPEC, format="json")
-    assert response.status_code == 201
-    assert Job.objects.get().status == JobStatus.QUEUED
+    assert response.status_code == 201, response.json()
+    assert Job.objects.get(owner=alice).status == JobStatus.QUEUED
 
 
 def test_fields_a_user_must_not_set_are_ignored(api_as, alice, online_fleet, no_celery):

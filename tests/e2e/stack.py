@@ -20,6 +20,7 @@ from pathlib import Path
 from django.db import connection
 
 from portal.celery import app as celery_app
+from portal.task_routes import planning_queue
 from workers.models import EnrollmentToken, Pool
 
 REPO = Path(__file__).resolve().parents[2]
@@ -106,7 +107,11 @@ def wait_until(
 
 @contextmanager
 def platform_stack(live_server, settings, tmp_path: Path) -> Iterator[Stack]:
-    """Worker + beat on a private queue, checkpoint and run folders under tmp_path."""
+    """Worker + beat on a private queue (and its planning queue), checkpoint and run folders under tmp_path.
+
+    The in-process producer sends to the private queues too: the default queue is swapped below, and
+    planning tasks are routed to `<default queue>.planning` whatever the default is when they are sent.
+    """
     queue = f"test-{uuid.uuid4().hex[:8]}"
     checkpoints, runs = tmp_path / "checkpoints", tmp_path / "runs"
     settings.CHECKPOINT_ROOT, settings.RUNS_ROOT = checkpoints, runs
@@ -135,7 +140,7 @@ def platform_stack(live_server, settings, tmp_path: Path) -> Iterator[Stack]:
             "worker",
             "-B",
             "-Q",
-            queue,
+            f"{queue},{planning_queue(queue)}",  # the meter's queue and the planning queue (portal.task_routes)
             "--concurrency",
             "1",
             "--loglevel",

@@ -33,12 +33,15 @@ def alice_client(client, alice, fund, catalog):
 
 
 def make_job(owner, status=JobStatus.RUNNING, **fields) -> Job:
+    """A spot job (only a spot job may bid)."""
     spec = {
         "model_name": "llama-tiny",
         "per_device_batch_size": 4,
         "max_steps": 100,
         "max_budget_per_hour": 28_000_000,
         "status": status,
+        "spot": True,
+        "spot_bid_per_hour": 900_000,
     }
     return Job.objects.create(owner=owner, **{**spec, **fields})
 

@@ -13,7 +13,6 @@ from rest_framework.exceptions import ErrorDetail, ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from billing.services.holds import HoldRefused, check_hold
 from portal.api.docs import (
     IDEMPOTENT_WRITE_ERRORS,
     READ_ERRORS,
@@ -30,33 +29,35 @@ from workers.api import job_serializers as s
 from workers.models import Dataset, Job
 from workers.services.artifacts import artifact_file, list_artifacts
 from workers.services.datasets import DatasetRejected, store_dataset
-from workers.services.jobs import cancel_job, submit_job
+from workers.services.jobs import cancel_job
+from workers.services.launch import LaunchRefused, fleet_refusal, launch, refusal_of
 from workers.services.metrics import job_metrics
 from workers.services.planning import quote
 
 AUTH_ERRORS_LIST = (401, 429)
 
-# Which field a planning error is about, and its code in the error format (the SDK's typed errors).
-PLANNING_FIELD = {
-    planner.ModelDoesNotFit: ("model", "model_does_not_fit"),
-    planner.BudgetTooLow: ("max_budget", "budget_too_low"),
-    planner.NoCapacity: ("chip_counts", "no_capacity"),
-    planner.InvalidRequest: ("non_field_errors", "invalid"),
-}
+
+def launch_error(error: LaunchRefused) -> ValidationError:
+    """A refused launch as a 400 naming the field, with its code (the SDK's typed errors)."""
+    return ValidationError({error.field: [ErrorDetail(str(error), code=error.code)]})
 
 
 def planning_error(error: planner.PlanningError) -> ValidationError:
-    field, code = PLANNING_FIELD.get(type(error), ("non_field_errors", "invalid"))
-    return ValidationError({field: [ErrorDetail(str(error), code=code)]})
+    return launch_error(refusal_of(error))
 
 
-def quote_or_400(fields: dict, *, capacity_is_error: bool = True) -> dict | None:
+def quote_or_400(fields: dict) -> dict:
+    """The plan on the chips free now; without them, a 400 that says whether the job could still queue."""
     try:
         return quote(fields)
-    except planner.NoCapacity:
-        if capacity_is_error:
-            raise
-        return None
+    except planner.NoCapacity as error:
+        never = fleet_refusal(fields)
+        if never is not None:
+            raise launch_error(never) from None
+        waits = ValidationError(
+            {"chip_counts": [ErrorDetail(f"{error} A job launched now waits in the queue.", code="no_capacity")]}
+        )
+        raise waits from None
     except planner.PlanningError as error:
         raise planning_error(error) from None
 
@@ -89,7 +90,8 @@ class QuoteView(APIView):
             "Plans the job spec against the chips free now and answers the plan: chips per type, tokens/s, "
             "price per hour, ETA and total cost, with the best single-chip-type plan as `baseline`. Nothing "
             "is reserved or charged. 400 names the field: `model` (fits no chip), `max_budget` (no plan "
-            "within it), `chip_counts` (no free capacity), or any unknown field."
+            "within it), `chip_counts` (`no_capacity`: no free chips now, so a job would queue; or the "
+            "enrolled fleet could never place it), or any unknown field."
         ),
         request=s.JobSpecSerializer,
         responses={200: docs.PlanDocSerializer, **errors(*WRITE_ERRORS)},
@@ -97,11 +99,7 @@ class QuoteView(APIView):
     )
     def post(self, request):
         spec = valid_spec(request)
-        try:
-            plan = quote_or_400(spec.job_fields())
-        except planner.NoCapacity as error:
-            raise planning_error(error) from None
-        return Response(s.format_plan(plan))
+        return Response(s.format_plan(quote_or_400(spec.job_fields())))
 
 
 @extend_schema_view(
@@ -137,10 +135,13 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     @extend_schema(
         summary="Submit a job",
         description=(
-            "Validates and quotes the spec, checks that your balance holds a few minutes of the plan, and "
-            "queues the job; it is planned and placed within seconds. A job that waits for free chips is "
-            "queued too. 400 names the field; `balance` means too little credit. Send an `Idempotency-Key` "
-            "so that a retry can't start a second job."
+            "Validates and quotes the spec, checks that your balance holds a few minutes of the plan on top "
+            "of what your queued jobs and bids already hold, and queues the job; it is planned and placed "
+            "within seconds. A job that waits for free chips is queued too (and holds its credit while it "
+            "waits); one the enrolled fleet could never place is refused (`no_capacity`). 400 names the "
+            "field and a code: `balance` (`insufficient_credit`), `total_budget` (`budget_too_low`: not "
+            "more than the stop margin's spend), `non_field_errors` (`too_many_queued`: the cap on jobs "
+            "waiting at once). Send an `Idempotency-Key` so that a retry can't start a second job."
         ),
         request=s.JobSpecSerializer,
         parameters=[IDEMPOTENCY_KEY_PARAMETER],
@@ -150,14 +151,10 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     @idempotent
     def create(self, request):
         spec = valid_spec(request)
-        fields = spec.job_fields()
-        plan = quote_or_400(fields, capacity_is_error=False)  # refuse what can never run; queue what waits for chips
-        if plan is not None:  # a job waiting for chips is held at placement instead
-            try:
-                check_hold(request.user, plan["price_per_hour"])
-            except HoldRefused as error:
-                raise ValidationError({"balance": [ErrorDetail(str(error), code="insufficient_credit")]}) from None
-        job = submit_job(request.user, **fields)
+        try:
+            job = launch(request.user, spec.job_fields())
+        except LaunchRefused as error:
+            raise launch_error(error) from None
         return Response(s.JobSerializer(job).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(

@@ -55,6 +55,12 @@ class Job(models.Model):
     # Chips an on-demand job is waiting for that spot allocations hold now: {slug: count}. The auction
     # takes them out of spot capacity, so the lowest bids are reclaimed first.
     waiting_for = models.JSONField(null=True, blank=True)
+    # Credit held while the job waits to be placed (hold minutes of its plan at launch): every later
+    # launch, bid and placement of the owner counts it against the balance until the job is placed.
+    credit_hold = models.BigIntegerField(default=0, help_text="micro-units")
+    # A queued job is re-planned with backoff (not before `next_plan_at`), or sooner when capacity changes.
+    next_plan_at = models.DateTimeField(null=True, blank=True)
+    plan_attempts = models.PositiveSmallIntegerField(default=0)
     status = models.CharField(max_length=20, choices=JobStatus.choices, default=JobStatus.QUEUED, db_index=True)
     status_reason = models.TextField(blank=True)
     # Bumped on every (re)placement; ranks and agents of an older epoch are fenced out.
@@ -80,7 +86,9 @@ class Job(models.Model):
             models.CheckConstraint(condition=Q(max_budget_per_hour__gt=0), name="job_budget_positive"),
             models.CheckConstraint(condition=Q(max_steps__gt=0), name="job_steps_positive"),
             models.CheckConstraint(condition=Q(per_device_batch_size__gt=0), name="job_batch_positive"),
+            models.CheckConstraint(condition=Q(credit_hold__gte=0), name="job_credit_hold_not_negative"),
         ]
+        indexes = [models.Index(fields=["status", "next_plan_at"], name="job_planning_queue")]
 
     def __str__(self) -> str:
         return f"Job {self.pk} ({self.model_name})"

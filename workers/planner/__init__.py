@@ -7,6 +7,7 @@ it directly. Design: DESIGN.md section 4; formulas in `memory`, `throughput` and
 from workers.planner.evaluate import objective_value
 from workers.planner.memory import (
     activation_bytes_per_sample,
+    fits_chip,
     lowest_fitting_stage,
     micro_batch_cap,
     model_state_bytes,
@@ -49,6 +50,7 @@ __all__ = [
     "catalog_chips",
     "comm_seconds",
     "exhaustive_plan",
+    "fits_chip",
     "lowest_fitting_stage",
     "micro_batch_cap",
     "model_state_bytes",

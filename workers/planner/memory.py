@@ -96,3 +96,8 @@ def lowest_fitting_stage(model: ModelSpec, memories_gib: list[float], micro_batc
         if all(need <= mem * GIB for need, mem in zip(needs, memories_gib, strict=True)):
             return stage
     return None
+
+
+def fits_chip(model: ModelSpec, memory_gib: float, ranks: int) -> bool:
+    """Whether one sample fits a chip of this size at some ZeRO stage, in a world of `ranks` ranks."""
+    return any(micro_batch_cap(model, memory_gib, stage, ranks) >= 1 for stage in ZERO_STAGES)

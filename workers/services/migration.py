@@ -44,6 +44,7 @@ from workers.models import (
 from workers.protocol import CommandType
 from workers.services.events import record_event
 from workers.services.placement import send_to_nodes
+from workers.services.queue import wake_waiting_jobs
 
 logger = logging.getLogger(__name__)
 
@@ -158,8 +159,8 @@ def continue_migration(job_id: int, now: datetime | None = None, release: bool =
         migration = job.migrations.filter(status=MigrationStatus.NOTICE).order_by("-pk").first()
         if job.status != JobStatus.MIGRATING or migration is None:
             return False
-        if release:
-            Allocation.objects.filter(job=job, held_until__gt=now).update(held_until=now)
+        if release and Allocation.objects.filter(job=job, held_until__gt=now).update(held_until=now):
+            wake_waiting_jobs(now)
         migration.status = MigrationStatus.WAITING
         migration.checkpoint_step = job.latest_checkpoint_step
         migration.checkpoint_at = job.latest_checkpoint_at
@@ -178,7 +179,10 @@ def continue_migration(job_id: int, now: datetime | None = None, release: bool =
 
 def release_leaving_chips(job: Job, epoch: int, node: Node, now: datetime) -> int:
     """A node reported that a rank of an older placement exited: its chips there are free again."""
-    return Allocation.objects.filter(job=job, epoch=epoch, node=node, held_until__gt=now).update(held_until=now)
+    freed = Allocation.objects.filter(job=job, epoch=epoch, node=node, held_until__gt=now).update(held_until=now)
+    if freed:
+        wake_waiting_jobs(now)
+    return freed
 
 
 def note_placement(job: Job, now: datetime) -> None:

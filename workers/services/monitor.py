@@ -31,8 +31,7 @@ def reconcile(now=None) -> dict[str, int]:
         "stopped": finish_overdue_stops(now),
         "credit_stops": stop_low_balance(now),
         "requeued": requeue_abandoned_planning(now),
-        "scheduled": schedule_waiting_jobs(),
-    }
+    }  # planning waiting jobs is a pass of its own, on the planning queue (planning.schedule_waiting_jobs)
 
 
 def migrate_jobs_off_silent_nodes(now) -> int:
@@ -141,12 +140,3 @@ def requeue_abandoned_planning(now) -> int:
     return Job.objects.filter(status=JobStatus.PLANNING, updated_at__lt=deadline).update(
         status=JobStatus.QUEUED, updated_at=now
     )
-
-
-def schedule_waiting_jobs() -> int:
-    from workers.services.planning import schedule
-
-    count = 0
-    for job_id in Job.objects.filter(status=JobStatus.QUEUED).order_by("created_at").values_list("pk", flat=True):
-        count += bool(schedule(job_id))
-    return count

@@ -15,9 +15,10 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from billing.services.holds import HoldRefused, check_hold
+from billing.services.holds import HoldRefused, check_hold, lock_credit
 from billing.services.meter import charge_allocations
 from market.services.bids import sync_job_bids
+from market.services.commitments import commitments
 from workers.choices import AllocationMode, CommandStatus, JobEventKind, JobStatus
 from workers.models import AgentCommand, Allocation, Job, Node
 from workers.modelspecs import resolve_model
@@ -25,6 +26,7 @@ from workers.protocol import CommandType, RankLaunch
 from workers.services import channel
 from workers.services.events import record_event
 from workers.services.fleet import free_chips
+from workers.services.queue import wake_waiting_jobs
 
 
 class CapacityChanged(Exception):
@@ -43,7 +45,11 @@ def allocate(job: Job, plan: dict, now=None) -> list[Allocation]:
             return []
         if "price_per_hour" in plan:  # a planner's plan; the balance may have changed since submit
             try:
-                check_hold(job.owner, plan["price_per_hour"])
+                # Under the owner's credit lock, counting what the owner's other queued jobs and bids
+                # hold: a placement racing a launch or a bid can't both fit in one balance.
+                lock_credit(job.owner)
+                held = commitments(job.owner).total(without_job=job.pk)
+                check_hold(job.owner, plan["price_per_hour"], committed=held)
             except HoldRefused as error:
                 from workers.services.jobs import finish_job
 
@@ -59,7 +65,19 @@ def allocate(job: Job, plan: dict, now=None) -> list[Allocation]:
         job.status = JobStatus.PROVISIONING
         job.status_reason = ""
         job.waiting_for = None
-        job.save(update_fields=["epoch", "plan", "status", "status_reason", "waiting_for", "updated_at"])
+        job.plan_attempts, job.next_plan_at = 0, None
+        job.save(
+            update_fields=[
+                "epoch",
+                "plan",
+                "status",
+                "status_reason",
+                "waiting_for",
+                "plan_attempts",
+                "next_plan_at",
+                "updated_at",
+            ]
+        )
         allocations = [_allocation(job, nodes[node_id], ranks, now) for node_id, ranks in wanted.items()]
         _queue_start_commands(job, plan, nodes, now)
         note_placement(job, now)
@@ -184,6 +202,8 @@ def release(job: Job, now=None) -> int:
     ending = list(Allocation.objects.open().filter(job=job).values_list("pk", flat=True))
     Allocation.objects.filter(pk__in=ending).update(ended_at=now)
     charge_allocations(ending, now)  # the final charge, through the last whole second
+    if ending:
+        wake_waiting_jobs(now)  # chips are free: waiting jobs are worth planning again
     return len(ending)
 
 

@@ -10,14 +10,15 @@ from django.utils import timezone
 
 from billing.services.pricing import current_offers
 from workers import planner
-from workers.choices import JobEventKind, JobStatus
-from workers.models import Job
+from workers.choices import AgentStatus, JobEventKind, JobStatus
+from workers.models import Job, Node
 from workers.modelspecs import resolve_model
 from workers.services import spot
 from workers.services.events import record_event
 from workers.services.fleet import free_chips, schedulable_nodes
 from workers.services.jobs import finish_job
 from workers.services.placement import CapacityChanged, allocate
+from workers.services.queue import due_jobs, next_plan_time, wake_on_fleet_change
 from workers.services.throughput import measured_history
 
 logger = logging.getLogger(__name__)
@@ -101,6 +102,47 @@ def quote(fields: dict, market: spot.ChipView | None = None) -> dict:
     return _with_pacing(result.to_dict(), request.model, chips)
 
 
+def enrolled_nodes():
+    """Nodes the fleet has now, busy or not: enrolled and online, or draining."""
+    return Node.objects.filter(agent_status__in=[AgentStatus.ONLINE, AgentStatus.DRAINING]).select_related(
+        "pool__chip_type"
+    )
+
+
+def fleet_quote(fields: dict) -> dict:
+    """The plan the job would get if every chip of the enrolled fleet were free (raises planner.PlanningError).
+
+    NoCapacity here means the fleet can never place the job, however long it waits.
+    """
+    request = plan_request(fields)
+    offers = [
+        planner.NodeOffer(
+            node_id=str(node.pk),
+            hostname=node.hostname,
+            chip=node.pool.chip_type.slug,
+            free_chips=node.chips,
+            spot_eligible=node.spot_eligible,
+            pool=node.pool.name,
+            zone=node.pool.zone,
+            simulated=node.simulated,
+        )
+        for node in enrolled_nodes()
+        if node.chips > 0
+    ]
+    result = planner.plan(request, list(chip_infos().values()), offers, throughput_model(request.model.name))
+    return result.to_dict()
+
+
+def fleet_chips(spot_only: bool = False) -> dict[str, int]:
+    """Chips of each type in the enrolled fleet (only spot-eligible ones with `spot_only`)."""
+    counts: dict[str, int] = {}
+    for node in enrolled_nodes():
+        if node.spot_eligible or not spot_only:
+            slug = node.pool.chip_type.slug
+            counts[slug] = counts.get(slug, 0) + node.chips
+    return counts
+
+
 def _with_pacing(plan: dict, model, chips: dict[str, planner.ChipInfo]) -> dict:
     """Simulated ranks train paced to their chip's modelled speed, scaled down fleet-wide."""
     flops_model = planner.ThroughputModel()
@@ -137,14 +179,24 @@ def schedule(job_id: int) -> bool:
         return _back_to_queue(job, f"Waiting for chips: {error}")
 
 
+def schedule_waiting_jobs(now=None) -> int:
+    """The planning pass: plan every queued job whose backoff is over; how many were placed."""
+    now = now or timezone.now()
+    wake_on_fleet_change(now)
+    return sum(bool(schedule(job_id)) for job_id in due_jobs(now).values_list("pk", flat=True))
+
+
 def _back_to_queue(job: Job, reason: str) -> bool:
+    """No chips now: the job waits, and is planned again after its backoff (or when capacity changes)."""
     with transaction.atomic():
         job = Job.objects.select_for_update().get(pk=job.pk)
         if job.status != JobStatus.PLANNING:
             return False
         first_wait = job.status_reason != reason
         job.status, job.status_reason = JobStatus.QUEUED, reason
-        job.save(update_fields=["status", "status_reason", "updated_at"])
+        job.plan_attempts += 1
+        job.next_plan_at = next_plan_time(job.plan_attempts, timezone.now())
+        job.save(update_fields=["status", "status_reason", "plan_attempts", "next_plan_at", "updated_at"])
         if first_wait:
             record_event(job, JobEventKind.WAITING, reason)
     return False

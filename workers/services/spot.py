@@ -19,6 +19,7 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from billing.services.pricing import current_offers
+from market.services.bids import lapsed_chip_types
 from market.services.market_state import bid_prices_by_job, reserved_for_waiting_bids
 from workers import planner
 from workers.choices import AllocationMode
@@ -96,8 +97,11 @@ def _outbid_lower_bids(job: Job, fields: dict, quote) -> str | None:
     held = _spot_held(exclude_job=job)
     market = MarketView.for_job(job)
     slugs = dict(ChipType.objects.filter(pk__in=held).values_list("pk", "slug"))
+    lapsed = lapsed_chip_types(job)  # it won those before and never took them up: no second reclaim
     contestable: dict[int, int] = defaultdict(int)
     for chip_type_id, rows in held.items():
+        if chip_type_id in lapsed:
+            continue
         slug = slugs[chip_type_id]
         theirs = bid_prices_by_job(chip_type_id)
         for node_id, job_id, chips in rows:

@@ -1,0 +1,145 @@
+"""Launching a job: the one path from a validated job spec to a queued job (the API and the train page).
+
+In order: plan it (on the chips free now, else on the whole enrolled fleet as if it were free:
+what even that can't place is refused, what only lacks free chips queues), refuse a total budget
+the job would spend within the stop margin, then under the owner's credit lock: the cap on
+waiting jobs, the credit hold on top of what the owner's queued jobs and bids already hold, and
+the submit. Every refusal is a `LaunchRefused` naming the field and a code of the API's error
+format; the API answers it as a 400, the page as a form error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+
+from billing.models import OperatorSettings
+from billing.services.holds import HoldRefused, check_hold, hold_needed, lock_credit, money, spend_over
+from market.services.commitments import WAITING, commitments
+from workers import planner
+from workers.models import Job
+from workers.services.jobs import submit_job
+from workers.services.planning import fleet_chips, fleet_quote, quote
+
+# Which field a planning error is about, its code in the error format (the SDK's typed errors), and
+# its title on the pages.
+PLANNING_REFUSALS = {
+    planner.ModelDoesNotFit: ("model", "model_does_not_fit", "Model does not fit"),
+    planner.BudgetTooLow: ("max_budget", "budget_too_low", "Budget too low"),
+    planner.NoCapacity: ("chip_counts", "no_capacity", "No capacity"),
+    planner.InvalidRequest: ("non_field_errors", "invalid", "Invalid request"),
+}
+
+
+class LaunchRefused(Exception):
+    """A launch that can't go ahead: `field` and `code` as in the API's error format, `title` for pages."""
+
+    def __init__(self, field: str, code: str, message: str, title: str = ""):
+        super().__init__(message)
+        self.field, self.code, self.title = field, code, title
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """The plan a launch holds credit for, and whether the job only waits for free chips."""
+
+    plan: dict
+    waits: bool
+
+
+def refusal_of(error: planner.PlanningError) -> LaunchRefused:
+    field, code, title = PLANNING_REFUSALS.get(type(error), ("non_field_errors", "invalid", "No plan"))
+    return LaunchRefused(field, code, str(error), title)
+
+
+def launch(owner, fields: dict) -> Job:
+    """Refuse or queue one job for `owner` (fields: a validated spec's `job_fields()`)."""
+    chosen = launch_plan(fields)
+    check_total_budget(fields, chosen.plan)
+    with transaction.atomic():
+        lock_credit(owner)  # the cap and the hold below are read and written as one decision per owner
+        check_queue_cap(owner)
+        hold = hold_needed(chosen.plan["price_per_hour"])
+        try:
+            check_hold(owner, chosen.plan["price_per_hour"], committed=commitments(owner).total())
+        except HoldRefused as error:
+            raise LaunchRefused("balance", "insufficient_credit", str(error)) from None
+        return submit_job(owner, credit_hold=hold, **fields)
+
+
+def launch_plan(fields: dict) -> LaunchPlan:
+    """The plan on the chips free now; without free chips, the enrolled fleet's plan (the job waits)."""
+    try:
+        return LaunchPlan(quote(fields), waits=False)
+    except planner.NoCapacity:
+        pass
+    except planner.PlanningError as error:
+        raise refusal_of(error) from None
+    try:
+        return LaunchPlan(fleet_quote(fields), waits=True)
+    except planner.NoCapacity:
+        raise never_placeable(fields) from None
+    except planner.PlanningError as error:
+        raise refusal_of(error) from None
+
+
+def fleet_refusal(fields: dict) -> LaunchRefused | None:
+    """Why the enrolled fleet could never place this job, even with every chip free (None: it could)."""
+    try:
+        fleet_quote(fields)
+    except planner.NoCapacity:
+        return never_placeable(fields)
+    except planner.PlanningError as error:
+        return refusal_of(error)
+    return None
+
+
+def never_placeable(fields: dict) -> LaunchRefused:
+    """`no_capacity`, naming what was asked and what the fleet has online."""
+    spot_only = bool(fields.get("spot")) and not fields.get("allow_on_demand", True)
+    fleet = fleet_chips(spot_only=spot_only)
+    kind = " spot-eligible" if spot_only else ""
+    asked = fields.get("chip_counts") or {}
+    short = [(slug, count) for slug, count in sorted(asked.items()) if count > fleet.get(slug, 0)]
+    if short:
+        slug, count = short[0]
+        message = f"{count} × {slug} asked; the fleet has {fleet.get(slug, 0)}{kind} {slug} chips online."
+    else:
+        have = ", ".join(f"{n} {slug}" for slug, n in sorted(fleet.items())) or "none"
+        message = f"The fleet has no{kind} chips this job could run on (online{kind} chips: {have})."
+    return LaunchRefused("chip_counts", "no_capacity", message + " It could never be placed.", "No capacity")
+
+
+def check_total_budget(fields: dict, plan: dict) -> None:
+    """A total budget the job would spend within the stop margin stops it at once: refuse it at launch."""
+    budget = fields.get("total_budget")
+    if budget is None:
+        return
+    minutes = OperatorSettings.load().stop_margin_minutes
+    least = spend_over(plan["price_per_hour"], timedelta(minutes=minutes))
+    if budget <= least:
+        raise LaunchRefused(
+            "total_budget",
+            "budget_too_low",
+            f"The total budget {money(budget)} is not more than {minutes} minutes of this plan's spend "
+            f"({money(least)} at {money(plan['price_per_hour'])}/h); a job stops when its budget would run out "
+            f"within {minutes} minutes, so it would stop at once. Set a total budget above {money(least)}.",
+            "Budget too low",
+        )
+
+
+def check_queue_cap(owner) -> None:
+    """At most MAX_QUEUED_JOBS_PER_USER of the owner's jobs wait to be placed at once (call under lock_credit)."""
+    cap = settings.MAX_QUEUED_JOBS_PER_USER
+    waiting = Job.objects.filter(owner=owner, status__in=WAITING).count()
+    if waiting >= cap:
+        raise LaunchRefused(
+            "non_field_errors",
+            "too_many_queued",
+            f"You have {waiting} jobs waiting to be placed; at most {cap} may wait at once. "
+            "Cancel one, or launch again once one has started.",
+            "Too many queued jobs",
+        )
