@@ -8,6 +8,7 @@ from celery import Celery
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 
-app = Celery("starverse")
+# Every task's `delay_on_commit` treats a broker outage as logged, not raised (portal.task_base).
+app = Celery("starverse", task_cls="portal.task_base:PlatformTask")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()

@@ -52,6 +52,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "allauth.account.middleware.AccountMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "portal.outage.ServiceUnavailableMiddleware",
 ]
 
 ROOT_URLCONF = "portal.urls"
@@ -83,11 +84,15 @@ DATABASES = {
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env("REDIS_URL", "redis://127.0.0.1:63799/0")
+# A paused Redis accepts connections and never answers: every Redis client here waits at most this
+# long per command (the cache, Celery publishing, agent wake-ups), and the cache fails open.
+REDIS_SOCKET_TIMEOUT_S = float(env("REDIS_SOCKET_TIMEOUT_S", "1"))
 CACHES = {
     "default": {
-        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "BACKEND": "portal.cache.FailOpenRedisCache",
         "LOCATION": REDIS_URL,
         "KEY_PREFIX": env("CACHE_KEY_PREFIX", "starverse"),
+        "OPTIONS": {"socket_connect_timeout": REDIS_SOCKET_TIMEOUT_S, "socket_timeout": REDIS_SOCKET_TIMEOUT_S},
     }
 }
 
@@ -178,7 +183,14 @@ CELERY_TASK_DEFAULT_QUEUE = env("CELERY_QUEUE", "celery")
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": 3600,
+    # Publishing waits at most these (the worker's BRPOP runs in its event loop, not under them).
+    "socket_timeout": REDIS_SOCKET_TIMEOUT_S,
+    "socket_connect_timeout": REDIS_SOCKET_TIMEOUT_S,
+}
+# One quick retry (a restarted Redis leaves a stale pooled connection), then the publish gives up.
+CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.2}
 CELERY_TASK_TIME_LIMIT = 600
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 # Planning (which users can flood with queued jobs) goes to "<CELERY_QUEUE>.planning", served by a

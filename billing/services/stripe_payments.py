@@ -219,6 +219,11 @@ def store_event(event: dict) -> bool:
     return True
 
 
+def event_waiting(event_id: str) -> bool:
+    """The event is stored and not processed yet (a redelivery of it must be queued again)."""
+    return StripeEvent.objects.filter(pk=event_id, processed_at__isnull=True).exists()
+
+
 def process_event(event_id: str) -> None:
     """Apply a stored event once: claim it, re-fetch its PaymentIntent from Stripe, sync the payment."""
     event = StripeEvent.objects.filter(pk=event_id, processed_at__isnull=True).first()

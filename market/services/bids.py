@@ -185,4 +185,4 @@ def _check_terms(owner, job: Job, chip_type: ChipType, chips: int, price: int, n
 def _clear_after_commit(chip_type_id: int) -> None:
     from market.tasks import clear_market
 
-    transaction.on_commit(lambda: clear_market.delay(chip_type_id))
+    clear_market.delay_on_commit(chip_type_id)

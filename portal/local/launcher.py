@@ -39,6 +39,8 @@ SETUP_COMMANDS = (
     ("ensure_demo_fleet",),
 )
 WEB_READY_TIMEOUT_S = 120.0
+# The demo agents and their training ranks (which inherit it) yield the CPU to web, Celery and the stores.
+DEMO_FLEET_NICE = 10
 
 
 class SetupFailed(Exception):
@@ -154,12 +156,17 @@ def platform_processes(env: Mapping[str, str]) -> dict[str, str]:
     web = f"{python} -m gunicorn portal.wsgi:application --bind {bind} --workers 2"
     # Threads, because node agents hold a request open while they long-poll for commands.
     web += " --worker-class gthread --threads 16 --access-logfile -"
+    # Django is imported once, before the workers fork: a restarted web answers sooner on a busy machine.
+    web += " --preload"
     # Two workers: the meter, reconciler, spot clearing and audits on the default queue; planning, which
     # users can flood with queued jobs, on `<queue>.planning` (portal.task_routes), so it never delays them.
     queue = env.get("CELERY_QUEUE") or "celery"
     celery_worker = f"{python} -m celery -A portal worker --loglevel INFO --concurrency 1"
     return {
-        **demo_fleet_processes(env, f"http://{bind}"),
+        **{
+            name: f"nice -n {DEMO_FLEET_NICE} {line}"
+            for name, line in demo_fleet_processes(env, f"http://{bind}").items()
+        },
         "web": web + _no_gunicorn_control_socket(),
         "worker": f"{celery_worker} -Q {shlex.quote(queue)} --hostname worker@%h",
         "planner": f"{celery_worker} -Q {shlex.quote(queue + '.planning')} --hostname planner@%h",

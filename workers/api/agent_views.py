@@ -19,6 +19,7 @@ from workers.models import AgentCommand
 from workers.services import channel
 from workers.services.fleet import EnrollmentError, enroll_node, record_heartbeat
 from workers.services.reports import ReportRejected, StaleEpoch, accept_report
+from workers.services.restarts import move_jobs_of_vanished_ranks
 
 
 class AgentView(APIView):
@@ -65,6 +66,8 @@ class PollView(AgentView):
         node = request.auth
         # Acks first: a node coming back from being lost is in service again once its kills are acked.
         _record_acks(node, form.validated_data["acks"], form.validated_data["ack_errors"])
+        if "ranks" in request.data:  # ranks it acked starting and no longer lists died with an earlier agent
+            move_jobs_of_vanished_ranks(node, form.validated_data["ranks"])
         record_heartbeat(node, form.validated_data["health"], form.validated_data["ranks"])
         commands = _pending(node)
         wait_s = min(form.validated_data["wait_s"], settings.AGENT_POLL_WAIT_S)

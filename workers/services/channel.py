@@ -1,36 +1,106 @@
-"""Waking a node agent's long-poll at once when a command is queued for it (through Redis)."""
+"""Waking a node agent's long-poll at once when a command is queued for it (through Redis).
+
+A wake-up is a hint: the database holds the commands. So while Redis is unreachable nothing here
+raises: a wake-up is dropped (logged), and a waiting poll sleeps a short step and lets its caller
+look at the database again, a short database poll instead of a Redis wait. Every command waits
+at most the socket timeout (a paused Redis accepts connections and never answers); after one
+failure Redis is left alone for a few seconds in this process.
+"""
 
 from __future__ import annotations
 
+import logging
+import math
+import threading
+import time
 from functools import cache
 
 import redis
 from django.conf import settings
 
+logger = logging.getLogger(__name__)
+
 WAKE_KEY = "starverse:agent-wake:{node_id}"
+DB_POLL_S = 0.5  # while Redis is down, a long-poll looks at the database this often
+OUTAGE_S = 5.0
+UNAVAILABLE = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+
+
+class _Outage:
+    """Until when this process leaves Redis alone after a failure."""
+
+    until = 0.0
+    lock = threading.Lock()
+
+    @classmethod
+    def down(cls) -> bool:
+        return time.monotonic() < cls.until
+
+    @classmethod
+    def failed(cls, what: str, error: Exception) -> None:
+        with cls.lock:
+            first, cls.until = not cls.down(), time.monotonic() + OUTAGE_S
+        if first:
+            logger.warning(
+                "agent wake-ups: Redis unavailable while %s (%s); polling the database meanwhile", what, error
+            )
 
 
 @cache
 def _redis() -> redis.Redis:
-    return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=60)
+    timeout = settings.REDIS_SOCKET_TIMEOUT_S
+    return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=timeout, socket_connect_timeout=timeout)
+
+
+@cache
+def _waiting_redis(blocking_s: int) -> redis.Redis:
+    """For a BLPOP of `blocking_s`: its socket timeout is that wait plus the usual one (one client per wait)."""
+    timeout = settings.REDIS_SOCKET_TIMEOUT_S
+    return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=blocking_s + timeout, socket_connect_timeout=timeout)
 
 
 def wake_agent(node_id: int) -> None:
     """Tell a waiting poll of this node that commands are pending (a hint; the DB is the truth)."""
+    if _Outage.down():
+        return
     key = WAKE_KEY.format(node_id=node_id)
-    pipe = _redis().pipeline()
-    pipe.lpush(key, 1)
-    pipe.ltrim(key, 0, 0)
-    pipe.expire(key, 60)
-    pipe.execute()
+    try:
+        pipe = _redis().pipeline()
+        pipe.lpush(key, 1)
+        pipe.ltrim(key, 0, 0)
+        pipe.expire(key, 60)
+        pipe.execute()
+    except UNAVAILABLE as error:
+        _Outage.failed(f"waking node {node_id}", error)
 
 
 def wait_for_wake(node_id: int, timeout_s: float) -> bool:
-    """Block up to `timeout_s` for a wake-up; True if one came."""
+    """Block up to `timeout_s` for a wake-up; True if one came.
+
+    While Redis is down: sleep one short step and answer False, so the caller re-reads the database.
+    """
     if timeout_s <= 0:
         return False
-    return _redis().blpop([WAKE_KEY.format(node_id=node_id)], timeout=timeout_s) is not None
+    if _Outage.down():
+        time.sleep(min(timeout_s, DB_POLL_S))
+        return False
+    blocking_s = max(1, math.ceil(timeout_s))
+    try:
+        return _waiting_redis(blocking_s).blpop([WAKE_KEY.format(node_id=node_id)], timeout=blocking_s) is not None
+    except UNAVAILABLE as error:  # the wait is over (the socket timeout covers it): the caller looks again
+        _Outage.failed(f"node {node_id} long-polled", error)
+        return False
 
 
 def clear_wake(node_id: int) -> None:
-    _redis().delete(WAKE_KEY.format(node_id=node_id))
+    if _Outage.down():
+        return
+    try:
+        _redis().delete(WAKE_KEY.format(node_id=node_id))
+    except UNAVAILABLE as error:
+        _Outage.failed(f"clearing node {node_id}'s wake-ups", error)
+
+
+def forget_outage() -> None:
+    """Talk to Redis again at once (tests)."""
+    _Outage.until = 0.0

@@ -20,7 +20,7 @@ def submit_job(owner, **fields) -> Job:
     with transaction.atomic():
         job = Job.objects.create(owner=owner, status=JobStatus.QUEUED, **fields)
         record_event(job, JobEventKind.QUEUED, "Queued")
-        transaction.on_commit(lambda: schedule_job.delay(job.pk))
+        schedule_job.delay_on_commit(job.pk)
     return job
 
 

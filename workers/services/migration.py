@@ -173,7 +173,7 @@ def continue_migration(job_id: int, now: datetime | None = None, release: bool =
         )
         job.save(update_fields=["status", "status_reason", "updated_at"])
         record_event(job, JobEventKind.MIGRATED, job.status_reason, data={"migration": migration.pk}, now=now)
-        transaction.on_commit(lambda: schedule_job.delay(job_id))
+        schedule_job.delay_on_commit(job_id)
     return True
 
 

@@ -151,7 +151,7 @@ def _ask_for_spot_chips(job: Job, fields: dict, quote) -> str | None:
     from market.tasks import clear_market
 
     for chip_type_id in ChipType.objects.filter(slug__in=waiting).values_list("pk", flat=True):
-        transaction.on_commit(lambda chip_type_id=chip_type_id: clear_market.delay(chip_type_id))
+        clear_market.delay_on_commit(chip_type_id)
     mix = ", ".join(f"{n}× {slug}" for slug, n in sorted(waiting.items()))
     return f"reclaiming {mix} from spot work (lowest bids first)"
 

@@ -1,0 +1,65 @@
+"""Django's Redis cache, failing open: while Redis is unreachable the cache behaves as an empty one.
+
+What uses the cache here are request throttles (DRF's and allauth's rate limits) and memos. A
+throttle that can't read its history lets the request through, which is the right failure: a
+Redis outage should cost rate limiting for a few seconds, not every request. Each command waits at
+most the socket timeouts set in CACHES' OPTIONS; after a failure the cache is skipped for a few
+seconds (portal.outage.CACHE) instead of paying the timeout on every call.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from django.core.cache.backends.redis import RedisCache, RedisCacheClient
+
+from portal.outage import CACHE, UNAVAILABLE
+
+
+def _fail_open(fallback: Callable[..., Any]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Run the command unless Redis is known to be down; on an outage answer `fallback(*args)`."""
+
+    def wrap(command: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(command)
+        def guarded(self: RedisCacheClient, *args: Any) -> Any:
+            if CACHE.down():
+                return fallback(*args)
+            try:
+                return command(self, *args)
+            except UNAVAILABLE as error:
+                CACHE.failed(error)
+                return fallback(*args)
+
+        return guarded
+
+    return wrap
+
+
+def _nothing(*args: Any) -> None:
+    return None
+
+
+class FailOpenRedisCacheClient(RedisCacheClient):
+    """Each command answers as an empty cache would when Redis does not answer."""
+
+    add = _fail_open(lambda key, value, timeout: True)(RedisCacheClient.add)  # a lock taken: nobody waits on it
+    get = _fail_open(lambda key, default: default)(RedisCacheClient.get)
+    set = _fail_open(_nothing)(RedisCacheClient.set)
+    touch = _fail_open(lambda key, timeout: False)(RedisCacheClient.touch)
+    delete = _fail_open(lambda key: False)(RedisCacheClient.delete)
+    get_many = _fail_open(lambda keys: {})(RedisCacheClient.get_many)
+    has_key = _fail_open(lambda key: False)(RedisCacheClient.has_key)
+    incr = _fail_open(lambda key, delta: delta)(RedisCacheClient.incr)  # as if counting started now
+    set_many = _fail_open(_nothing)(RedisCacheClient.set_many)
+    delete_many = _fail_open(_nothing)(RedisCacheClient.delete_many)
+    clear = _fail_open(lambda: False)(RedisCacheClient.clear)
+
+
+class FailOpenRedisCache(RedisCache):
+    """`django.core.cache.backends.redis.RedisCache` with FailOpenRedisCacheClient underneath."""
+
+    def __init__(self, server: str | list[str], params: dict[str, Any]) -> None:
+        super().__init__(server, params)
+        self._class = FailOpenRedisCacheClient

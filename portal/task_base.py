@@ -1,0 +1,49 @@
+"""The base class of every Celery task here: a publish after commit never fails the request.
+
+Services ask for work after their transaction commits (`schedule_job.delay_on_commit(job.pk)`).
+Those messages are hints: the database already says what must happen (a queued job, a changed
+bid), and the periodic passes that beat runs read it. So when the broker is unreachable the
+publish is given up within the bounded timeouts and retries of the settings, logged, and the
+request goes on; after one failure this process doesn't try again for a few seconds
+(portal.outage.BROKER). A caller that truly needs the message sent uses `delay()` and handles
+`kombu.exceptions.OperationalError` itself (the Stripe webhook answers 503 so Stripe retries).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Any
+
+from celery.contrib.django.task import DjangoTask
+from django.db import transaction
+
+from portal.outage import BROKER, UNAVAILABLE
+
+logger = logging.getLogger(__name__)
+
+
+class PlatformTask(DjangoTask):
+    """DjangoTask whose `*_on_commit` publishes are hints: a broker outage is logged, not raised."""
+
+    def delay_on_commit(self, *args: Any, **kwargs: Any) -> None:
+        transaction.on_commit(functools.partial(self.publish_hint, args, kwargs))
+
+    def apply_async_on_commit(self, args: Any = None, kwargs: Any = None, **options: Any) -> None:
+        transaction.on_commit(functools.partial(self.publish_hint, args or (), kwargs or {}, options))
+
+    def publish_hint(self, args: Any, kwargs: Any, options: dict[str, Any] | None = None) -> bool:
+        """Send the task now if the broker answers; False (logged) when it doesn't."""
+        if BROKER.down():
+            logger.info("broker unavailable: %s%s not sent; the periodic pass will do it", self.name, tuple(args))
+            return False
+        try:
+            if options:
+                self.apply_async(args, kwargs, **options)
+            else:
+                self.delay(*args, **kwargs)  # looked up on the instance, so tests can replace it
+        except UNAVAILABLE as error:
+            BROKER.failed(error)
+            logger.warning("broker unavailable: %s%s not sent; the periodic pass will do it", self.name, tuple(args))
+            return False
+        return True
