@@ -69,7 +69,7 @@ class OperatorSettingsForm(forms.ModelForm):
 
     class Meta:
         model = OperatorSettings
-        fields: list[str] = []
+        fields = ["staff_two_factor_required"]
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import dj_database_url
 
+from portal.content_policy import CONTENT_SECURITY_POLICY as PAGE_CONTENT_POLICY
 from portal.env import env, env_bool, env_int, env_list, env_secret, secret_key
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -30,6 +31,8 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "allauth",
     "allauth.account",
+    "allauth.mfa",
+    "csp",
     "rest_framework",
     "drf_spectacular",
     "drf_spectacular_sidecar",
@@ -50,7 +53,9 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",
     "allauth.account.middleware.AccountMiddleware",
+    "portal.staff.StaffTwoFactorMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "portal.outage.ServiceUnavailableMiddleware",
 ]
@@ -107,18 +112,32 @@ AUTHENTICATION_BACKENDS = [
     "allauth.account.auth_backends.AuthenticationBackend",
 ]
 
-# allauth: username or e-mail login, unique e-mail, verification optional (console mail locally).
+# allauth: username or e-mail login, unique e-mail, verified before the first login (console mail
+# locally). Mandatory verification is what lets sign-up hide whether an e-mail is registered: a
+# taken address gets the same "check your mail" answer (and its owner a mail), not an error.
+ACCOUNT_ADAPTER = "portal.accounts.AccountAdapter"
 ACCOUNT_LOGIN_METHODS = {"username", "email"}
 ACCOUNT_SIGNUP_FIELDS = ["email*", "username*", "password1*", "password2*"]
 ACCOUNT_UNIQUE_EMAIL = True
-ACCOUNT_EMAIL_VERIFICATION = env("ACCOUNT_EMAIL_VERIFICATION", "optional")
+ACCOUNT_EMAIL_VERIFICATION = env("ACCOUNT_EMAIL_VERIFICATION", "mandatory")
+ACCOUNT_PREVENT_ENUMERATION = True
+ACCOUNT_LOGIN_ON_EMAIL_CONFIRMATION = True
 ACCOUNT_LOGOUT_ON_GET = False
-ACCOUNT_RATE_LIMITS = {"login_failed": "10/m/ip,5/5m/key"}
+# Five failed logins per (login, client address) in 5 minutes lock that pair (portal.accounts); no
+# per-address limit, which locked every user behind one address out. A lock answers 429 + Retry-After.
+ACCOUNT_RATE_LIMITS = {"login_failed": "5/5m/key"}
+# Behind a proxy the client's address is the last X-Forwarded-For hop it added.
+ALLAUTH_TRUSTED_PROXY_COUNT = 1 if env_bool("BEHIND_PROXY") else 0
+# Two-factor sign-in with an authenticator app (TOTP) and recovery codes; operators can require it
+# for staff (billing.OperatorSettings.staff_two_factor_required, enforced by portal.staff).
+MFA_SUPPORTED_TYPES = ["totp", "recovery_codes"]
+MFA_TOTP_ISSUER = "Starverse"
 LOGIN_REDIRECT_URL = "dashboard"
 ACCOUNT_LOGOUT_REDIRECT_URL = "home"
 LOGIN_URL = "account_login"
 
 EMAIL_BACKEND = env("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+EMAIL_FILE_PATH = env("EMAIL_FILE_PATH", str(DATA_DIR / "mail"))  # for the file backend (portal.local.private)
 DEFAULT_FROM_EMAIL = env("DEFAULT_FROM_EMAIL", "Starverse <noreply@starverse.local>")
 
 LANGUAGE_CODE = "en-us"
@@ -136,6 +155,9 @@ STORAGES = {
 if env_bool("STATIC_NO_MANIFEST", False):
     STORAGES["staticfiles"] = {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"}
 MEDIA_ROOT = DATA_DIR / "media"
+# Uploaded datasets are their owner's: private files in private folders.
+FILE_UPLOAD_PERMISSIONS = 0o600
+FILE_UPLOAD_DIRECTORY_PERMISSIONS = 0o700
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["portal.api.authentication.BearerTokenAuthentication"],
@@ -260,6 +282,7 @@ SECURE_HSTS_PRELOAD = SECURE_HTTPS
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if env_bool("BEHIND_PROXY") else None
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
+CONTENT_SECURITY_POLICY = PAGE_CONTENT_POLICY  # portal.content_policy; the billing page adds Stripe.js
 
 LOGGING = {
     "version": 1,

@@ -2,10 +2,16 @@ from django.contrib import admin
 from django.urls import include, path
 
 from billing.webhooks import stripe_webhook
+from portal.accounts import LoginView
+from portal.staff import route_admin_login_through_allauth
+
+route_admin_login_through_allauth()  # the admin's own login form has no lockout and no two-factor
 
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("stripe/webhook/", stripe_webhook, name="stripe_webhook"),
+    # allauth's login page, answering a locked-out attempt with 429 and Retry-After.
+    path("accounts/login/", LoginView.as_view()),
     path("accounts/", include("allauth.urls")),
     path("api/v1/", include("portal.api.urls")),
     path("", include("portal.views.urls")),

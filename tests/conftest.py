@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 
 import pytest
+from allauth.account.models import EmailAddress
 from django.core.management import call_command
 
 from billing.services.ledger import audit_ledger
@@ -52,10 +53,14 @@ def pytest_runtest_call(item):
 
 @pytest.fixture
 def make_user(django_user_model):
+    """A user whose e-mail is verified, as after sign-up and the confirmation link (sign-in needs that)."""
+
     def make(username: str, **extra):
-        return django_user_model.objects.create_user(
+        user = django_user_model.objects.create_user(
             username=username, email=f"{username}@example.com", password=PASSWORD, **extra
         )
+        EmailAddress.objects.create(user=user, email=user.email, primary=True, verified=True)
+        return user
 
     return make
 
@@ -72,7 +77,9 @@ def bob(make_user):
 
 @pytest.fixture
 def operator(django_user_model):
-    return django_user_model.objects.create_superuser(username="op", email="op@example.com", password=PASSWORD)
+    user = django_user_model.objects.create_superuser(username="op", email="op@example.com", password=PASSWORD)
+    EmailAddress.objects.create(user=user, email=user.email, primary=True, verified=True)
+    return user
 
 
 @pytest.fixture

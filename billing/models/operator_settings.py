@@ -27,6 +27,11 @@ class OperatorSettings(models.Model):
     )
     topup_minimum = models.BigIntegerField(default=10_000_000, help_text="Smallest top-up, in micro-units.")
     topup_maximum = models.BigIntegerField(default=10_000_000_000, help_text="Largest top-up, in micro-units.")
+    staff_two_factor_required = models.BooleanField(
+        default=False,
+        help_text="Staff must use two-factor sign-in (an authenticator app): without it, the admin sends them "
+        "to set it up first.",
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

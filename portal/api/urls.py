@@ -1,5 +1,7 @@
+from csp.constants import UNSAFE_INLINE
+from csp.decorators import csp_update
 from django.urls import include, path, re_path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.routers import DefaultRouter
 
 from billing.api import TopupCreateView
@@ -23,7 +25,10 @@ urlpatterns = [
     ),
     path(
         "docs/",
-        SpectacularSwaggerView.as_view(url_name="api-schema", authentication_classes=[], permission_classes=[]),
+        # The split view serves Swagger UI's start-up script as a file: the page runs no inline script.
+        csp_update({"style-src": [UNSAFE_INLINE]})(  # Swagger UI styles itself with <style> elements
+            SpectacularSwaggerSplitView.as_view(url_name="api-schema", authentication_classes=[], permission_classes=[])
+        ),
         name="api-docs",
     ),
     *router.urls,

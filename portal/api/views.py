@@ -20,6 +20,7 @@ from billing.choices import AccountKind
 from billing.models import Entry
 from billing.services.ledger import balance_of
 from billing.services.pricing import current_offers, reference_chip
+from portal.accounts import lockout_retry_after
 from portal.api import serializers
 from portal.api.docs import READ_ERRORS, VALIDATION_EXAMPLE, errors
 from portal.api.throttling import ScopedThrottle
@@ -124,12 +125,16 @@ class LedgerViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
 
 
 def authenticate_with_lockout(request, username: str, password: str):
-    """Check a password through allauth, so API attempts count toward the login page's lockout (RELIABILITY 22)."""
+    """Check a password through allauth, so API attempts count toward the login page's lockout (RELIABILITY 22).
+
+    The lock is per account and address (portal.accounts); a locked attempt is a 429 with Retry-After.
+    """
     try:
         return get_adapter(request._request).authenticate(request._request, username=username, password=password)
     except DjangoValidationError:
         raise Throttled(
-            detail="Too many failed sign-in attempts for this account; try again in a few minutes."
+            wait=lockout_retry_after(request._request, username),
+            detail="Too many failed sign-in attempts for this account; try again in a few minutes.",
         ) from None
 
 

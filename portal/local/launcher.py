@@ -27,6 +27,7 @@ from pathlib import Path
 from types import FrameType
 
 from portal.local._child import ChildServer, StoreError, ensure_port_free
+from portal.local.private import mail_to_private_files, make_private
 from portal.local.stores import EmbeddedPostgres, EmbeddedRedis
 from portal.local.supervisor import Output, RestartPolicy, Supervisor, command_children
 
@@ -72,10 +73,12 @@ def _env_port(name: str, default: int) -> int:
 
 
 def prepare_data_dir() -> Path:
-    """`$STARVERSE_DATA_DIR` or `<repo>/.data`, created, and exported to the children."""
+    """`$STARVERSE_DATA_DIR` or `<repo>/.data`, created private (portal.local.private), exported to the children."""
     data_dir = Path(os.environ.get("STARVERSE_DATA_DIR") or REPO / ".data").resolve()
-    data_dir.mkdir(parents=True, exist_ok=True)
+    make_private(data_dir)
     os.environ["STARVERSE_DATA_DIR"] = str(data_dir)
+    if (mail := mail_to_private_files(data_dir)) is not None:
+        say(f"mail (sign-up confirmations, password resets) is saved under {mail}, readable only by you")
     return data_dir
 
 

@@ -21,6 +21,7 @@ from billing.models import OperatorSettings, Payment
 from billing.money import format_amount
 from billing.services import stripe_payments as payments
 from billing.services.ledger import balance_of
+from portal.content_policy import allow_stripe
 from portal.views.pages import format_price
 
 NOT_CONFIGURED = "Top-ups are not configured on this platform yet: the operator has not set the Stripe keys."
@@ -59,6 +60,7 @@ def new_nonce() -> str:
 @never_cache
 @login_required
 @require_GET
+@allow_stripe
 def billing(request: HttpRequest) -> HttpResponse:
     limits = OperatorSettings.load()
     context = {

@@ -13,3 +13,16 @@ document.addEventListener("click", async (event) => {
     button.textContent = "Press Ctrl-C";
   }
 });
+
+// Print buttons: <button data-print> (no inline onclick: the Content-Security-Policy runs no inline script).
+document.addEventListener("click", (event) => {
+  if (event.target.closest("[data-print]")) window.print();
+});
+
+// Ticking a checkbox inside [data-check-requote] sends that element a "requote" event, which its hx-trigger
+// listens for (an htmx trigger filter such as change[target.type=='checkbox'] needs eval, which the CSP refuses).
+document.addEventListener("change", (event) => {
+  if (event.target.type !== "checkbox") return;
+  const box = event.target.closest("[data-check-requote]");
+  if (box) box.dispatchEvent(new CustomEvent("requote"));
+});

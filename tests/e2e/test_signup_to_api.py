@@ -1,4 +1,5 @@
-"""A new user's first minutes in a real browser: sign up, credit, prices, a token, the API, revoke."""
+"""A new user's first minutes in a real browser: sign up, confirm the e-mail, credit, prices, a token, the API,
+revoke."""
 
 from __future__ import annotations
 
@@ -30,6 +31,15 @@ def sign_up(page: Page, base_url: str) -> None:
     page.locator("main form button[type=submit]").click()
 
 
+def confirm_email(page: Page, base_url: str, outbox: list) -> None:
+    """Sign-up asks to confirm the address first; follow the mailed link and confirm, as the user would."""
+    expect(page).to_have_url(f"{base_url}/accounts/confirm-email/")
+    (mail,) = outbox
+    link = re.search(r"https?://\S+/accounts/confirm-email/\S+/", mail.body)[0]
+    page.goto(base_url + "/accounts/" + link.split("/accounts/", 1)[1])
+    page.locator("main form button[type=submit]").click()
+
+
 def create_token(page: Page, base_url: str) -> str:
     page.goto(f"{base_url}/dashboard/tokens/")
     page.fill("#id_name", "e2e")
@@ -52,11 +62,12 @@ def revoke_in_browser(page: Page) -> None:
     expect(page.get_by_test_id("token-status")).to_have_text("revoked")
 
 
-def test_a_new_user_signs_up_and_calls_the_api_with_a_token(live_server, browser_page, screenshots):
+def test_a_new_user_signs_up_and_calls_the_api_with_a_token(live_server, browser_page, screenshots, mailoutbox):
     call_command("seed_catalog", stdout=StringIO())
     page, url = browser_page, live_server.url
 
     sign_up(page, url)
+    confirm_email(page, url, mailoutbox)
     expect(page).to_have_url(f"{url}/dashboard/")
     expect(page.get_by_test_id("balance")).to_have_text("¥10.00")
     page.screenshot(path=screenshots / "dashboard.png", full_page=True)

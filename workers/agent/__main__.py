@@ -1,7 +1,11 @@
 """`python -m workers.agent`: see workers/agent/cli.py."""
 
+import os
 import sys
 
 from workers.agent.cli import main
 
+# Checkpoints, rank folders and logs that this agent and its training ranks write are private to
+# the user it runs as (files 0600, folders 0700): they hold the users' models and data.
+os.umask(0o077)
 sys.exit(main())

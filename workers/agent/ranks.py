@@ -101,9 +101,9 @@ def write_launch(launch: RankLaunch, rank_dir: Path, cuda: bool) -> Path:
     config = launch.as_dict()
     if cuda:
         config["device"] = "cuda:0"
-    rank_dir.mkdir(parents=True, exist_ok=True)
+    rank_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     path = rank_dir / "launch.json"
-    write_json_atomic(path, config, mode=0o644)
+    write_json_atomic(path, config, mode=0o600)
     return path
 
 

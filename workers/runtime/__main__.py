@@ -83,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    os.umask(0o077)  # checkpoints and run files hold a user's model and data: 0600 files, 0700 folders
     try:
         sys.exit(standby() if sys.argv[1:] == ["--standby"] else main())
     except Exception:

@@ -29,6 +29,11 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def private_file(path: Path):
+    """A file opened for writing (truncated) that only its owner can read: a run's logs hold its data."""
+    return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w")
+
+
 def job_launches(micro_batches: list[int], run_dir: Path, **fields) -> list[RankLaunch]:
     """One RankLaunch per rank of a local job; `fields` fills or overrides RankLaunch fields."""
     port = fields.pop("master_port", None) or free_port()
@@ -56,18 +61,19 @@ class LocalJob:
         self.procs: list[subprocess.Popen] = []
 
     def start(self) -> LocalJob:
-        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.workdir.mkdir(mode=0o700, parents=True, exist_ok=True)
         for launch in self.launches:
             self.procs.append(self._spawn(launch))
         return self
 
     def _spawn(self, launch: RankLaunch) -> subprocess.Popen:
         config = self.workdir / f"launch-{launch.rank}.json"
-        config.write_text(json.dumps(dataclasses.asdict(launch)))
+        with private_file(config) as handle:
+            handle.write(json.dumps(dataclasses.asdict(launch)))
         env = {**os.environ, **self._dist_env(launch), **self.env}
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-        out = open(self.stdout_path(launch.rank), "w")  # noqa: SIM115 - owned by the child
-        err = open(self.stderr_path(launch.rank), "w")  # noqa: SIM115
+        out = private_file(self.stdout_path(launch.rank))  # owned by the child
+        err = private_file(self.stderr_path(launch.rank))
         cmd = [sys.executable, "-m", "workers.runtime", "--config", str(config)]
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=err, start_new_session=True)
         out.close()
