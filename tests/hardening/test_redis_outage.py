@@ -76,9 +76,8 @@ class OwnRedis:
 
 
 def _point_celery_at(url: str) -> None:
+    """Celery publishes to `url` from now on (its pools are kept per broker by kombu: never close them)."""
     celery_app.conf.broker_url = url
-    if celery_app._pool is not None:
-        celery_app._pool.force_close_all()
     celery_app._pool = None
     celery_app.amqp._producer_pool = None
 
