@@ -126,8 +126,12 @@ class BidViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         summary="Place a bid",
         description=(
             "Enters the chip type's auction at once (the market clears on every bid change and every few "
-            "seconds). 400 names the field: `max_price` below the floor, `chips` more than exist, `chip` unknown, "
-            "`job` not yours or finished, `balance` too low to hold a few minutes of the bid."
+            "seconds). Only a live spot job's bid counts, and a placed job's only for the chips it holds. 400 "
+            "names the field: `max_price` below the floor, `chips` more than exist (or than were picked for "
+            "the job), `chip` unknown or a type the job could never run on (not among its picked chips or "
+            "its plan's, or its model fits no such chip), `job` not yours, finished, stopping or not a spot "
+            "job, `balance` too low to hold a few minutes of the bid on top of what your other bids and "
+            "queued jobs hold."
         ),
         request=BidCreateSerializer,
         parameters=[IDEMPOTENCY_KEY_PARAMETER],

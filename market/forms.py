@@ -38,7 +38,9 @@ class RefusalMixin:
 class BidForm(RefusalMixin, forms.Form):
     """A new bid: which of your live jobs, for which chips, at most how much per chip-hour."""
 
-    job = JobChoiceField(queryset=Job.objects.none(), empty_label="Choose a job", help_text="One of your live jobs.")
+    job = JobChoiceField(
+        queryset=Job.objects.none(), empty_label="Choose a job", help_text="One of your live spot jobs."
+    )
     chip = ChipChoiceField(queryset=ChipType.objects.all(), to_field_name="slug", empty_label="Choose…")
     chips = forms.IntegerField(**CHIPS, initial=1, widget=forms.NumberInput(attrs={"min": "1"}))
     max_price = forms.DecimalField(
@@ -50,10 +52,13 @@ class BidForm(RefusalMixin, forms.Form):
 
     def __init__(self, *args, user, **kwargs) -> None:
         super().__init__(*args, **kwargs)
+        # Only a live spot job's bid is demand (market.services.demand); place_bid refuses the rest too.
         self.fields["job"].queryset = (
-            Job.objects.filter(owner=user).exclude(status__in=JobStatus.finished()).order_by("-created_at", "-id")
+            Job.objects.filter(owner=user, spot=True, cancel_requested_at__isnull=True)
+            .exclude(status__in=[*JobStatus.finished(), JobStatus.STOPPING])
+            .order_by("-created_at", "-id")
         )
-        self.fields["job"].error_messages["invalid_choice"] = "Choose one of your jobs that hasn't finished."
+        self.fields["job"].error_messages["invalid_choice"] = "Choose one of your spot jobs that hasn't finished."
         self.fields["chip"].error_messages["invalid_choice"] = "Unknown chip type."
 
     @property

@@ -223,6 +223,8 @@ CELERY_BEAT_SCHEDULE = {
     "schedule-waiting-jobs": {
         "task": "workers.tasks.schedule_waiting_jobs",
         "schedule": env_int("RECONCILE_SECONDS", 2),
+        # A pass still waiting when the next is due is dropped: slow passes never pile up in the queue.
+        "options": {"expires": env_int("RECONCILE_SECONDS", 2)},
     },
     "clear-spot-market": {"task": "market.tasks.clear_market", "schedule": env_int("SPOT_CLEARING_SECONDS", 5)},
     "run-meter": {"task": "billing.tasks.run_meter", "schedule": env_int("METER_SECONDS", 5)},

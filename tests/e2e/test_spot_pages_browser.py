@@ -28,9 +28,9 @@ def market_clears_inline(monkeypatch):
     monkeypatch.setattr("workers.tasks.schedule_job.delay", lambda *args, **kwargs: None)
 
 
-def running_job(owner, **fields) -> Job:
+def running_job(owner, status=JobStatus.RUNNING, **fields) -> Job:
     spec = {"model_name": "llama-tiny", "per_device_batch_size": 4, "max_steps": 200, "max_budget_per_hour": 28_000_000}
-    return Job.objects.create(owner=owner, status=JobStatus.RUNNING, **{**spec, **fields})
+    return Job.objects.create(owner=owner, status=status, **{**spec, **fields})
 
 
 def price_history() -> None:
@@ -73,7 +73,8 @@ def test_a_bid_placed_in_the_browser_is_listed_and_a_migration_shows_its_refund(
     Node.objects.update(agent_status=AgentStatus.ONLINE, last_heartbeat_at=timezone.now())
     fund(alice)
     price_history()
-    job = running_job(alice, name="spot run")
+    # A spot job waiting for chips: its bid is demand (a running job's counts only for chips it holds).
+    job = running_job(alice, status=JobStatus.QUEUED, name="spot run", spot=True, spot_bid_per_hour=900_000)
     page = browser_page
     log_in(page, live_server.url)
 

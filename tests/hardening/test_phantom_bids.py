@@ -12,6 +12,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.urls import reverse
 from django.utils import timezone
 
 from billing.services.ledger import balance_of
@@ -130,6 +131,18 @@ def test_a_bid_its_job_could_never_use_is_refused_naming_the_field(alices_runnin
     assert not Bid.objects.filter(owner=bob).exists()
     alices_running_job.refresh_from_db()
     assert not alices_running_job.migrations.exists()
+
+
+def test_the_bids_page_offers_only_live_spot_jobs(client, alices_running_job, bob):
+    on_demand = Job.objects.create(owner=bob, **job_spec())
+    client.force_login(bob)
+
+    response = client.post(
+        reverse("bids"), {"job": on_demand.pk, "chip": "rtx-4090", "chips": "1", "max_price": "5.00"}
+    )
+
+    assert "Choose one of your spot jobs that hasn&#x27;t finished." in response.content.decode()
+    assert not Bid.objects.filter(owner=bob).exists()
 
 
 def test_a_bid_for_more_chips_than_were_picked_is_refused_on_chips(alices_running_job, bob):

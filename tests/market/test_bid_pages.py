@@ -131,13 +131,13 @@ def test_an_unknown_chip_type_is_refused_on_the_chip_field(alice_client, alice):
 
 def test_a_bid_for_a_finished_job_is_refused_on_the_job_field(alice_client, alice):
     response = place(alice_client, make_job(alice, status=JobStatus.SUCCEEDED))
-    assert field_errors(response.content.decode(), "Job") == ["Choose one of your jobs that hasn't finished."]
+    assert field_errors(response.content.decode(), "Job") == ["Choose one of your spot jobs that hasn't finished."]
     assert not Bid.objects.exists()
 
 
 def test_a_bid_for_another_users_job_is_refused_on_the_job_field(alice_client, bob):
     response = place(alice_client, make_job(bob))
-    assert field_errors(response.content.decode(), "Job") == ["Choose one of your jobs that hasn't finished."]
+    assert field_errors(response.content.decode(), "Job") == ["Choose one of your spot jobs that hasn't finished."]
     assert not Bid.objects.exists()
 
 
