@@ -114,9 +114,12 @@ def test_a_frozen_node_that_wakes_up_is_fenced_killed_and_not_paid_twice(stack, 
     assert migration.to_epoch == migration.from_epoch + 2
     resumed_on = job.allocations.get(epoch=migration.to_epoch).node.hostname
     assert migration.resume_step == migration.checkpoint_step + 1
-    # The insurance covers the work really lost: steps reported before the loss, time to the last heartbeat.
+    # The insurance covers the work really lost: the steps reported before the loss, and the time from
+    # the checkpoint to the last sign of work (heartbeat or reported step), not to the detection.
     assert migration.steps_lost == reported - migration.checkpoint_step
-    assert (migration.notice_at - migration.last_seen_at).total_seconds() >= settings.AGENT_HEARTBEAT_DEADLINE_S
+    last_step_at = JobMetric.objects.get(job=job, epoch=migration.from_epoch, rank=0, step=reported).created_at
+    assert last_step_at <= migration.last_seen_at < migration.notice_at
+    assert (migration.notice_at - migration.last_seen_at).total_seconds() >= settings.AGENT_HEARTBEAT_DEADLINE_S / 2
     lost_window = max(0.0, (migration.last_seen_at - migration.checkpoint_at).total_seconds())
     assert migration.lost_seconds == pytest.approx(lost_window, abs=1e-3)
     assert migration.refund > 0  # at least the new chips' start-up

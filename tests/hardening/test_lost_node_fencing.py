@@ -155,6 +155,32 @@ def test_the_resume_gets_a_fresh_epoch_and_the_insurance_pays_only_for_work_real
     assert balance_of(alice) == before + expected
 
 
+def test_lost_work_ends_at_the_last_step_reported_when_that_came_after_the_last_heartbeat(
+    catalog, alice, fund, settings
+):
+    """A poll is a heartbeat at its start, up to a long-poll's wait before the freeze; steps reported
+    after it were still worked, so steps and seconds lost agree."""
+    fund(alice)
+    a, api_a = enroll("lost-d")
+    job = Job.objects.create(
+        owner=alice, model_name="llama-tiny", per_device_batch_size=4, max_steps=100,
+        max_budget_per_hour=28_000_000, status=JobStatus.PLANNING,
+    )  # fmt: skip
+    allocate(job, {**hand_plan((a, 4)), "global_batch": 4})
+    heartbeat = job.allocations.get().started_at + timedelta(seconds=1)
+    record_heartbeat(a, {}, now=heartbeat)
+    checkpoint = {"kind": "checkpoint", "rank": 0, "step": 10, "path": "/ckpt/10", "t": at(heartbeat)}
+    send(api_a, job, 1, metric(10, heartbeat), checkpoint, metric(12, heartbeat + timedelta(seconds=2)))
+    reconcile(now=heartbeat + timedelta(seconds=settings.AGENT_HEARTBEAT_DEADLINE_S + 1))
+    migration = job.migrations.get()
+    assert migration.last_seen_at == heartbeat + timedelta(seconds=2)
+    _, api_b = enroll("lost-e")
+    schedule(job.pk)
+    send(api_b, job, 3, metric(11, timezone.now()))
+    migration.refresh_from_db()
+    assert (migration.steps_lost, migration.lost_seconds) == (2, pytest.approx(2.0))
+
+
 def test_a_lost_job_that_cannot_move_is_failed_and_fenced_too(catalog, alice, settings):
     a, api_a = enroll("lost-c")
     job = Job.objects.create(

@@ -38,7 +38,7 @@ class JobMigration(models.Model):
     last_seen_at = models.DateTimeField(
         null=True,
         blank=True,
-        help_text="A lost node's last heartbeat before the loss: unsaved work is counted up to here, not to notice_at",
+        help_text="A lost node's last sign of work (heartbeat or reported step): unsaved work is counted up to here",
     )
     step_at_notice = models.PositiveIntegerField(default=0)
     checkpoint_step = models.PositiveIntegerField(null=True, blank=True)

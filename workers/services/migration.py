@@ -13,7 +13,8 @@
 3. `record_resume`: the first metric of the new placement. The migration is complete; training
    insurance refunds the seconds between the checkpoint and the notice on the old chips, and the
    new chips' seconds from their start to the resume, as one ledger transaction. For a lost node
-   the unsaved work ends at its last heartbeat, not at the moment the loss was noticed.
+   the unsaved work ends at its last sign of work (heartbeat or reported step), not when the loss
+   was noticed.
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ def reclaim_job(
             notice_at=now,
             notice_seconds=0 if lost else notice_seconds,
             step_at_notice=job.step,
-            last_seen_at=min(last_seen or now, now) if lost else None,
+            last_seen_at=last_sign_of_work(job, last_seen, now) if lost else None,
         )
         if lost:
             fence_epoch(job, now)
@@ -127,6 +128,15 @@ def reclaim_job(
         if lost:
             continue_migration(job.pk, now=now)
     return migration
+
+
+def last_sign_of_work(job: Job, heartbeat: datetime | None, now: datetime) -> datetime:
+    """Until when a lost placement is known to have worked: the node's last heartbeat, or the last step
+    its ranks reported if that came later (a poll can be a long-poll's wait older than the freeze),
+    never past the loss. Unsaved work is counted up to here, so steps and seconds lost agree."""
+    last_step = JobMetric.objects.filter(job=job, epoch=job.epoch).aggregate(at=Max("created_at"))["at"]
+    seen = max((moment for moment in (heartbeat, last_step) if moment is not None), default=now)
+    return min(seen, now)
 
 
 def fence_epoch(job: Job, now: datetime) -> int:
@@ -241,7 +251,7 @@ def record_resume(job: Job, first_step: int, now: datetime) -> JobMigration | No
 
 
 def work_end(migration: JobMigration) -> datetime:
-    """Where the old placement's work ended: the notice, or a lost node's last heartbeat (not the detection)."""
+    """Where the old placement's work ended: the notice, or a lost node's last sign of work (not the detection)."""
     return migration.last_seen_at or migration.notice_at
 
 
