@@ -111,9 +111,9 @@ class Child(Protocol):
 
     def exit_code(self) -> int | None: ...
 
-    def signal_stop(self) -> None: ...
+    def begin_stop(self) -> None: ...
 
-    def kill(self) -> None: ...
+    def finish_stop(self) -> None: ...
 
     def reap(self) -> None: ...
 
@@ -153,10 +153,12 @@ class CommandChild:
     def exit_code(self) -> int | None:
         return self._proc.poll() if self._proc is not None else None
 
-    def signal_stop(self) -> None:
+    def begin_stop(self) -> None:
+        """SIGTERM to its group: gunicorn and Celery finish what they are doing."""
         self._signal_group(signal.SIGTERM)
 
-    def kill(self) -> None:
+    def finish_stop(self) -> None:
+        """SIGKILL to whatever is left of its group."""
         self._signal_group(signal.SIGKILL)
 
     def reap(self) -> None:
@@ -190,10 +192,11 @@ class StoreChild:
     def exit_code(self) -> int | None:
         return self.server.exit_code()
 
-    def signal_stop(self) -> None:
-        """Stores are stopped one by one, politely, by `kill`; nothing to do in the first round."""
+    def begin_stop(self) -> None:
+        """Nothing yet: the stores stop after every other child, one by one, in `finish_stop`."""
 
-    def kill(self) -> None:
+    def finish_stop(self) -> None:
+        """The server's own polite stop, escalating after its bounds."""
         self.server.stop()
 
     def reap(self) -> None:
@@ -349,17 +352,17 @@ class Supervisor:
             running = [s.child for s in self.children if s.child.pid is not None and s.child.exit_code() is None]
             for child in running:
                 self.output.system(f"stopping {child.name} (pid {child.pid})")
-                child.signal_stop()
+                child.begin_stop()
             self._wait_all_exit(running, self.stop_grace_s)
             for child in running:
                 if child.exit_code() is None:
                     self.output.system(f"{child.name} did not stop within {self.stop_grace_s:g}s: SIGKILL")
-                child.kill()  # also any helper process left in its group
+                child.finish_stop()  # also any helper process left in its group
             self._wait_all_exit(running, 5.0)
             for state in reversed(self.stores):
                 if state.child.pid is not None:
                     self.output.system(f"stopping {state.child.name} (pid {state.child.pid})")
-                state.child.kill()
+                state.child.finish_stop()
             self._record(SYSTEM_NAME, "stop")
         finally:
             for sig, handler in previous.items():
