@@ -90,8 +90,9 @@ class FakePlatform:
 
     # -- handlers (called from the server's threads) --------------------------------------------
     def enroll(self, body: dict) -> tuple[int, dict]:
-        if body.get("enrollment_token") != ENROLLMENT_TOKEN:
-            return 401, {"detail": "bad enrollment token"}
+        renewal = self.tokens.get(body.get("node_token", "")) == body["hostname"]  # the host's current token
+        if body.get("enrollment_token") != ENROLLMENT_TOKEN and not renewal:
+            return 403, {"detail": "bad enrollment token", "code": "enrollment_token_invalid"}
         token = f"svn_{len(self.enrollments) + 1}-{body['hostname']}"
         with self.cond:
             self.tokens = {t: h for t, h in self.tokens.items() if h != body["hostname"]}

@@ -53,6 +53,23 @@ def test_restart_reuses_the_saved_token(platform, start_agent):
     assert len(platform.enrollments) == 1
 
 
+def test_a_changed_host_re_enrolls_with_its_node_token_not_the_enrollment_token(platform, start_agent, agent_config):
+    first = start_agent(simulate="rtx-4090:2")
+    wait_for(lambda: platform.polls, what="first poll")
+    first.stop()
+    old = json.loads((agent_config.data_dir / STATE_FILE).read_text())["node_token"]
+
+    second = start_agent(simulate="rtx-4090:1", enrollment_token=None)  # a chip was removed
+    wait_for(lambda: len(platform.enrollments) == 2, what="the re-enrollment")
+    polls = len(platform.polls)
+    wait_for(lambda: len(platform.polls) > polls, what="a poll with the renewed token")
+    second.stop()
+    renewal = platform.enrollments[1]
+    assert renewal["node_token"] == old and "enrollment_token" not in renewal and renewal["chips"] == 1
+    saved = json.loads((agent_config.data_dir / STATE_FILE).read_text())
+    assert saved["node_token"] != old and saved["node_token"] in platform.tokens
+
+
 def test_enrolls_again_when_the_token_is_refused(platform, start_agent, agent_config):
     running = start_agent()
     wait_for(lambda: platform.polls, what="first poll")
