@@ -10,7 +10,6 @@ format; the API answers it as a 400, the page as a form error.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
@@ -42,14 +41,6 @@ class LaunchRefused(Exception):
         self.field, self.code, self.title = field, code, title
 
 
-@dataclass(frozen=True)
-class LaunchPlan:
-    """The plan a launch holds credit for, and whether the job only waits for free chips."""
-
-    plan: dict
-    waits: bool
-
-
 def refusal_of(error: planner.PlanningError) -> LaunchRefused:
     field, code, title = PLANNING_REFUSALS.get(type(error), ("non_field_errors", "invalid", "No plan"))
     return LaunchRefused(field, code, str(error), title)
@@ -57,29 +48,29 @@ def refusal_of(error: planner.PlanningError) -> LaunchRefused:
 
 def launch(owner, fields: dict) -> Job:
     """Refuse or queue one job for `owner` (fields: a validated spec's `job_fields()`)."""
-    chosen = launch_plan(fields)
-    check_total_budget(fields, chosen.plan)
+    plan = launch_plan(fields)
+    check_total_budget(fields, plan)
     with transaction.atomic():
         lock_credit(owner)  # the cap and the hold below are read and written as one decision per owner
         check_queue_cap(owner)
-        hold = hold_needed(chosen.plan["price_per_hour"])
+        hold = hold_needed(plan["price_per_hour"])
         try:
-            check_hold(owner, chosen.plan["price_per_hour"], committed=commitments(owner).total())
+            check_hold(owner, plan["price_per_hour"], committed=commitments(owner).total())
         except HoldRefused as error:
             raise LaunchRefused("balance", "insufficient_credit", str(error)) from None
         return submit_job(owner, credit_hold=hold, **fields)
 
 
-def launch_plan(fields: dict) -> LaunchPlan:
-    """The plan on the chips free now; without free chips, the enrolled fleet's plan (the job waits)."""
+def launch_plan(fields: dict) -> dict:
+    """The plan on the chips free now; without free chips, the enrolled fleet's plan (the job will wait)."""
     try:
-        return LaunchPlan(quote(fields), waits=False)
+        return quote(fields)
     except planner.NoCapacity:
         pass
     except planner.PlanningError as error:
         raise refusal_of(error) from None
     try:
-        return LaunchPlan(fleet_quote(fields), waits=True)
+        return fleet_quote(fields)
     except planner.NoCapacity:
         raise never_placeable(fields) from None
     except planner.PlanningError as error:
