@@ -30,6 +30,15 @@ class BidSerializer(serializers.ModelSerializer):
     max_price = MoneyField(source="max_price_per_hour", help_text="Most paid per chip-hour, in currency units")
     clearing_price = MoneyField(help_text="The last clearing price of this chip type for this bid")
     job = serializers.PrimaryKeyRelatedField(read_only=True)
+    reserved_charge = MoneyField(
+        help_text="Charged so far for chips the bid won that its job didn't hold yet: they are billed from the "
+        "moment they are won (the spot price each second) until the job holds them or the bid stops winning them"
+    )
+    reserved_since = serializers.DateTimeField(
+        read_only=True,
+        allow_null=True,
+        help_text="Since when chips won and not yet held are kept and billed for this bid (charged when that ends)",
+    )
 
     class Meta:
         model = Bid
@@ -42,6 +51,8 @@ class BidSerializer(serializers.ModelSerializer):
             "status",
             "won_chips",
             "clearing_price",
+            "reserved_charge",
+            "reserved_since",
             "created_at",
             "updated_at",
         ]
@@ -89,6 +100,11 @@ class SpotPriceSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+def shown(bid: Bid) -> dict:
+    """A bid as the API shows it, read back with what its reserved chips were charged."""
+    return BidSerializer(Bid.objects.with_reservations().select_related("chip_type").get(pk=bid.pk)).data
+
+
 def refused(error: BidRefused):
     return ValidationError({error.field: [str(error)]})
 
@@ -115,7 +131,7 @@ class BidViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):
             return Bid.objects.none()
-        bids = Bid.objects.filter(owner=self.request.user).select_related("chip_type")
+        bids = Bid.objects.filter(owner=self.request.user).select_related("chip_type").with_reservations()
         if status_filter := self.request.query_params.get("status"):
             bids = bids.filter(status=status_filter)
         if (job := self.request.query_params.get("job")) and JOB_ID.match(job):  # not isdigit(): "²" is one
@@ -131,7 +147,8 @@ class BidViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
             "the job), `chip` unknown or a type the job could never run on (not among its picked chips or "
             "its plan's, or its model fits no such chip), `job` not yours, finished, stopping or not a spot "
             "job, `balance` too low to hold a few minutes of the bid on top of what your other bids and "
-            "queued jobs hold."
+            "queued jobs hold. Chips the bid wins are yours to pay from the moment they are won, at the spot "
+            "price, until your job runs on them or the bid stops winning them (`reserved_charge`)."
         ),
         request=BidCreateSerializer,
         parameters=[IDEMPOTENCY_KEY_PARAMETER],
@@ -154,7 +171,7 @@ class BidViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
             )
         except BidRefused as error:
             raise refused(error) from None
-        return Response(BidSerializer(bid).data, status=status.HTTP_201_CREATED)
+        return Response(shown(bid), status=status.HTTP_201_CREATED)
 
     @extend_schema(
         summary="Raise or lower a bid",
@@ -176,7 +193,7 @@ class BidViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
             )
         except BidRefused as error:
             raise refused(error) from None
-        return Response(BidSerializer(bid).data)
+        return Response(shown(bid))
 
     @extend_schema(
         summary="Cancel a bid",
@@ -190,7 +207,7 @@ class BidViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
             bid = cancel_bid(self.get_object())
         except BidRefused as error:
             raise refused(error) from None
-        return Response(BidSerializer(bid).data)
+        return Response(shown(bid))
 
 
 @extend_schema(

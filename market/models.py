@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
-from django.db.models import Q
+from django.db.models import OuterRef, Q, Subquery, Sum, Value
+from django.db.models.functions import Coalesce
 
 from billing.money import format_amount
 
@@ -19,6 +20,16 @@ class BidStatus(models.TextChoices):
 class BidQuerySet(models.QuerySet):
     def active(self) -> BidQuerySet:
         return self.filter(status=BidStatus.ACTIVE)
+
+    def with_reservations(self) -> BidQuerySet:
+        """Each bid with `reserved_charge` (charged for chips it won that its job didn't hold) and
+        `reserved_since` (when the chips kept for it now started being billed; None when none are)."""
+        spans = SpotReservation.objects.filter(bid=OuterRef("pk")).order_by()
+        charged = spans.values("bid").annotate(total=Sum("amount")).values("total")
+        return self.annotate(
+            reserved_charge=Coalesce(Subquery(charged), Value(0), output_field=models.BigIntegerField()),
+            reserved_since=Subquery(spans.filter(ended_at__isnull=True).values("started_at")[:1]),
+        )
 
 
 class Bid(models.Model):
@@ -99,3 +110,41 @@ class MarketSettings(models.Model):
     def load(cls) -> MarketSettings:
         obj, _ = cls.objects.get_or_create(pk=1)
         return obj
+
+
+class SpotReservation(models.Model):
+    """Spot chips a bid won that its job doesn't hold yet, over one span; billed like a spot allocation when it ends."""
+
+    bid = models.ForeignKey(Bid, on_delete=models.PROTECT, related_name="reservations")
+    job = models.ForeignKey("workers.Job", on_delete=models.PROTECT, related_name="spot_reservations")
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="spot_reservations")
+    chip_type = models.ForeignKey("workers.ChipType", on_delete=models.PROTECT, related_name="+")
+    chips = models.PositiveSmallIntegerField(help_text="Won chips the job did not hold over the span")
+    started_at = models.DateTimeField()
+    ended_at = models.DateTimeField(null=True, blank=True)
+    # Set when it ends, in the database transaction that ends it: what its whole seconds cost, what the
+    # wallet paid (less than owed only when the wallet ran dry), and the ledger transaction that paid.
+    owed = models.BigIntegerField(default=0, help_text="micro-units")
+    amount = models.BigIntegerField(default=0, help_text="micro-units charged")
+    transaction = models.ForeignKey(
+        "billing.Transaction", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["-started_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["bid"], condition=Q(ended_at__isnull=True), name="one_open_reservation_per_bid"
+            ),
+            models.CheckConstraint(condition=Q(chips__gte=1), name="reservation_has_chips"),
+            models.CheckConstraint(
+                condition=Q(ended_at__isnull=True) | Q(ended_at__gte=models.F("started_at")),
+                name="reservation_ends_after_it_starts",
+            ),
+            models.CheckConstraint(
+                condition=Q(amount__gte=0) & Q(amount__lte=models.F("owed")), name="reservation_charged_at_most_owed"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"reservation {self.pk}: {self.chips}× {self.chip_type_id} for bid {self.bid_id}"

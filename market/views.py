@@ -46,6 +46,7 @@ def user_bids(user):
     return (
         Bid.objects.filter(owner=user)
         .select_related("chip_type", "job")
+        .with_reservations()
         .annotate(
             past=Case(When(status=BidStatus.ACTIVE, then=Value(0)), default=Value(1), output_field=IntegerField())
         )

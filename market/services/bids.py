@@ -3,6 +3,8 @@
 A bid is placed or changed only for chips its job could use (`market.services.demand`), and only
 when the owner's balance holds a few minutes of it on top of everything the owner's bids and
 queued jobs already hold, decided under the owner's credit lock so concurrent bids can't overdraw.
+Cancelling a bid, or its job's end, ends and charges the chips kept for it since it won them
+(`market.services.reservations`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from market.models import Bid, BidStatus
 from market.services.commitments import bid_hold, commitments
 from market.services.demand import chip_limit
 from market.services.market_state import floor_of
+from market.services.reservations import end_bid_reservations, end_job_reservations
 from workers.models import Allocation, ChipType, Job, Node
 
 
@@ -80,7 +83,11 @@ def change_bid(bid: Bid, *, chips: int | None = None, max_price_per_hour: int | 
 
 
 def cancel_bid(bid: Bid, now=None) -> Bid:
-    """Withdraw a bid; a job holding spot chips under it is reclaimed at the next clearing (now)."""
+    """Withdraw a bid; a job holding spot chips under it is reclaimed at the next clearing (now).
+
+    Chips it won that its job doesn't hold stop being kept (and billed) for it now.
+    """
+    now = now or timezone.now()
     with transaction.atomic():
         bid = Bid.objects.select_for_update().get(pk=bid.pk)
         if bid.status == BidStatus.CANCELLED:
@@ -89,6 +96,7 @@ def cancel_bid(bid: Bid, now=None) -> Bid:
             raise BidRefused("status", f"Bid {bid.pk} is {bid.get_status_display().lower()}; it can't be cancelled.")
         bid.status, bid.won_chips = BidStatus.CANCELLED, 0
         bid.save(update_fields=["status", "won_chips", "updated_at"])
+        end_bid_reservations([bid.pk], now)
         _clear_after_commit(bid.chip_type_id)
     return bid
 
@@ -113,17 +121,24 @@ def sync_job_bids(job: Job, chip_counts: dict[str, int], now) -> None:
             bid.chips = count
             bid.save(update_fields=["chips", "updated_at"])
         touched.add(bid.chip_type_id)
+    released = []
     for slug, bid in active.items():
         if slug not in chip_counts and bid.won_chips:
             bid.won_chips = 0  # a bid the placement doesn't use gives its chips back to the market
             bid.save(update_fields=["won_chips", "updated_at"])
             touched.add(bid.chip_type_id)
+            released.append(bid.pk)
+    end_bid_reservations(released, now)
     for chip_type_id in touched:
         _clear_after_commit(chip_type_id)
 
 
-def close_job_bids(job: Job) -> int:
-    return Bid.objects.active().filter(job=job).update(status=BidStatus.CLOSED, won_chips=0, updated_at=timezone.now())
+def close_job_bids(job: Job, now=None) -> int:
+    """The job ended: its bids close, and chips they won that it didn't hold stop being kept (and billed) for it."""
+    now = now or timezone.now()
+    closed = Bid.objects.active().filter(job=job).update(status=BidStatus.CLOSED, won_chips=0, updated_at=now)
+    end_job_reservations(job, now)
+    return closed
 
 
 def bid_price_for(job: Job, chip_type_id: int) -> int | None:

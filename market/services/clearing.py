@@ -1,17 +1,20 @@
 """Clearing the spot auction of each chip type, keeping its price history, and reclaiming the losers.
 
 One clearing of one chip type runs in one database transaction under a per-type advisory lock, so
-a beat tick and a bid change never clear the same market at once. Bids are ranked by the pure
-auction (`market.auction`); what a job holds beyond what its bid won is reclaimed with notice.
+a beat tick and a bid change never clear the same market at once; it locks the active bids it
+reads, so a bid cancelled meanwhile is not awarded chips after its cancel. Bids are ranked by the
+pure auction (`market.auction`); what a job holds beyond what its bid won is reclaimed with notice.
 
-A bid is demand only for chips its job can run on (`market.services.demand`). A waiting job's bid
-that wins chips must see its job take them up within the take-up time (the notice period, for the
-chips' holders to leave, plus SPOT_TAKE_UP_GRACE_S), or it lapses: it leaves the auction, and its
-job can't bid for that chip type again until it has been placed (`market.services.bids`).
-Dropping was chosen over billing the chips from the moment they are won: billing unused chips
-needs a second meter path (charges that belong to no allocation, and credit stops for them),
-while dropping keeps one way money is charged (allocations) and still bounds what a bid that never
-takes its chips up can do: one reclaim (with notice and insurance) per job and chip type.
+A bid is demand only for chips its job can run on (`market.services.demand`). Chips a bid wins are
+the winner's cost from that moment: won chips its job doesn't hold yet are reserved for it and
+billed until the job holds them or the bid stops winning them (`market.services.reservations`), so
+evicting a rival is never free. And a waiting job's bid that wins chips must see its job take them
+up within the take-up time (the notice period, for the chips' holders to leave, plus
+SPOT_TAKE_UP_GRACE_S), or it lapses: it leaves the auction (its reservation ends and is charged),
+and its job can't bid for that chip type again until it has been placed (`market.services.bids`).
+Both apply: billing makes an eviction cost the bidder what the chips cost while they were kept for
+it, and the lapse bounds how long a bid can keep chips from everyone without using them (one
+reclaim, with notice and insurance, per job and chip type).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from market import auction
 from market.models import Bid, BidStatus, MarketSettings, SpotPrice
 from market.services.demand import demand_of
 from market.services.market_state import floor_of, on_demand_waiting, spot_capacity, spot_holdings
+from market.services.reservations import end_bid_reservations, sync_reservations
 from workers.models import ChipType, MigrationReason
 
 logger = logging.getLogger(__name__)
@@ -53,9 +57,13 @@ def clear_chip_type(chip_type_id: int, now: datetime | None = None) -> auction.C
         if floor is None:
             return None
         chip = ChipType.objects.get(pk=chip_type_id)
-        holdings = spot_holdings(chip_type_id)
         # a job's end closes its bids
-        bids = list(Bid.objects.active().filter(chip_type_id=chip_type_id).select_related("job"))
+        bids = list(
+            Bid.objects.active().filter(chip_type_id=chip_type_id).select_related("job").select_for_update(of=("self",))
+        )
+        # Read after the bids are locked: a placement locks its job's bids too, so this sees its
+        # allocations, or it waits for this clearing and ends what it reserved (no second billed twice).
+        holdings = spot_holdings(chip_type_id)
         bids = _lapse_untaken(bids, holdings, chip, now)
         capacity = spot_capacity(chip_type_id, now)
         if not bids and not holdings and not capacity:
@@ -73,6 +81,7 @@ def clear_chip_type(chip_type_id: int, now: datetime | None = None) -> auction.C
             floor=floor,
         )
         _store_awards(bids, result, holdings, now)
+        sync_reservations(bids, holdings, now)
         _record_price(chip_type_id, result, floor, now)
         bid_of_job = {bid.job_id: bid for bid in bids}
         losers = {
@@ -112,6 +121,7 @@ def _lapse_untaken(bids: list[Bid], holdings: dict[int, int], chip: ChipType, no
     Bid.objects.filter(pk__in=[bid.pk for bid in lapsed]).update(
         status=BidStatus.LAPSED, won_chips=0, waiting_since=None, updated_at=now
     )
+    end_bid_reservations([bid.pk for bid in lapsed], now)  # billed up to the lapse
     for bid in lapsed:
         logger.warning(
             "bid %s of job %s lapsed: it won %s chip(s) the job did not take up within %ss",

@@ -60,8 +60,10 @@ def finish_job(job: Job, status: str, reason: str = "", now=None) -> Job:
     job.save(update_fields=["status", "status_reason", "finished_at", "updated_at"])
     if status == JobStatus.FAILED:
         send_to_nodes(job, CommandType.STOP, {"reason": reason[:200], "checkpoint": False, "grace_s": 5}, now=now)
+    # Bids before allocations: ending its bids charges reserved chips (bid rows, then wallets, as a
+    # clearing locks them); release's final charge then locks allocations and wallets.
+    close_job_bids(job, now)
     release(job, now=now)
-    close_job_bids(job)
     job.migrations.exclude(status__in=[MigrationStatus.RESUMED, MigrationStatus.ABANDONED]).update(
         status=MigrationStatus.ABANDONED
     )

@@ -19,6 +19,7 @@ from billing.services.holds import HoldRefused, check_hold, lock_credit
 from billing.services.meter import charge_allocations
 from market.services.bids import sync_job_bids
 from market.services.commitments import commitments
+from market.services.reservations import end_job_reservations
 from workers.choices import AllocationMode, CommandStatus, JobEventKind, JobStatus
 from workers.models import AgentCommand, Allocation, Job, Node
 from workers.modelspecs import resolve_model
@@ -81,6 +82,7 @@ def allocate(job: Job, plan: dict, now=None) -> list[Allocation]:
         allocations = [_allocation(job, nodes[node_id], ranks, now) for node_id, ranks in wanted.items()]
         _queue_start_commands(job, plan, nodes, now)
         note_placement(job, now)
+        end_job_reservations(job, now)  # from now its allocations bill the chips its bids won
         if job.spot:
             sync_bids_with_plan(job, plan, now)
         record_event(job, JobEventKind.PLACED, _describe(plan), data={"plan": plan}, now=now)
