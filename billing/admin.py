@@ -5,12 +5,12 @@ from __future__ import annotations
 from django.contrib import admin, messages
 from django.utils import timezone
 
+from base.admin import ReadOnlyMixin
+from base.money import format_amount
 from billing import admin_payments, admin_reports  # noqa: F401  (operator reports: /admin/billing-reports/*, a box on the index)
 from billing.forms import OperatorSettingsForm, PriceForm
 from billing.models import Account, Entry, OperatorSettings, Price, Transaction
-from billing.money import format_amount
 from billing.services.ledger import LedgerError, reverse_transaction
-from portal.admin_readonly import ReadOnlyMixin
 
 
 class ReadOnlyAdmin(ReadOnlyMixin, admin.ModelAdmin):

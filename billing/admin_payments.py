@@ -13,10 +13,10 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 
+from base.admin import ReadOnlyMixin
+from base.money import format_amount, format_price
 from billing.models import Payment, Refund, StripeEvent
-from billing.money import format_amount
 from billing.services import stripe_payments as payments
-from portal.admin_readonly import ReadOnlyMixin
 
 
 class RefundForm(forms.Form):
@@ -102,8 +102,7 @@ class PaymentAdmin(ReadOnlyMixin, admin.ModelAdmin):
             else:
                 self.message_user(
                     request,
-                    f"Refunded {settings.CURRENCY_SYMBOL}{format_amount(refund.amount)} "
-                    f"(Stripe refund {refund.stripe_refund_id}).",
+                    f"Refunded {format_price(refund.amount)} (Stripe refund {refund.stripe_refund_id}).",
                     messages.SUCCESS,
                 )
                 return HttpResponseRedirect(reverse("admin:billing_payment_change", args=[payment.pk]))
@@ -113,11 +112,10 @@ class PaymentAdmin(ReadOnlyMixin, admin.ModelAdmin):
             "opts": self.model._meta,
             "payment": payment,
             "form": form,
-            "symbol": settings.CURRENCY_SYMBOL,
-            "amount": format_amount(payment.amount),
-            "refunded": format_amount(payment.refunded_amount),
-            "refundable": format_amount(payments.refundable_micros(payment)),
-            "balance": format_amount(payments.balance_of(payment.user)),
+            "amount": format_price(payment.amount),
+            "refunded": format_price(payment.refunded_amount),
+            "refundable": format_price(payments.refundable_micros(payment)),
+            "balance": format_price(payments.balance_of(payment.user)),
         }
         return TemplateResponse(request, "portal/billing/admin_refund.html", context)
 

@@ -18,9 +18,9 @@ from django.template.response import TemplateResponse
 from django.urls import path
 from django.utils import timezone
 
+from base.money import format_price
 from billing.choices import AccountKind
 from billing.models import Account, Payment, Refund
-from billing.money import format_amount
 from billing.services.meter import PriceBook
 from billing.services.statements import (
     Period,
@@ -41,10 +41,6 @@ REPORTS = [
     ("billing_report_open", "Open allocations and their spend rate"),
     ("billing_report_payments", "Recent payments and refunds"),
 ]
-
-
-def money(micros: int) -> str:
-    return f"{settings.CURRENCY_SYMBOL}{format_amount(micros)}"
 
 
 def _render(request: HttpRequest, template: str, title: str, context: dict, status: int = 200) -> HttpResponse:
@@ -88,15 +84,16 @@ def revenue_view(request: HttpRequest) -> HttpResponse:
         .order_by("-day", "chip_type__slug")
     )
     lines = [
-        RevenueLine(r["day"], r["chip_type__slug"], f"{r['chip_seconds'] / 3600:.3f}", money(r["amount"])) for r in rows
+        RevenueLine(r["day"], r["chip_type__slug"], f"{r['chip_seconds'] / 3600:.3f}", format_price(r["amount"]))
+        for r in rows
     ]
     by_chip = charges.values("chip_type__slug").annotate(amount=Sum("amount")).order_by("chip_type__slug")
     context = {
         "since": period.since.isoformat() if period.since else "",
         "until": period.until.isoformat() if period.until else "",
         "lines": lines,
-        "by_chip": [(r["chip_type__slug"], money(r["amount"])) for r in by_chip],
-        "total": money(charges.aggregate(total=Sum("amount", default=0))["total"]),
+        "by_chip": [(r["chip_type__slug"], format_price(r["amount"])) for r in by_chip],
+        "total": format_price(charges.aggregate(total=Sum("amount", default=0))["total"]),
     }
     return _render(request, "admin_revenue.html", title, context)
 
@@ -135,8 +132,12 @@ def open_allocations_view(request: HttpRequest) -> HttpResponse:
     for a in allocations:
         balance, owner_rate = balances.get(a.job.owner_id, 0), owner_rates[a.job.owner_id]
         lasts = format_hours(SpendRate(owner_rate, balance).lasts_hours)
-        lines.append(OpenAllocationLine(a, f"{money(rates[a.pk])}/h", money(a.charged_total), money(balance), lasts))
-    context = {"lines": lines, "total_rate": f"{money(sum(rates.values()))}/h", "limit": OPEN_LIMIT}
+        lines.append(
+            OpenAllocationLine(
+                a, f"{format_price(rates[a.pk])}/h", format_price(a.charged_total), format_price(balance), lasts
+            )
+        )
+    context = {"lines": lines, "total_rate": f"{format_price(sum(rates.values()))}/h", "limit": OPEN_LIMIT}
     return _render(request, "admin_open.html", "Open allocations and their spend rate", context)
 
 
@@ -146,11 +147,11 @@ def open_allocations_view(request: HttpRequest) -> HttpResponse:
 def payments_view(request: HttpRequest) -> HttpResponse:
     context = {
         "payments": [
-            (p, money(p.amount), money(p.refunded_amount))
+            (p, format_price(p.amount), format_price(p.refunded_amount))
             for p in Payment.objects.select_related("user").order_by("-created_at")[:RECENT_LIMIT]
         ],
         "refunds": [
-            (r, money(r.amount))
+            (r, format_price(r.amount))
             for r in Refund.objects.select_related("payment__user", "created_by").order_by("-created_at")[:RECENT_LIMIT]
         ],
         "limit": RECENT_LIMIT,

@@ -12,11 +12,11 @@ from rest_framework.exceptions import APIException
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from billing.money import format_amount
+from base.api.docs import IDEMPOTENT_WRITE_ERRORS, VALIDATION_EXAMPLE, errors
+from base.api.idempotency import IDEMPOTENCY_KEY_PARAMETER, idempotent
+from base.api.validation import refuse_unknown_fields
+from base.money import format_amount
 from billing.services import stripe_payments as payments
-from portal.api.docs import IDEMPOTENT_WRITE_ERRORS, VALIDATION_EXAMPLE, errors
-from portal.api.idempotency import IDEMPOTENCY_KEY_PARAMETER, idempotent
-from portal.api.validation import refuse_unknown_fields
 
 # Stripe nonces are "api-" + this, and stripe_payments.NONCE_RE allows 64 characters in all.
 IDEMPOTENCY_KEY_RE = re.compile(r"^[A-Za-z0-9_-]{8,60}$")

@@ -2,26 +2,21 @@
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.contrib import admin, messages
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
+from base.admin import ReadOnlyMixin
+from base.money import format_price
 from billing.models import Price
-from billing.money import format_amount
 from market.models import Bid, BidStatus, MarketSettings, SpotPrice
 from market.services.bids import BidRefused, cancel_bid
-from portal.admin_readonly import ReadOnlyMixin
 
 FLOORS_NOTE = (
     "Spot floors are the spot floor of each chip type's price row: add a new price under Billing › Prices "
     "(prices are add-only, so the history is kept). The auction never clears below the floor in force."
 )
-
-
-def money(micros: int | None) -> str:
-    return "—" if micros is None else f"{settings.CURRENCY_SYMBOL}{format_amount(micros)}"
 
 
 @admin.register(Bid)
@@ -68,11 +63,11 @@ class BidAdmin(admin.ModelAdmin):
 
     @admin.display(description="Max price /chip-h", ordering="max_price_per_hour")
     def max_price(self, bid: Bid) -> str:
-        return money(bid.max_price_per_hour)
+        return format_price(bid.max_price_per_hour)
 
     @admin.display(description="Clearing price /chip-h", ordering="clearing_price")
     def clearing(self, bid: Bid) -> str:
-        return money(bid.clearing_price)
+        return format_price(bid.clearing_price)
 
     def has_add_permission(self, request) -> bool:
         return False
@@ -106,11 +101,11 @@ class SpotPriceAdmin(ReadOnlyMixin, admin.ModelAdmin):
 
     @admin.display(description="Clearing price /chip-h", ordering="price_per_hour")
     def price(self, row: SpotPrice) -> str:
-        return money(row.price_per_hour)
+        return format_price(row.price_per_hour)
 
     @admin.display(description="Floor /chip-h", ordering="floor_per_hour")
     def floor(self, row: SpotPrice) -> str:
-        return money(row.floor_per_hour)
+        return format_price(row.floor_per_hour)
 
 
 @admin.register(MarketSettings)
@@ -133,7 +128,7 @@ class MarketSettingsAdmin(admin.ModelAdmin):
         listing = format_html_join(
             "",
             "<li>{}: {} per chip-hour (since {})</li>",
-            ((p.chip_type.name, money(p.spot_floor_per_hour), f"{p.effective_at:%Y-%m-%d %H:%M}") for p in rows),
+            ((p.chip_type.name, format_price(p.spot_floor_per_hour), f"{p.effective_at:%Y-%m-%d %H:%M}") for p in rows),
         )
         return format_html(
             '<ul style="margin:0;padding-left:1.1rem">{}</ul><a href="{}">Add a price (changes a floor)</a>',

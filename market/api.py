@@ -12,13 +12,13 @@ from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 
-from billing.money import to_micros
+from base.api.docs import IDEMPOTENT_WRITE_ERRORS, WRITE_ERRORS, errors
+from base.api.fields import MoneyField, MoneyInputField
+from base.api.idempotency import IDEMPOTENCY_KEY_PARAMETER, idempotent
+from base.api.validation import refuse_unknown_fields
+from base.money import to_micros
 from market.models import Bid, SpotPrice
 from market.services.bids import BidRefused, cancel_bid, change_bid, place_bid
-from portal.api.docs import IDEMPOTENT_WRITE_ERRORS, WRITE_ERRORS, errors
-from portal.api.fields import MoneyField, MoneyInputField
-from portal.api.idempotency import IDEMPOTENCY_KEY_PARAMETER, idempotent
-from portal.api.validation import refuse_unknown_fields
 from workers.models import ChipType, Job
 
 JOB_ID = re.compile(r"^[0-9]{1,18}$")

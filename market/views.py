@@ -15,7 +15,7 @@ from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
-from billing.money import format_amount
+from base.money import format_amount, format_price
 from billing.services.pricing import current_offers
 from market.forms import BidChangeForm, BidForm
 from market.models import Bid, BidStatus, MarketSettings, SpotPrice
@@ -124,10 +124,10 @@ def bid_change(request: HttpRequest, pk: int) -> HttpResponse:
             verb = (
                 "raised" if bid.max_price_per_hour > old else "lowered" if bid.max_price_per_hour < old else "changed"
             )
-            symbol = settings.CURRENCY_SYMBOL
             messages.success(
                 request,
-                f"Bid {bid.pk} {verb}: {bid.chips} chip(s) at up to {symbol}{bid.max_price_display} per chip-hour.",
+                f"Bid {bid.pk} {verb}: {bid.chips} chip(s) "
+                f"at up to {format_price(bid.max_price_per_hour)} per chip-hour.",
             )
             return redirect("bids")
     return render(request, TEMPLATE, bids_context(request, editing=(bid.pk, form)))

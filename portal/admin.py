@@ -12,10 +12,10 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 
+from base.money import format_price, to_micros
 from billing.choices import AccountKind
 from billing.forms import CreditAdjustmentForm
 from billing.models import Account
-from billing.money import format_amount, to_micros
 from billing.services.credits import adjust_credit
 from billing.services.ledger import LedgerError, balance_of
 from portal.models import ApiToken
@@ -36,7 +36,7 @@ class OperatorUserAdmin(UserAdmin):
 
     @admin.display(description="Balance", ordering="wallet_balance")
     def balance(self, user) -> str:
-        return f"{settings.CURRENCY_SYMBOL}{format_amount(user.wallet_balance or 0)}"
+        return format_price(user.wallet_balance or 0)
 
     @admin.display(description="Credit")
     def adjust_link(self, user) -> str:
@@ -76,7 +76,7 @@ class OperatorUserAdmin(UserAdmin):
             **self.admin_site.each_context(request),
             "title": f"Adjust credit: {user}",
             "subject": user,
-            "balance": format_amount(balance_of(user)),
+            "balance": format_price(balance_of(user)),
             "form": form,
             "opts": self.model._meta,
         }

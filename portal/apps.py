@@ -7,4 +7,4 @@ class PortalConfig(AppConfig):
 
     def ready(self) -> None:
         from portal import signals  # noqa: F401
-        from portal.api import schema  # noqa: F401
+        from portal.api import auth_schemes  # noqa: F401

@@ -34,7 +34,7 @@ class RefuseNulCharacters:
     """A NUL in the path or the query string is a 400 here, not a 500 where PostgreSQL refuses it later.
 
     PostgreSQL stores no NUL in text, and file paths can't hold one, so no view could use it anyway.
-    Bodies are checked by the API's parsers (portal.api.parsers) and by Django's form fields.
+    Bodies are checked by the API's parsers (base.api.parsers) and by Django's form fields.
     """
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:

@@ -37,6 +37,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_htmx",
+    "base",
     "portal",
     "billing",
     "workers",
@@ -168,9 +169,9 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     # JSON and forms without NUL characters or deep nesting: refused by field with a 400.
     "DEFAULT_PARSER_CLASSES": [
-        "portal.api.parsers.StrictJSONParser",
-        "portal.api.parsers.StrictFormParser",
-        "portal.api.parsers.StrictMultiPartParser",
+        "base.api.parsers.StrictJSONParser",
+        "base.api.parsers.StrictFormParser",
+        "base.api.parsers.StrictMultiPartParser",
     ],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 50,
@@ -181,7 +182,7 @@ REST_FRAMEWORK = {
         "anon": env("THROTTLE_ANON", "300/min"),
         "token_create": env("THROTTLE_TOKEN_CREATE", "20/min"),
     },
-    "EXCEPTION_HANDLER": "portal.api.errors.exception_handler",
+    "EXCEPTION_HANDLER": "base.api.errors.exception_handler",
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Starverse API",
@@ -195,7 +196,7 @@ SPECTACULAR_SETTINGS = {
     "COMPONENT_SPLIT_REQUEST": True,
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
-        "portal.api.schema.document_common_errors",
+        "base.api.schema.document_common_errors",
     ],
 }
 
@@ -229,7 +230,7 @@ CELERY_BEAT_SCHEDULE = {
     "clear-spot-market": {"task": "market.tasks.clear_market", "schedule": env_int("SPOT_CLEARING_SECONDS", 5)},
     "run-meter": {"task": "billing.tasks.run_meter", "schedule": env_int("METER_SECONDS", 5)},
     "audit-ledger": {"task": "billing.tasks.audit_ledger", "schedule": env_int("LEDGER_AUDIT_SECONDS", 300)},
-    "purge-idempotency-keys": {"task": "portal.tasks.purge_idempotency_keys", "schedule": 3600},
+    "purge-idempotency-keys": {"task": "base.tasks.purge_idempotency_keys", "schedule": 3600},
 }
 
 # Compute fleet and training.

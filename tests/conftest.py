@@ -90,7 +90,7 @@ def catalog(db):
 @pytest.fixture
 def fund():
     """Give a user credit through the ledger (an operator adjustment), as a top-up would."""
-    from billing.money import to_micros
+    from base.money import to_micros
     from billing.services.credits import adjust_credit
 
     def give(user, amount: str = "100") -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth import get_user_model
 
+from base.money import to_micros
 from billing.models import OperatorSettings, Transaction
-from billing.money import to_micros
 from billing.services.ledger import balance_of
 from tests.conftest import PASSWORD
 

@@ -8,7 +8,7 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from billing.money import format_amount
+from base.money import format_amount
 from billing.services.credits import grant_trial_credit
 from billing.services.pricing import current_offers, reference_chip
 from portal.models import ApiToken, TokenScope, hash_token

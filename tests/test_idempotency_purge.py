@@ -3,8 +3,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from portal.models import IdempotentRequest
-from portal.tasks import purge_idempotency_keys
+from base.models import IdempotentRequest
+from base.tasks import purge_idempotency_keys
 
 
 @pytest.mark.django_db

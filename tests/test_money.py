@@ -2,7 +2,15 @@ from decimal import Decimal
 
 import pytest
 
-from billing.money import InvalidAmount, format_amount, round_micros, to_micros
+from base.money import (
+    InvalidAmount,
+    format_amount,
+    format_estimate,
+    format_price,
+    format_signed,
+    round_micros,
+    to_micros,
+)
 
 
 @pytest.mark.parametrize(
@@ -30,3 +38,23 @@ def test_it_formats_with_two_decimals_or_more_when_they_carry_value(micros, text
 def test_it_rounds_half_up_once():
     assert round_micros(Decimal("2.5")) == 3
     assert round_micros(Decimal("2.4999")) == 2
+
+
+def test_prices_for_people_carry_the_configured_symbol_and_a_dash_for_none(settings):
+    settings.CURRENCY_SYMBOL = "€"
+    assert format_price(1_200_000) == "€1.20"
+    assert format_price(333) == "€0.000333"
+    assert format_price(None) == "—"
+
+
+def test_signed_amounts_lead_with_their_sign():
+    assert format_signed(10_000_000) == "+¥10.00"
+    assert format_signed(-1_500_000) == "−¥1.50"
+
+
+@pytest.mark.parametrize(
+    ("micros", "text"),
+    [(1_234_567_890, "¥1,234.57"), (1_000_000, "¥1.00"), (999_999, "¥0.999999"), (333, "¥0.000333")],
+)
+def test_estimates_show_cents_from_one_unit_up_and_every_digit_below(micros, text):
+    assert format_estimate(micros) == text

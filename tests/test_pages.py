@@ -10,7 +10,7 @@ import pytest
 from django.core.management import call_command
 from django.urls import reverse
 
-from billing.money import format_amount
+from base.money import format_amount
 from billing.services.credits import adjust_credit, grant_trial_credit
 from billing.services.pricing import current_offers, reference_chip
 from portal.models.tokens import ApiToken, TokenScope, hash_token

@@ -6,7 +6,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from billing.money import format_amount, to_micros
+from base.money import format_amount, to_micros
 
 
 def default_trial_credit() -> int:

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from django.conf import settings
-
+from base.money import format_price
 from billing.choices import AccountKind, TransactionKind
 from billing.models import OperatorSettings, Transaction
-from billing.money import format_amount
 from billing.services.ledger import LedgerError, Leg, platform_account, post_transaction, wallet_for
 
 
@@ -23,7 +21,7 @@ def grant_trial_credit(user, now=None) -> Transaction | None:
         key=key,
         kind=TransactionKind.TRIAL_CREDIT,
         legs=[Leg(platform_account(AccountKind.PROMOTIONS), -amount), Leg(wallet_for(user), amount)],
-        memo=f"Welcome to Starverse: {settings.CURRENCY_SYMBOL}{format_amount(amount)} trial credit",
+        memo=f"Welcome to Starverse: {format_price(amount)} trial credit",
         now=now,
     )
 

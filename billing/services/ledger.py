@@ -17,9 +17,9 @@ from django.db import IntegrityError, transaction
 from django.db.models import Sum
 from django.utils import timezone
 
+from base.money import format_price
 from billing.choices import AccountKind, TransactionKind
 from billing.models import Account, Entry, Transaction
-from billing.money import format_amount
 
 
 class LedgerError(Exception):
@@ -169,8 +169,8 @@ def _lock_and_check_funds(legs: Sequence[Leg]) -> None:
     for account in locked:
         if account.kind == AccountKind.WALLET and account.balance + deltas[account.pk] < 0:
             raise InsufficientFunds(
-                f"Insufficient credit: the balance is {settings.CURRENCY_SYMBOL}{format_amount(account.balance)}, "
-                f"this needs {settings.CURRENCY_SYMBOL}{format_amount(-deltas[account.pk])}."
+                f"Insufficient credit: the balance is {format_price(account.balance)}, "
+                f"this needs {format_price(-deltas[account.pk])}."
             )
 
 

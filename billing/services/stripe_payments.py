@@ -21,9 +21,9 @@ from django.core.cache import cache
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from base.money import MICROS_PER_UNIT, format_amount, format_price, to_micros
 from billing.choices import AccountKind, TransactionKind
 from billing.models import OperatorSettings, Payment, PaymentStatus, Refund, StripeEvent, Transaction
-from billing.money import MICROS_PER_UNIT, format_amount, to_micros
 from billing.services.ledger import (
     InsufficientFunds,
     balance_of,
@@ -112,14 +112,14 @@ def parse_topup_amount(raw) -> int:
         raise PaymentError("Enter the amount as a number, e.g. 50 or 50.00.")
     limits = OperatorSettings.load()
     if value > 10**12:
-        raise PaymentError(f"The largest top-up is {symbol}{format_amount(limits.topup_maximum)}.")
+        raise PaymentError(f"The largest top-up is {format_price(limits.topup_maximum)}.")
     if value != value.quantize(Decimal("0.01")):
         raise PaymentError("Enter the amount with at most two decimals.")
     micros = to_micros(value)
     if micros < limits.topup_minimum:
-        raise PaymentError(f"The smallest top-up is {symbol}{format_amount(limits.topup_minimum)}.")
+        raise PaymentError(f"The smallest top-up is {format_price(limits.topup_minimum)}.")
     if micros > limits.topup_maximum:
-        raise PaymentError(f"The largest top-up is {symbol}{format_amount(limits.topup_maximum)}.")
+        raise PaymentError(f"The largest top-up is {format_price(limits.topup_maximum)}.")
     return micros
 
 
@@ -379,7 +379,6 @@ def refund_payment(payment: Payment, micros: int, *, reason: str, actor, nonce: 
 
 
 def _reserve_refund(payment_pk: int, micros: int, *, reason: str, actor, key: str):
-    symbol = settings.CURRENCY_SYMBOL
     with transaction.atomic():
         payment = Payment.objects.select_for_update().select_related("user").get(pk=payment_pk)
         earlier = Transaction.objects.filter(idempotency_key=key).first()
@@ -392,8 +391,8 @@ def _reserve_refund(payment_pk: int, micros: int, *, reason: str, actor, key: st
         unrefunded = payment.amount - payment.refunded_amount
         if micros > unrefunded:
             raise PaymentError(
-                f"Refusing to refund {symbol}{format_amount(micros)}: only "
-                f"{symbol}{format_amount(unrefunded)} of this payment is not yet refunded."
+                f"Refusing to refund {format_price(micros)}: only "
+                f"{format_price(unrefunded)} of this payment is not yet refunded."
             )
         try:
             txn = transfer(
@@ -407,8 +406,8 @@ def _reserve_refund(payment_pk: int, micros: int, *, reason: str, actor, key: st
             )
         except InsufficientFunds:
             raise PaymentError(
-                f"Refusing to refund {symbol}{format_amount(micros)}: the user's unspent balance is only "
-                f"{symbol}{format_amount(balance_of(payment.user))}."
+                f"Refusing to refund {format_price(micros)}: the user's unspent balance is only "
+                f"{format_price(balance_of(payment.user))}."
             ) from None
         _set_refunded(payment, payment.refunded_amount + micros)
     return txn

@@ -1,19 +1,13 @@
-"""Template helpers for the spot pages: prices in micro-units shown in the currency, a job's cost so far."""
+"""Template helpers for the job and spot pages: a job's cost so far, durations. Prices: `{% load money %}`."""
 
 from __future__ import annotations
 
 from django import template
 from django.db.models import Sum
 
-from portal.views.pages import format_price
+from base.money import format_price
 
 register = template.Library()
-
-
-@register.filter
-def price(micros: int | None) -> str:
-    """ "¥1.20" from micro-units; a dash for none (or for a value the template couldn't look up)."""
-    return format_price(micros if isinstance(micros, int) else None)
 
 
 @register.simple_tag

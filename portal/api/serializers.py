@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
+from base.api.fields import MoneyField
 from billing.models import Entry
-from portal.api.fields import MoneyField
 from portal.models import ApiToken, TokenScope
 from workers.models import Pool
 

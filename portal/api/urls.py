@@ -4,9 +4,9 @@ from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.routers import DefaultRouter
 
+from base.api.errors import unknown_endpoint
 from billing.api import TopupCreateView
 from portal.api import views
-from portal.api.errors import unknown_endpoint
 
 router = DefaultRouter(trailing_slash=True)
 router.include_root_view = False

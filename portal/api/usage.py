@@ -9,6 +9,7 @@ from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from base.api.fields import MoneyField
 from billing.services.statements import (
     Period,
     StatementError,
@@ -18,7 +19,6 @@ from billing.services.statements import (
     total_of,
     usage_rows,
 )
-from portal.api.fields import MoneyField
 
 
 class UsageQuerySerializer(serializers.Serializer):

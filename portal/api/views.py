@@ -16,15 +16,15 @@ from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from base.api.docs import READ_ERRORS, VALIDATION_EXAMPLE, errors
+from base.api.validation import refuse_unknown_fields
 from billing.choices import AccountKind
 from billing.models import Entry
 from billing.services.ledger import balance_of
 from billing.services.pricing import current_offers, reference_chip
 from portal.accounts import lockout_retry_after
 from portal.api import serializers
-from portal.api.docs import READ_ERRORS, VALIDATION_EXAMPLE, errors
 from portal.api.throttling import ScopedThrottle
-from portal.api.validation import refuse_unknown_fields
 from portal.models import ApiToken
 from workers.models import Pool
 

@@ -17,12 +17,11 @@ from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
+from base.money import format_amount, format_price
 from billing.models import OperatorSettings, Payment
-from billing.money import format_amount
 from billing.services import stripe_payments as payments
 from billing.services.ledger import balance_of
 from portal.content_policy import allow_stripe
-from portal.views.pages import format_price
 
 NOT_CONFIGURED = "Top-ups are not configured on this platform yet: the operator has not set the Stripe keys."
 
@@ -47,8 +46,8 @@ def payment_row(payment: Payment) -> dict:
         "created_at": payment.created_at,
         "payment_intent_id": payment.payment_intent_id,
         "status": payment.get_status_display(),
-        "amount": format_amount(payment.amount),
-        "refunded": format_amount(payment.refunded_amount) if payment.refunded_amount else "",
+        "amount": format_price(payment.amount),
+        "refunded": format_price(payment.refunded_amount) if payment.refunded_amount else "",
     }
 
 
@@ -68,8 +67,8 @@ def billing(request: HttpRequest) -> HttpResponse:
         "configured": payments.is_configured(),
         "not_configured": NOT_CONFIGURED,
         "form": TopupForm(initial={"nonce": new_nonce()}),
-        "minimum": format_amount(limits.topup_minimum),
-        "maximum": format_amount(limits.topup_maximum),
+        "minimum": format_price(limits.topup_minimum),
+        "maximum": format_price(limits.topup_maximum),
         "payments": [payment_row(payment) for payment in Payment.objects.filter(user=request.user)[:20]],
         "stripe_js_url": settings.STRIPE_JS_URL,
         "publishable_key": settings.STRIPE_PUBLISHABLE_KEY,

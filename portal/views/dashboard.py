@@ -16,24 +16,17 @@ from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
+from base.money import format_price, format_signed
 from billing.choices import AccountKind
 from billing.models import Entry
-from billing.money import format_amount
 from billing.services.ledger import balance_of
 from billing.services.statements import format_hours, spend_rate
 from portal.forms import ApiTokenForm
 from portal.models.tokens import ApiToken
-from portal.views.pages import format_price
 from workers.choices import JobStatus
 from workers.models import Job
 
 LEDGER_PAGE_SIZE = 25
-
-
-def format_signed(micros: int) -> str:
-    """The sign first ("+¥10.00", "−¥1.50"), so a column of amounts reads at a glance."""
-    sign = "−" if micros < 0 else "+"
-    return f"{sign}{settings.CURRENCY_SYMBOL}{format_amount(abs(micros))}"
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
-from portal.views.pages import format_price
+from base.money import format_price
 from portal.views.training import format_duration, format_rate, summarize_plan
 from workers.choices import AllocationMode, JobStatus
 from workers.models import ChipType, Job

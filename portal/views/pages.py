@@ -4,19 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
+from base.money import format_price
 from billing.models import OperatorSettings
-from billing.money import format_amount
 from billing.services.pricing import ChipOffer, current_offers, reference_chip
 from workers.models import ChipType
-
-
-def format_price(micros: int | None) -> str:
-    """A price for display: "¥1.20", or a dash when there is none."""
-    return "—" if micros is None else f"{settings.CURRENCY_SYMBOL}{format_amount(micros)}"
 
 
 @dataclass(frozen=True)
@@ -50,7 +44,7 @@ def pricing_row(offer: ChipOffer, reference: ChipType) -> PricingRow:
 
 def home(request: HttpRequest) -> HttpResponse:
     trial_credit = OperatorSettings.load().trial_credit
-    return render(request, "portal/home.html", {"trial_credit": format_amount(trial_credit) if trial_credit else ""})
+    return render(request, "portal/home.html", {"trial_credit": format_price(trial_credit) if trial_credit else ""})
 
 
 def pricing(request: HttpRequest) -> HttpResponse:

@@ -9,6 +9,7 @@ from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 
+from base.money import format_price, format_signed
 from billing import csv_export
 from billing.services.statements import (
     ALL_TIME,
@@ -25,8 +26,7 @@ from billing.services.statements import (
     total_of,
     usage_rows,
 )
-from portal.views.dashboard import format_signed, ledger_line
-from portal.views.pages import format_price
+from portal.views.dashboard import ledger_line
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from decimal import ROUND_HALF_UP, Decimal
 
 from django.conf import settings
 from django.contrib import messages
@@ -13,9 +12,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from billing.money import MICROS_PER_UNIT, to_decimal
+from base.money import format_estimate
 from portal.forms import TrainingForm
-from portal.views.pages import format_price
 from workers import planner
 from workers.choices import AllocationMode
 from workers.models import ChipType
@@ -91,14 +89,6 @@ def format_duration(seconds: float | None) -> str:
     if days == 0:
         return f"{hours} h {minutes % 60} min" if minutes % 60 else f"{hours} h"
     return f"{days} d {hours % 24} h" if hours % 24 else f"{days} d"
-
-
-def format_estimate(micros: int) -> str:
-    """An estimated amount: cents and thousands separators from ¥1 up, every digit below."""
-    if abs(micros) < MICROS_PER_UNIT:
-        return format_price(micros)
-    cents = to_decimal(micros).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
-    return f"{settings.CURRENCY_SYMBOL}{cents:,}"
 
 
 def format_rate(value: float | None) -> str:

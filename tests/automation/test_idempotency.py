@@ -11,8 +11,8 @@ import time_machine
 from django.db import connection
 from django.utils import timezone
 
+from base.models import IdempotentRequest
 from billing.services.stripe_payments import TopupIntent
-from portal.models import IdempotentRequest
 from tests.conftest import JOB_SPEC as SPEC
 from workers.choices import JobEventKind, JobStatus
 from workers.models import Job, JobEvent

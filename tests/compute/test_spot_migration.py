@@ -43,7 +43,7 @@ def funded(fund, alice, bob):
 
 
 def spot_job(owner, bid: str, **fields) -> Job:
-    from billing.money import to_micros
+    from base.money import to_micros
 
     spec = {
         "model_name": "llama-tiny",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.utils import timezone
 
-from billing.money import to_micros
+from base.money import to_micros
 from workers.choices import AgentStatus
 from workers.models import Job, Node, Pool
 from workers.services.jobs import submit_job

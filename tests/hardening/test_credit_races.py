@@ -15,8 +15,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from django.db import connection
 
+from base.money import to_micros
 from billing.models import OperatorSettings
-from billing.money import to_micros
 from billing.services.holds import HoldRefused
 from billing.services.ledger import balance_of
 from market.models import Bid, MarketSettings

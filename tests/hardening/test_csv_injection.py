@@ -7,8 +7,8 @@ import io
 
 import pytest
 
+from base.money import to_micros
 from billing.csv_export import csv_lines, safe_cell
-from billing.money import to_micros
 from billing.services.credits import adjust_credit
 from tests.statements import at, charge, fund, make_allocation, make_job
 

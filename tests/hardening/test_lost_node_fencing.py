@@ -10,8 +10,8 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from base.money import round_micros
 from billing.models import Price, Transaction
-from billing.money import round_micros
 from billing.services.ledger import balance_of
 from tests.compute.conftest import hand_plan
 from workers.choices import AgentStatus, JobStatus

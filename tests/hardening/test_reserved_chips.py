@@ -19,8 +19,8 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from base.money import to_micros
 from billing.models import Price, Transaction
-from billing.money import to_micros
 from billing.services.credits import adjust_credit
 from billing.services.ledger import balance_of
 from billing.services.meter import MICROSECONDS_PER_HOUR, charge_allocations, round_half_up

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +19,8 @@ from workers.planner import (
 )
 
 from .fleets import chips, nodes, request, yuan
+
+REPOSITORY = Path(__file__).resolve().parents[2]
 
 MIXED = nodes("rtx-4090", 2, spot=True) + nodes("a100-80g", 1) + nodes("mlu370", 1)
 
@@ -116,3 +120,25 @@ def test_the_planner_imports_neither_django_nor_torch():
     code = "import sys, workers.planner; print(sorted(m for m in ('django', 'torch') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_budget_errors_name_amounts_in_the_configured_currency(settings):
+    settings.CURRENCY_SYMBOL = "€"
+    with pytest.raises(BudgetTooLow, match=r"The hourly budget €0\.10/h is below the cheapest plan"):
+        plan(request("llama-tiny", max_budget_per_hour=yuan(0.1), allow_spot=True), chips(), MIXED)
+
+
+def test_the_planner_names_amounts_without_django_settings():
+    code = (
+        "from tests.planner.fleets import chips, nodes, request, yuan\n"
+        "from workers.planner import BudgetTooLow, plan\n"
+        "try:\n"
+        "    plan(request('llama-tiny', max_budget_per_hour=yuan(0.1)), chips(), nodes('rtx-4090', 1))\n"
+        "except BudgetTooLow as error:\n"
+        "    print(error)\n"
+    )
+    env = {name: value for name, value in os.environ.items() if name != "DJANGO_SETTINGS_MODULE"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env, cwd=REPOSITORY
+    )
+    assert out.stdout.startswith("The hourly budget ¥0.10/h is below the cheapest plan")

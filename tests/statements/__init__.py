@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from base.money import to_micros
 from billing.choices import AccountKind, TransactionKind
 from billing.models import Charge, Payment, PaymentStatus, Refund
-from billing.money import to_micros
 from billing.services.credits import adjust_credit
 from billing.services.ledger import platform_account, transfer, wallet_for
 from workers.choices import AllocationMode, JobStatus

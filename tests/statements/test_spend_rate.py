@@ -6,7 +6,7 @@ from decimal import Decimal
 
 import pytest
 
-from billing.money import to_micros
+from base.money import to_micros
 from billing.services.statements import format_hours, spend_rate
 from tests.statements import fund, make_allocation, make_job
 

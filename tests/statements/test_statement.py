@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from billing.money import to_micros
+from base.money import to_micros
 from billing.services.statements import StatementError, monthly_statement, parse_month, statement_months
 from tests.statements import seed_march
 

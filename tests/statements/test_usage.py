@@ -8,8 +8,8 @@ from decimal import Decimal
 
 import pytest
 
+from base.money import to_micros
 from billing.models import Charge
-from billing.money import to_micros
 from billing.services.statements import StatementError, charges_for, parse_period, total_of, usage_rows
 from tests.statements import seed_march
 

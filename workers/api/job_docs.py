@@ -5,7 +5,7 @@ from __future__ import annotations
 from drf_spectacular.utils import OpenApiExample
 from rest_framework import serializers
 
-from portal.api.fields import MoneyField
+from base.api.fields import MoneyField
 
 
 class RankDocSerializer(serializers.Serializer):

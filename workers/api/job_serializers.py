@@ -10,8 +10,8 @@ from django.db.models import Sum
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from billing.money import format_amount, to_micros
-from portal.api.fields import MoneyField, MoneyInputField
+from base.api.fields import MoneyField, MoneyInputField
+from base.money import format_amount, to_micros
 from workers.choices import Policy
 from workers.models import Dataset, Job, JobEvent, JobLogLine, JobMigration
 from workers.modelspecs import UnknownModel, resolve_model

@@ -13,16 +13,16 @@ from rest_framework.exceptions import ErrorDetail, ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from portal.api.docs import (
+from base.api.docs import (
     IDEMPOTENT_WRITE_ERRORS,
     READ_ERRORS,
     VALIDATION_EXAMPLE,
     WRITE_ERRORS,
     errors,
 )
-from portal.api.idempotency import IDEMPOTENCY_KEY_PARAMETER, idempotent
-from portal.api.parsers import StrictFormParser, StrictMultiPartParser
-from portal.api.validation import refuse_unknown_fields
+from base.api.idempotency import IDEMPOTENCY_KEY_PARAMETER, idempotent
+from base.api.parsers import StrictFormParser, StrictMultiPartParser
+from base.api.validation import refuse_unknown_fields
 from workers import planner
 from workers.api import job_docs as docs
 from workers.api import job_serializers as s

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
 
-from billing.money import round_micros
+from base.money import round_micros
 from workers.planner.fleet import Kind
 from workers.planner.memory import GIB, ZERO_STAGES, activation_bytes_per_sample, fixed_bytes
 from workers.planner.split import GroupShare, largest_remainder, split_groups

@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from decimal import Decimal
 
-from billing.money import round_micros
+from base.money import round_micros
 from workers.planner.diagnose import explain_failure, hand_picked_counts
 from workers.planner.evaluate import OBJECTIVES, Candidate, Evaluator, total_cost
 from workers.planner.fleet import build_kinds

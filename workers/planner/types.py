@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from billing.money import to_micros
+from base.money import to_micros
 from workers.modelspecs import ModelSpec
 
 POLICIES = ("cost-performance", "fastest", "cheapest", "single-type")

@@ -8,18 +8,14 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db.models import Sum
 
+from base.money import InvalidAmount, format_amount, format_price, to_micros
 from billing.models import Price
-from billing.money import InvalidAmount, format_amount, to_micros
 from market.simulation import HOUR, ChipMarket, MarketRun, SpotJob, simulate
 from workers.models import ChipType, Node
 
 # Chips assumed for a chip type that has no spot-eligible node yet, so the command says
 # something useful on a freshly seeded catalog; the output says when it was assumed.
 DEFAULT_CAPACITY = 64
-
-
-def money(micros: int) -> str:
-    return f"{settings.CURRENCY_SYMBOL}{format_amount(micros)}"
 
 
 def mean_price(micros: int) -> str:
@@ -138,8 +134,8 @@ class Command(BaseCommand):
     def print_market(self, run: MarketRun, source: str) -> None:
         market = run.market
         self.stdout.write(
-            f"\n{market.slug}: {market.capacity} chips ({source}); floor {money(market.floor)}, "
-            f"on-demand {money(market.on_demand)} per chip-hour"
+            f"\n{market.slug}: {market.capacity} chips ({source}); floor {format_price(market.floor)}, "
+            f"on-demand {format_price(market.on_demand)} per chip-hour"
         )
         price = f"price {settings.CURRENCY_SYMBOL}"
         self.stdout.write(
@@ -159,7 +155,9 @@ class Command(BaseCommand):
         outcome, market = run.job, run.market
         job = outcome.job
         how = " (halfway between floor and on-demand)" if default_bid else ""
-        self.stdout.write(f"job: {job.chips} chip(s) for {job.hours:g} h, bidding {money(job.bid)} per chip-hour{how}")
+        self.stdout.write(
+            f"job: {job.chips} chip(s) for {job.hours:g} h, bidding {format_price(job.bid)} per chip-hour{how}"
+        )
         if job.bid < market.floor:
             self.stdout.write("  its bid is below the floor: it never wins spot chips.")
         done = outcome.chip_seconds / HOUR
@@ -168,10 +166,10 @@ class Command(BaseCommand):
         else:
             finish = f"not finished in {hours} h: ran {done:.1f} of {job.chip_seconds / HOUR:g} chip-hours"
         self.stdout.write(
-            f"  spot: {money(outcome.spot_cost)} for {done:.1f} chip-hours, {finish}, "
+            f"  spot: {format_price(outcome.spot_cost)} for {done:.1f} chip-hours, {finish}, "
             f"{outcome.interruptions} interruption(s), {outcome.waiting_seconds / HOUR:.1f} h waiting for chips"
         )
         same = outcome.on_demand_cost(market.on_demand)
         saving = f", {100 * (same - outcome.spot_cost) / same:.0f}% less on spot" if same else ""
-        whole = f"the whole job: {money(job.on_demand_cost(market.on_demand))} in {job.hours:g} h"
-        self.stdout.write(f"  on-demand: {money(same)} for the same chip-hours{saving} ({whole})")
+        whole = f"the whole job: {format_price(job.on_demand_cost(market.on_demand))} in {job.hours:g} h"
+        self.stdout.write(f"  on-demand: {format_price(same)} for the same chip-hours{saving} ({whole})")

@@ -32,7 +32,7 @@ from rest_framework.exceptions import APIException, ValidationError
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
-from portal.models import IdempotentRequest
+from base.models import IdempotentRequest
 
 HEADER = "Idempotency-Key"
 REPLAYED_HEADER = "Idempotent-Replayed"

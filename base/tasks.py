@@ -1,10 +1,10 @@
-"""Celery tasks of the site itself."""
+"""Celery tasks of the base app: housekeeping every app's API relies on."""
 
 from __future__ import annotations
 
 from celery import shared_task
 
-from portal.models import IdempotentRequest
+from base.models import IdempotentRequest
 
 
 @shared_task(ignore_result=True)

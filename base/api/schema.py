@@ -1,31 +1,6 @@
-"""OpenAPI description of our bearer-token authentication."""
+"""Shared pieces of the OpenAPI description: the error answers every operation can give, added once."""
 
-from drf_spectacular.extensions import OpenApiAuthenticationExtension
-
-
-class BearerTokenScheme(OpenApiAuthenticationExtension):
-    target_class = "portal.api.authentication.BearerTokenAuthentication"
-    name = "bearerAuth"
-
-    def get_security_definition(self, auto_schema):
-        return {
-            "type": "http",
-            "scheme": "bearer",
-            "description": "An API token from `POST /api/v1/tokens/` or the dashboard.",
-        }
-
-
-class NodeTokenScheme(OpenApiAuthenticationExtension):
-    target_class = "workers.api.agent_auth.NodeTokenAuthentication"
-    name = "nodeToken"
-
-    def get_security_definition(self, auto_schema):
-        return {
-            "type": "http",
-            "scheme": "bearer",
-            "description": "A node token from `POST /api/v1/agent/enroll/`.",
-        }
-
+from __future__ import annotations
 
 # Errors any operation can answer, documented once here instead of on every view (RELIABILITY 23):
 # 400 everywhere (a NUL character in the path or query), 413 where a body is taken, 429 everywhere

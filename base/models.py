@@ -26,6 +26,8 @@ class IdempotentRequest(models.Model):
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
 
     class Meta:
+        # Made by the portal app before this model moved here; the table kept its name.
+        db_table = "portal_idempotentrequest"
         constraints = [models.UniqueConstraint(fields=["user", "key"], name="idempotent_request_user_key")]
 
     def __str__(self) -> str:

@@ -1,0 +1,82 @@
+"""Money is integer micro-units of the platform currency. These are the only conversions and formats.
+
+Amounts as numbers ("10.00", for the API, CSV and forms): `format_amount`. Amounts for people, with the
+currency symbol: `format_price` ("¥1.20", a dash for none), `format_signed` ("+¥10.00", "−¥1.50") and
+`format_estimate` ("¥1,234.57" from ¥1 up).
+"""
+
+from __future__ import annotations
+
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+
+MICROS_PER_UNIT = 1_000_000
+# The symbol where no Django settings are configured (the planner run on its own); the settings'
+# CURRENCY_SYMBOL has the same default.
+DEFAULT_CURRENCY_SYMBOL = "¥"
+NO_AMOUNT = "—"
+
+
+class InvalidAmount(ValueError):
+    """An amount that is not a finite decimal number with at most six decimal places."""
+
+
+def to_micros(amount: Decimal | str | int) -> int:
+    """Parse a currency amount ("10", "10.5", Decimal("0.000001")) into exact micro-units."""
+    try:
+        value = Decimal(str(amount).strip())
+    except (InvalidOperation, ValueError):
+        raise InvalidAmount(f"'{amount}' is not a number.") from None
+    if not value.is_finite():
+        raise InvalidAmount(f"'{amount}' is not a finite number.")
+    micros = value * MICROS_PER_UNIT
+    if micros != micros.to_integral_value():
+        raise InvalidAmount(f"'{amount}' has more than six decimal places.")
+    return int(micros)
+
+
+def round_micros(value: Decimal) -> int:
+    """The one rounding rule for computed money (half up, to a whole micro-unit)."""
+    return int(value.to_integral_value(rounding=ROUND_HALF_UP))
+
+
+def to_decimal(micros: int) -> Decimal:
+    """Micro-units as an exact Decimal in currency units."""
+    return Decimal(micros) / MICROS_PER_UNIT
+
+
+def format_amount(micros: int) -> str:
+    """ "10.00", "0.000333", "-1.50": at least two decimals, more only when they carry value."""
+    text = f"{to_decimal(micros):.6f}".rstrip("0")
+    whole, _, fraction = text.partition(".")
+    return f"{whole}.{fraction.ljust(2, '0')}"
+
+
+def currency_symbol() -> str:
+    """The settings' CURRENCY_SYMBOL, read when an amount is formatted, not when this module is imported."""
+    # Imported on use: the planner formats money with this module and must load without Django.
+    from django.conf import settings
+    from django.core.exceptions import ImproperlyConfigured
+
+    try:
+        return settings.CURRENCY_SYMBOL
+    except ImproperlyConfigured:  # no DJANGO_SETTINGS_MODULE: a planner or a script outside the site
+        return DEFAULT_CURRENCY_SYMBOL
+
+
+def format_price(micros: int | None) -> str:
+    """An amount for people: "¥1.20", "¥0.000333"; a dash when there is none."""
+    return NO_AMOUNT if micros is None else f"{currency_symbol()}{format_amount(micros)}"
+
+
+def format_signed(micros: int) -> str:
+    """The sign first ("+¥10.00", "−¥1.50"), so a column of amounts reads at a glance."""
+    sign = "−" if micros < 0 else "+"
+    return f"{sign}{format_price(abs(micros))}"
+
+
+def format_estimate(micros: int) -> str:
+    """An estimated amount: cents and thousands separators from ¥1 up ("¥1,234.57"), every digit below."""
+    if abs(micros) < MICROS_PER_UNIT:
+        return format_price(micros)
+    cents = to_decimal(micros).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
+    return f"{currency_symbol()}{cents:,}"
