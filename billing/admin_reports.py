@@ -21,7 +21,7 @@ from django.utils import timezone
 from base.money import format_price
 from billing.choices import AccountKind
 from billing.models import Account, Payment, Refund
-from billing.services.meter import PriceBook
+from billing.services.pricing import PriceBook
 from billing.services.statements import (
     Period,
     SpendRate,

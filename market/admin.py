@@ -9,8 +9,8 @@ from django.utils.html import format_html, format_html_join
 
 from base.admin import ReadOnlyMixin
 from base.money import format_price
-from billing.models import Price
-from market.models import Bid, BidStatus, MarketSettings, SpotPrice
+from billing.models import Price, SpotPrice
+from market.models import Bid, BidStatus, MarketSettings
 from market.services.bids import BidRefused, cancel_bid
 
 FLOORS_NOTE = (

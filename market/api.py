@@ -17,7 +17,8 @@ from base.api.fields import MoneyField, MoneyInputField
 from base.api.idempotency import IDEMPOTENCY_KEY_PARAMETER, idempotent
 from base.api.validation import refuse_unknown_fields
 from base.money import to_micros
-from market.models import Bid, SpotPrice
+from billing.models import SpotPrice
+from market.models import Bid
 from market.services.bids import BidRefused, cancel_bid, change_bid, place_bid
 from workers.models import ChipType, Job
 

@@ -7,7 +7,7 @@ from django.db import models
 from django.db.models import OuterRef, Q, Subquery, Sum, Value
 from django.db.models.functions import Coalesce
 
-from billing.money import format_amount
+from base.money import format_amount
 
 
 class BidStatus(models.TextChoices):
@@ -69,26 +69,6 @@ class Bid(models.Model):
     @property
     def max_price_display(self) -> str:
         return format_amount(self.max_price_per_hour)
-
-
-class SpotPrice(models.Model):
-    """One clearing of one chip type's auction, kept when its price or its market changed."""
-
-    chip_type = models.ForeignKey("workers.ChipType", on_delete=models.PROTECT, related_name="spot_prices")
-    at = models.DateTimeField()
-    price_per_hour = models.BigIntegerField(help_text="micro-units per chip-hour")
-    floor_per_hour = models.BigIntegerField()
-    capacity = models.PositiveIntegerField()
-    demand = models.PositiveIntegerField()
-    allocated = models.PositiveIntegerField()
-
-    class Meta:
-        ordering = ["-at", "-id"]
-        indexes = [models.Index(fields=["chip_type", "at"])]
-        constraints = [models.CheckConstraint(condition=Q(price_per_hour__gte=0), name="spot_price_not_negative")]
-
-    def __str__(self) -> str:
-        return f"{self.chip_type_id} at {self.at:%H:%M:%S}: {format_amount(self.price_per_hour)}/h"
 
 
 class MarketSettings(models.Model):

@@ -16,9 +16,10 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
 from base.money import format_amount, format_price
+from billing.models import SpotPrice
 from billing.services.pricing import current_offers
 from market.forms import BidChangeForm, BidForm
-from market.models import Bid, BidStatus, MarketSettings, SpotPrice
+from market.models import Bid, BidStatus, MarketSettings
 from market.services.bids import BidRefused, cancel_bid, change_bid, place_bid
 from workers.models import ChipType
 

@@ -8,8 +8,10 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from billing.models import Price
+from market.models import MarketSettings
 from workers.choices import AgentStatus, JobStatus
 from workers.models import Allocation, ChipType, EnrollmentToken, Job, MigrationReason, Node, Pool
+from workers.services import lifecycle
 from workers.services.monitor import reset_node
 
 # A node in one of these states has no agent to take notice or finish work: nothing to reclaim or drain.
@@ -92,9 +94,6 @@ class NodeAdmin(admin.ModelAdmin):
 
     @admin.action(description="Reclaim for maintenance (running jobs get notice and move; nothing new lands)")
     def reclaim_for_maintenance(self, request, queryset) -> None:
-        from market.models import MarketSettings
-        from workers.services.migration import reclaim_job
-
         if not self._all_present(request, queryset, "reclaimed"):
             return
         notice = MarketSettings.load().notice_seconds
@@ -107,7 +106,9 @@ class NodeAdmin(admin.ModelAdmin):
                 moved = [
                     job_id
                     for job_id in running_job_ids(node)
-                    if reclaim_job(job_id, MigrationReason.MAINTENANCE, detail, nodes=[node], notice_seconds=notice)
+                    if lifecycle.reclaim(
+                        job_id, MigrationReason.MAINTENANCE, detail, nodes=[node], notice_seconds=notice
+                    )
                 ]
             jobs = ", ".join(f"job {job_id}" for job_id in moved) or "no running jobs"
             self.message_user(

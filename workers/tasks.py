@@ -1,25 +1,17 @@
-"""Celery tasks of the compute side: thin wrappers over services, safe to run twice."""
+"""Celery tasks of the compute side, registered by name for the beat and the workers.
+
+Tasks sit beside the services they wrap (workers.services.scheduling holds the planning tasks),
+so no service imports this module.
+"""
 
 from __future__ import annotations
 
 from celery import shared_task
 
-from workers.services import monitor, planning
+from workers.services import monitor
+from workers.services.scheduling import schedule_job, schedule_waiting_jobs_task
 
-
-@shared_task(ignore_result=True)
-def schedule_job(job_id: int) -> None:
-    """Plan and place one queued job (the planning pass retries it, with backoff, if no chips are free).
-
-    Routed to the planning queue (portal.task_routes), like `schedule_waiting_jobs`.
-    """
-    planning.schedule(job_id)
-
-
-@shared_task(ignore_result=True, soft_time_limit=60)
-def schedule_waiting_jobs() -> int:
-    """The planning pass over queued jobs whose backoff is over (the planning queue)."""
-    return planning.schedule_waiting_jobs()
+__all__ = ["reconcile_jobs", "schedule_job", "schedule_waiting_jobs_task"]
 
 
 @shared_task(ignore_result=True, soft_time_limit=60)

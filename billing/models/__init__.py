@@ -1,7 +1,7 @@
 from billing.models.ledger import Account, AppendOnlyError, Entry, Transaction
 from billing.models.operator_settings import OperatorSettings
 from billing.models.payments import Payment, PaymentStatus, Refund, StripeEvent
-from billing.models.prices import Price
+from billing.models.prices import Price, SpotPrice
 from billing.models.usage import Charge
 
 __all__ = [
@@ -14,6 +14,7 @@ __all__ = [
     "PaymentStatus",
     "Price",
     "Refund",
+    "SpotPrice",
     "StripeEvent",
     "Transaction",
 ]

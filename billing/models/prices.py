@@ -7,7 +7,7 @@ from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
 
-from billing.money import format_amount
+from base.money import format_amount
 
 
 class PriceQuerySet(models.QuerySet):
@@ -62,3 +62,28 @@ class Price(models.Model):
     @property
     def spot_floor_display(self) -> str:
         return format_amount(self.spot_floor_per_hour)
+
+
+class SpotPrice(models.Model):
+    """One clearing of one chip type's spot auction, kept when its price or its market changed.
+
+    The spot market (market/) clears the auction and records each result here; what a spot chip-hour
+    cost at any moment (billing.services.pricing.PriceBook) is read from this history.
+    """
+
+    chip_type = models.ForeignKey("workers.ChipType", on_delete=models.PROTECT, related_name="spot_prices")
+    at = models.DateTimeField()
+    price_per_hour = models.BigIntegerField(help_text="micro-units per chip-hour")
+    floor_per_hour = models.BigIntegerField()
+    capacity = models.PositiveIntegerField()
+    demand = models.PositiveIntegerField()
+    allocated = models.PositiveIntegerField()
+
+    class Meta:
+        db_table = "market_spotprice"  # moved here from the market app; the table kept its name
+        ordering = ["-at", "-id"]
+        indexes = [models.Index(fields=["chip_type", "at"], name="market_spot_chip_ty_4387f6_idx")]
+        constraints = [models.CheckConstraint(condition=Q(price_per_hour__gte=0), name="spot_price_not_negative")]
+
+    def __str__(self) -> str:
+        return f"{self.chip_type_id} at {self.at:%H:%M:%S}: {format_amount(self.price_per_hour)}/h"

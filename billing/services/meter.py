@@ -1,6 +1,6 @@
 """The per-second meter: charge each allocation from its billed-through mark up to now.
 
-Rules (issue 4, DESIGN.md section 7):
+Rules:
 
 - The mark only moves in whole seconds from `started_at`: the new mark is `min(now, ended_at)`
   truncated to a whole number of seconds since `started_at`. A fraction of a second at the end
@@ -19,9 +19,11 @@ Rules (issue 4, DESIGN.md section 7):
   a tick unless it has more allocations than a batch holds.
 - A wallet never goes negative. When a wallet cannot cover what its allocations owe, each is
   charged in id order while the balance lasts (the last one partly); the mark still advances, the
-  unpaid rest stays visible as `owed - charged_total` (which `manage.py reconcile` reports),
-  a `notice` event records the shortfall, and the job is stopped at once. The stop margin makes
-  this rare: the low-balance stop (billing.services.holds) acts minutes before.
+  unpaid rest stays visible as `owed - charged_total` (which `manage.py reconcile` reports), and
+  after the commit the shortfall is announced (`billing.signals.credit_shortfall`): the job is
+  stopped at once by whoever acts on jobs. The stop margin makes this rare: the low-balance check
+  (billing.services.holds) asks for a stop minutes before.
+- Prices come from `billing.services.pricing.PriceBook`.
 """
 
 from __future__ import annotations
@@ -38,110 +40,20 @@ from django.db import connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from base.money import format_price
 from billing.choices import AccountKind, TransactionKind
-from billing.models import Account, Price
-from billing.money import format_amount
+from billing.models import Account
 from billing.services.ledger import Leg, fingerprint_of, platform_account, wallet_for
-from workers.choices import AllocationMode
+from billing.services.pricing import MICROSECOND, PriceBook
+from billing.signals import credit_shortfall
 from workers.models import Allocation
 
 logger = logging.getLogger(__name__)
 
 SECOND = timedelta(seconds=1)
-MICROSECOND = timedelta(microseconds=1)
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 MICROSECONDS_PER_HOUR = 3600 * 1_000_000
 BATCH = 2500  # allocations per database transaction: a batch holds its rows and wallets locked ~0.2 s
-
-
-# Prices ---------------------------------------------------------------------------------------
-
-
-class PriceBook:
-    """Price history per chip type, answering "what did a chip-hour cost at t" and over a span.
-
-    On-demand allocations pay the on-demand price in force. Spot allocations pay the spot market's
-    clearing price in force (market.SpotPrice, one row per clearing that changed the market), never
-    below the spot floor in force; before the first clearing, the floor.
-    """
-
-    def __init__(self, rows: list[tuple[int, datetime, int, int]], spot_rows: list[tuple[int, datetime, int]] = ()):
-        self._times: dict[int, list[datetime]] = defaultdict(list)
-        self._prices: dict[int, list[tuple[int, int]]] = defaultdict(list)
-        # One timeline per chip type: every moment the list price or the clearing price changed.
-        changes: dict[int, list[tuple[datetime, int, tuple]]] = defaultdict(list)
-        for chip_type_id, effective_at, on_demand, spot_floor in rows:
-            changes[chip_type_id].append((effective_at, 0, (on_demand, spot_floor)))
-        for chip_type_id, at, clearing in spot_rows:
-            changes[chip_type_id].append((at, 1, (clearing,)))
-        for chip_type_id, timeline in changes.items():
-            listed, clearing = None, None
-            for at, kind, values in sorted(timeline, key=lambda change: (change[0], change[1])):
-                if kind == 0:
-                    listed = values
-                else:
-                    clearing = values[0]
-                if listed is None:
-                    continue
-                on_demand, floor = listed
-                price = (on_demand, max(floor, clearing) if clearing is not None else floor)
-                times = self._times[chip_type_id]
-                if times and times[-1] == at:
-                    self._prices[chip_type_id][-1] = price
-                else:
-                    times.append(at)
-                    self._prices[chip_type_id].append(price)
-
-    @classmethod
-    def load(cls, chip_type_ids=None) -> PriceBook:
-        from market.models import SpotPrice
-
-        prices = Price.objects.order_by("chip_type_id", "effective_at", "id")
-        spot = SpotPrice.objects.order_by("chip_type_id", "at", "id")
-        if chip_type_ids is not None:
-            prices = prices.filter(chip_type_id__in=chip_type_ids)
-            spot = spot.filter(chip_type_id__in=chip_type_ids)
-        return cls(
-            list(prices.values_list("chip_type_id", "effective_at", "on_demand_per_hour", "spot_floor_per_hour")),
-            list(spot.values_list("chip_type_id", "at", "price_per_hour")),
-        )
-
-    def price_per_hour(self, chip_type_id: int, mode: str, at: datetime) -> int | None:
-        """Micro-units per chip-hour in force at `at` (None before the first price)."""
-        index = bisect.bisect_right(self._times[chip_type_id], at) - 1
-        return None if index < 0 else self._column(self._prices[chip_type_id][index], mode)
-
-    def segments(
-        self, chip_type_id: int, mode: str, start: datetime, end: datetime
-    ) -> list[tuple[datetime, datetime, int]]:
-        """[(from, to, per_hour)] covering [start, end); spans without a price are left out (free)."""
-        times, prices = self._times[chip_type_id], self._prices[chip_type_id]
-        first = max(bisect.bisect_right(times, start) - 1, 0)
-        spans = []
-        for index in range(first, len(times)):
-            lo = max(start, times[index])
-            hi = min(end, times[index + 1]) if index + 1 < len(times) else end
-            if lo >= end:
-                break
-            if hi > lo:
-                spans.append((lo, hi, self._column(prices[index], mode)))
-        return spans
-
-    def integral(self, chip_type_id: int, mode: str, start: datetime, end: datetime) -> int:
-        """Σ per_hour x microseconds over [start, end): exact, in micro-unit-microseconds per hour."""
-        return sum(
-            per_hour * ((hi - lo) // MICROSECOND) for lo, hi, per_hour in self.segments(chip_type_id, mode, start, end)
-        )
-
-    @staticmethod
-    def _column(price: tuple[int, int], mode: str) -> int:
-        on_demand, spot = price
-        return spot if mode == AllocationMode.SPOT else on_demand
-
-
-def price_per_hour(chip_type_id: int, mode: str, at: datetime) -> int | None:
-    """What one chip of this type costs per hour at `at`, in micro-units."""
-    return PriceBook.load([chip_type_id]).price_per_hour(chip_type_id, mode, at)
 
 
 # What is owed ---------------------------------------------------------------------------------
@@ -312,7 +224,7 @@ def charge_allocations(
         bills = [bill for bill in bills if _advance(bill, integrals, now)]
         result = _post(bills, now) if bills else MeterResult()
         if result.shortfalls:
-            transaction.on_commit(lambda: _stop_unpaid(result.shortfalls, now))
+            transaction.on_commit(lambda: _announce_shortfalls(result.shortfalls, now))
     return result
 
 
@@ -505,16 +417,15 @@ def _save(bills: list[Bill], posted: dict[int, int], now: datetime) -> None:
         )
 
 
-def _stop_unpaid(shortfalls: list[Bill], now: datetime) -> None:
-    # Imported here: holds uses the job services, which end allocations through this module.
-    from billing.services.holds import stop_for_credit
-
+def _announce_shortfalls(shortfalls: list[Bill], now: datetime) -> None:
+    """After commit: each job whose charge its wallet could not cover must stop (billing.signals)."""
     for job_id in sorted({bill.job_id for bill in shortfalls}):
         unpaid = sum(bill.shortfall for bill in shortfalls if bill.job_id == job_id)
-        logger.warning("meter: job %s is short of %s", job_id, format_amount(unpaid))
-        stop_for_credit(
-            job_id,
-            f"Out of credit: {settings.CURRENCY_SYMBOL}{format_amount(unpaid)} of usage could not be charged.",
+        logger.warning("meter: job %s is short of %s", job_id, format_price(unpaid))
+        credit_shortfall.send(
+            sender=Bill,
+            job_id=job_id,
+            reason=f"Out of credit: {format_price(unpaid)} of usage could not be charged.",
             data={"shortfall": unpaid},
             now=now,
         )

@@ -22,11 +22,12 @@ from django.conf import settings
 from django.db import connection
 from django.db.models import Q
 
+from base.money import format_amount
 from billing.choices import AccountKind, TransactionKind
 from billing.models import Account, Transaction
-from billing.money import format_amount
 from billing.services.ledger import Leg, platform_account, post_transaction
-from billing.services.meter import SECOND, PriceBook, billing_mark, owed
+from billing.services.meter import SECOND, billing_mark, owed
+from billing.services.pricing import PriceBook
 from workers.choices import AllocationMode
 
 logger = logging.getLogger(__name__)

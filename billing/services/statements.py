@@ -19,7 +19,7 @@ from django.utils import timezone
 from billing.choices import AccountKind, TransactionKind
 from billing.models import Charge, Entry
 from billing.services.ledger import balance_of
-from billing.services.meter import PriceBook
+from billing.services.pricing import PriceBook
 from workers.models import Allocation
 
 

@@ -13,11 +13,12 @@ from django.db import transaction
 from django.db.models import Max, Sum
 from django.utils import timezone
 
+from base.money import format_amount
 from billing.models import OperatorSettings
-from billing.money import format_amount
 from billing.services.holds import lock_credit
 from billing.services.ledger import balance_of
 from market.models import Bid, BidStatus
+from market.services.clearing import request_clearing
 from market.services.commitments import bid_hold, commitments
 from market.services.demand import chip_limit
 from market.services.market_state import floor_of
@@ -60,7 +61,7 @@ def place_bid(owner, *, job: Job, chip_type: ChipType, chips: int, max_price_per
             max_price_per_hour=max_price_per_hour,
             placed_at=now,
         )
-        _clear_after_commit(chip_type.pk)
+        request_clearing(chip_type.pk)
     return bid
 
 
@@ -78,7 +79,7 @@ def change_bid(bid: Bid, *, chips: int | None = None, max_price_per_hour: int | 
         _check_terms(bid.owner, bid.job, bid.chip_type, chips, price, now, replacing=bid)
         bid.chips, bid.max_price_per_hour = chips, price
         bid.save(update_fields=["chips", "max_price_per_hour", "updated_at"])
-        _clear_after_commit(bid.chip_type_id)
+        request_clearing(bid.chip_type_id)
     return bid
 
 
@@ -97,7 +98,7 @@ def cancel_bid(bid: Bid, now=None) -> Bid:
         bid.status, bid.won_chips = BidStatus.CANCELLED, 0
         bid.save(update_fields=["status", "won_chips", "updated_at"])
         end_bid_reservations([bid.pk], now)
-        _clear_after_commit(bid.chip_type_id)
+        request_clearing(bid.chip_type_id)
     return bid
 
 
@@ -130,7 +131,7 @@ def sync_job_bids(job: Job, chip_counts: dict[str, int], now) -> None:
             released.append(bid.pk)
     end_bid_reservations(released, now)
     for chip_type_id in touched:
-        _clear_after_commit(chip_type_id)
+        request_clearing(chip_type_id)
 
 
 def close_job_bids(job: Job, now=None) -> int:
@@ -195,9 +196,3 @@ def _check_terms(owner, job: Job, chip_type: ChipType, chips: int, price: int, n
             f"{format_amount(price)}/h is {format_amount(held)}"
             + (f", on top of {format_amount(others)} held by your other bids and queued jobs." if others else "."),
         )
-
-
-def _clear_after_commit(chip_type_id: int) -> None:
-    from market.tasks import clear_market
-
-    clear_market.delay_on_commit(chip_type_id)

@@ -23,15 +23,19 @@ import logging
 import zlib
 from datetime import datetime, timedelta
 
+from celery import shared_task
 from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from base.money import format_amount
+from billing.services.pricing import record_spot_price
 from market import auction
-from market.models import Bid, BidStatus, MarketSettings, SpotPrice
+from market.models import Bid, BidStatus, MarketSettings
 from market.services.demand import demand_of
 from market.services.market_state import floor_of, on_demand_waiting, spot_capacity, spot_holdings
 from market.services.reservations import end_bid_reservations, sync_reservations
+from market.signals import SpotLoss, spot_chips_lost
 from workers.models import ChipType, MigrationReason
 
 logger = logging.getLogger(__name__)
@@ -90,8 +94,8 @@ def clear_chip_type(chip_type_id: int, now: datetime | None = None) -> auction.C
         }
         losers = {job_id: lost for job_id, lost in losers.items() if lost > 0}
         if losers:
-            waiting = on_demand_waiting(chip_type_id)
-            transaction.on_commit(lambda: _reclaim_losers(chip_type_id, losers, bid_of_job, result, waiting, now))
+            losses = _losses(chip, losers, bid_of_job, result, on_demand_waiting(chip_type_id))
+            transaction.on_commit(lambda: _announce_losses(chip_type_id, losses))
     return result
 
 
@@ -147,26 +151,20 @@ def _store_awards(bids: list[Bid], result: auction.Clearing, holdings: dict[int,
 
 
 def _record_price(chip_type_id: int, result: auction.Clearing, floor: int, now: datetime) -> None:
-    last = SpotPrice.objects.filter(chip_type_id=chip_type_id).order_by("-at", "-id").first()
-    state = (result.price, floor, result.capacity, result.demand, result.allocated)
-    if last and (last.price_per_hour, last.floor_per_hour, last.capacity, last.demand, last.allocated) == state:
-        return
-    SpotPrice.objects.create(
-        chip_type_id=chip_type_id,
-        at=now,
-        price_per_hour=result.price,
-        floor_per_hour=floor,
+    record_spot_price(
+        chip_type_id,
+        now,
+        price=result.price,
+        floor=floor,
         capacity=result.capacity,
         demand=result.demand,
         allocated=result.allocated,
     )
 
 
-def _reclaim_losers(chip_type_id, losers, bid_of_job, result, on_demand_wait, now) -> None:
-    from workers.services.migration import reclaim_job
-
-    chip = ChipType.objects.get(pk=chip_type_id)
-    notice = MarketSettings.load().notice_seconds
+def _losses(chip, losers, bid_of_job, result, on_demand_wait) -> list[SpotLoss]:
+    """Why each losing job may not keep its chips, in words for its owner."""
+    losses = []
     for job_id, lost in sorted(losers.items()):
         bid = bid_of_job.get(job_id)
         if bid is None:
@@ -177,13 +175,31 @@ def _reclaim_losers(chip_type_id, losers, bid_of_job, result, on_demand_wait, no
             reason = MigrationReason.OUTBID
             detail = (
                 f"higher bids took {lost} of its {chip.slug} chip(s): the spot price cleared at "
-                f"{_money(result.price)}/h; its bid is {_money(bid.max_price_per_hour)}/h"
+                f"{format_amount(result.price)}/h; its bid is {format_amount(bid.max_price_per_hour)}/h"
             )
-        reclaim_job(job_id, reason, detail, chip_type_id=chip_type_id, notice_seconds=notice, now=timezone.now())
-        logger.info("reclaimed job %s on %s: %s", job_id, chip.slug, detail)
+        losses.append(SpotLoss(job_id=job_id, chips=lost, reason=reason, detail=detail))
+    return losses
 
 
-def _money(micros: int) -> str:
-    from billing.money import format_amount
+def _announce_losses(chip_type_id: int, losses: list[SpotLoss]) -> None:
+    """After commit: the jobs that lost chips get notice (market.signals; the next clearing repeats it)."""
+    notice = MarketSettings.load().notice_seconds
+    for loss in losses:
+        logger.info("job %s loses %s chip(s) of type %s: %s", loss.job_id, loss.chips, chip_type_id, loss.detail)
+    spot_chips_lost.send(
+        sender=SpotLoss, chip_type_id=chip_type_id, losses=losses, notice_seconds=notice, now=timezone.now()
+    )
 
-    return format_amount(micros)
+
+@shared_task(name="market.tasks.clear_market", ignore_result=True, soft_time_limit=30)
+def clear_market(chip_type_id: int | None = None) -> None:
+    """Clear one chip type's auction (after a bid change), or every one (the beat, every few seconds)."""
+    if chip_type_id is None:
+        clear_all()
+    else:
+        clear_chip_type(chip_type_id)
+
+
+def request_clearing(chip_type_id: int) -> None:
+    """Clear this chip type's market as soon as the caller's transaction commits."""
+    clear_market.delay_on_commit(chip_type_id)

@@ -12,8 +12,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from decimal import Decimal
 
+from base.money import round_micros
 from billing.models import OperatorSettings
-from billing.money import round_micros
 from market.models import Bid
 from workers.choices import JobStatus
 from workers.models import Job

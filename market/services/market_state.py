@@ -8,7 +8,7 @@ from datetime import datetime
 from django.db.models import Sum
 
 from billing.models import Price
-from market.models import Bid, SpotPrice
+from market.models import Bid
 from workers.choices import AgentStatus, AllocationMode, JobStatus
 from workers.models import Allocation, Job, Node
 
@@ -72,14 +72,6 @@ def spot_holdings(chip_type_id: int) -> dict[int, int]:
 def floor_of(chip_type_id: int, now: datetime) -> int | None:
     price = Price.objects.in_force(now).filter(chip_type_id=chip_type_id).first()
     return price.spot_floor_per_hour if price else None
-
-
-def latest_spot_prices(now: datetime | None = None) -> dict[int, SpotPrice]:
-    """The last clearing of every chip type (at or before `now`)."""
-    rows = SpotPrice.objects.order_by("chip_type_id", "-at", "-id").distinct("chip_type_id")
-    if now is not None:
-        rows = rows.filter(at__lte=now)
-    return {row.chip_type_id: row for row in rows}
 
 
 def bid_prices_by_job(chip_type_id: int) -> dict[int, int]:

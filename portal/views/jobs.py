@@ -20,7 +20,7 @@ from workers.choices import AllocationMode, JobStatus
 from workers.models import ChipType, Job
 from workers.services import metrics
 from workers.services.artifacts import artifact_file, list_artifacts
-from workers.services.jobs import cancel_job
+from workers.services.lifecycle import cancel as cancel_job
 
 JOBS_PAGE_SIZE = 20
 LOG_TAIL = 100

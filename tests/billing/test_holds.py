@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from billing.models import OperatorSettings
 from billing.services.credits import adjust_credit
-from billing.services.holds import HoldRefused, check_hold, stop_low_balance
+from billing.services.holds import HoldRefused, check_hold
 from billing.services.ledger import balance_of
 from billing.services.meter import run_meter
 from tests.compute.conftest import enroll, hand_plan, planning_job  # noqa: F401 - fixtures
@@ -17,13 +17,20 @@ from tests.conftest import JOB_SPEC, token_client
 from workers.choices import JobStatus
 from workers.models import AgentCommand, Allocation, Job
 from workers.protocol import CommandType
-from workers.services import reports
+from workers.services import lifecycle, monitor, reports
 from workers.services.placement import allocate
 
 pytestmark = pytest.mark.django_db
 
 SPEC = JOB_SPEC
 api_for = token_client
+
+
+def stop_low_balance(now=None) -> int:
+    """The reconciler's credit steps: billing names the jobs to stop, the lifecycle stops them (and ends
+    stops the ranks never answered)."""
+    now = now or timezone.now()
+    return monitor.stop_jobs_out_of_credit(now) + lifecycle.finish_overdue_stops(now)
 
 
 @pytest.fixture

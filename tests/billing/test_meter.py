@@ -21,7 +21,8 @@ from billing.services.meter import charge_allocation, charge_allocations, run_me
 from tests.compute.conftest import enroll, hand_plan, planning_job  # noqa: F401 - fixtures
 from workers.choices import AllocationMode, JobStatus
 from workers.models import Allocation
-from workers.services.placement import allocate, release
+from workers.services.allocations import release
+from workers.services.placement import allocate
 
 T0 = datetime(2031, 1, 1, tzinfo=UTC)
 FOUR_CHIPS_PER_HOUR = 4 * 1_200_000

@@ -38,7 +38,8 @@ from billing.choices import AccountKind, TransactionKind
 from billing.models import Charge, Entry
 from billing.services.credits import adjust_credit
 from billing.services.ledger import audit_ledger, balance_of, platform_account, wallet_for
-from billing.services.meter import SECOND, PriceBook, billing_mark, charge_allocations, owed
+from billing.services.meter import SECOND, billing_mark, charge_allocations, owed
+from billing.services.pricing import PriceBook
 from portal.celery import app as celery_app
 from tests.compute.conftest import enroll  # noqa: F401 - fixture
 from tests.e2e.stack import REPO, wait_until

@@ -16,7 +16,8 @@ from test_meter import fund, open_allocation, set_price
 
 from billing.models import Charge
 from billing.services.ledger import audit_ledger, balance_of
-from billing.services.meter import SECOND, PriceBook, billing_mark, charge_allocations, owed
+from billing.services.meter import SECOND, billing_mark, charge_allocations, owed
+from billing.services.pricing import PriceBook
 from tests.compute.conftest import enroll, planning_job  # noqa: F401 - fixtures
 from tests.e2e.stack import REPO
 from tests.e2e.stack import test_database_url as database_url

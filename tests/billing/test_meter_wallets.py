@@ -15,7 +15,8 @@ from billing.choices import AccountKind, TransactionKind
 from billing.models import Charge, Entry, Transaction
 from billing.services.credits import adjust_credit
 from billing.services.ledger import audit_ledger, balance_of, platform_account, transfer, wallet_for
-from billing.services.meter import Integrals, PriceBook, charge_allocations, due_allocations, run_meter
+from billing.services.meter import Integrals, charge_allocations, due_allocations, run_meter
+from billing.services.pricing import PriceBook
 from tests.compute.conftest import enroll, planning_job  # noqa: F401 - fixtures
 from workers.choices import AllocationMode, JobStatus
 from workers.models import Job

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from rest_framework.test import APIClient
 
-from market.models import Bid, SpotPrice
+from billing.models import SpotPrice
+from market.models import Bid
 from market.services.clearing import clear_chip_type
 from tests.conftest import token_client
 from workers.models import ChipType, Job

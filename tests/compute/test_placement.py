@@ -13,7 +13,7 @@ from django.utils import timezone
 from tests.compute.conftest import hand_plan
 from workers.choices import AgentStatus, JobStatus
 from workers.models import AgentCommand, Allocation, Job, Node
-from workers.services.jobs import cancel_job
+from workers.services.lifecycle import cancel as cancel_job
 from workers.services.monitor import reconcile
 from workers.services.placement import CapacityChanged, allocate
 

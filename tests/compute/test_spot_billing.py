@@ -7,9 +7,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from billing.models import Price
-from billing.services.meter import PriceBook, charge_allocations
-from market.models import SpotPrice
+from billing.models import Price, SpotPrice
+from billing.services.meter import charge_allocations
+from billing.services.pricing import PriceBook
 from workers.choices import AllocationMode
 from workers.models import Allocation, ChipType, Job
 

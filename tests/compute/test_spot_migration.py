@@ -12,17 +12,17 @@ import pytest
 from django.utils import timezone
 
 from billing.choices import TransactionKind
-from billing.models import Transaction
+from billing.models import SpotPrice, Transaction
 from billing.services.ledger import balance_of
-from market.models import Bid, BidStatus, SpotPrice
+from market.models import Bid, BidStatus
 from market.services.clearing import clear_chip_type
 from workers.choices import AllocationMode, JobStatus
 from workers.models import AgentCommand, Allocation, ChipType, Job, Node
 from workers.services.fleet import record_heartbeat
-from workers.services.jobs import submit_job
+from workers.services.lifecycle import submit as submit_job
 from workers.services.monitor import reconcile
-from workers.services.planning import schedule
 from workers.services.reports import accept_report
+from workers.services.scheduling import schedule
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -10,7 +10,7 @@ from django.core.management import call_command
 from django.utils import timezone
 from playwright.sync_api import Page, expect
 
-from market.models import SpotPrice
+from billing.models import SpotPrice
 from tests.conftest import PASSWORD
 from workers.choices import JobStatus
 from workers.models import ChipType, Job

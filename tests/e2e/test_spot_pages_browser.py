@@ -11,7 +11,8 @@ from django.core.management import call_command
 from django.utils import timezone
 from playwright.sync_api import Page, expect
 
-from market.models import Bid, BidStatus, SpotPrice
+from billing.models import SpotPrice
+from market.models import Bid, BidStatus
 from tests.conftest import PASSWORD
 from workers.choices import AgentStatus, JobStatus
 from workers.models import ChipType, Job, JobMigration, MigrationReason, MigrationStatus, Node

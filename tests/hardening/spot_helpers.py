@@ -7,7 +7,7 @@ from django.utils import timezone
 from base.money import to_micros
 from workers.choices import AgentStatus
 from workers.models import Job, Node, Pool
-from workers.services.jobs import submit_job
+from workers.services.lifecycle import submit as submit_job
 
 
 def online_node(hostname: str, chip: str = "rtx-4090", chips: int = 1, spot: bool = True) -> Node:

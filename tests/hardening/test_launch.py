@@ -11,13 +11,13 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from billing.services.holds import stop_low_balance
 from tests.conftest import JOB_SPEC, token_client
 from tests.hardening.spot_helpers import launch_fields, online_node
 from workers.choices import JobStatus
 from workers.models import Job
+from workers.services import monitor
 from workers.services.launch import LaunchRefused, launch
-from workers.services.planning import schedule
+from workers.services.scheduling import schedule
 
 pytestmark = pytest.mark.django_db
 
@@ -58,7 +58,7 @@ def test_a_total_budget_above_the_stop_margin_runs_and_is_not_stopped_at_once(fu
     job = Job.objects.get(pk=response.json()["id"])
 
     assert schedule(job.pk)
-    assert stop_low_balance(timezone.now()) == 0
+    assert monitor.stop_jobs_out_of_credit(timezone.now()) == 0
     job.refresh_from_db()
     assert job.status == JobStatus.PROVISIONING
 

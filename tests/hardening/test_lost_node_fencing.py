@@ -19,7 +19,7 @@ from workers.models import AgentCommand, EnrollmentToken, Job, JobMetric, Node, 
 from workers.services.fleet import enroll_node, record_heartbeat
 from workers.services.monitor import reconcile
 from workers.services.placement import allocate
-from workers.services.planning import schedule
+from workers.services.scheduling import schedule
 
 pytestmark = pytest.mark.django_db
 

@@ -15,17 +15,18 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
+from billing.models import SpotPrice
 from billing.services.ledger import balance_of
 from billing.services.meter import charge_allocations
-from market.models import Bid, BidStatus, SpotPrice
+from market.models import Bid, BidStatus
 from market.services.bids import change_bid, place_bid
 from market.services.clearing import clear_chip_type, take_up_seconds
 from tests.conftest import token_client
 from tests.hardening.spot_helpers import job_spec, online_node, spot_job
 from workers.choices import AllocationMode, JobStatus
 from workers.models import AgentCommand, Allocation, ChipType, Job
-from workers.services.migration import continue_migration
-from workers.services.planning import schedule, schedule_waiting_jobs
+from workers.services.lifecycle import resume as continue_migration
+from workers.services.scheduling import schedule, schedule_waiting_jobs
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the market clears after each commit
 

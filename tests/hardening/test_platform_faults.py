@@ -28,7 +28,8 @@ from django.db.models import Sum
 
 from billing.models import Charge
 from billing.services.ledger import audit_ledger
-from billing.services.meter import SECOND, PriceBook, billing_mark, owed
+from billing.services.meter import SECOND, billing_mark, owed
+from billing.services.pricing import PriceBook
 from portal.local.stores import free_port
 from portal.models import ApiToken
 from tests.e2e.stack import REPO, wait_until

@@ -25,9 +25,9 @@ from tests.conftest import JOB_SPEC, token_client
 from tests.hardening.spot_helpers import job_spec, online_node
 from workers.choices import JobStatus
 from workers.models import Allocation, Job
-from workers.services import planning
+from workers.services import scheduling
+from workers.services.allocations import release
 from workers.services.monitor import reconcile
-from workers.services.placement import release
 
 pytestmark = pytest.mark.django_db
 
@@ -58,13 +58,13 @@ def funded_alice(alice, fund):
 def count_plannings(monkeypatch):
     """How many times a job was planned, by job id."""
     planned: list[int] = []
-    plan = planning.schedule
+    plan = scheduling.schedule
 
     def counting(job_id: int) -> bool:
         planned.append(job_id)
         return plan(job_id)
 
-    monkeypatch.setattr("workers.services.planning.schedule", counting)
+    monkeypatch.setattr("workers.services.scheduling.schedule", counting)
     return planned
 
 
@@ -194,19 +194,19 @@ def test_the_reconcile_pass_plans_no_waiting_job_however_many_there_are(hundred_
 def test_each_waiting_job_is_planned_at_most_once_per_backoff_interval(hundred_waiting_jobs, count_plannings):
     start = timezone.now()
     with time_machine.travel(start, tick=False) as clock:
-        planning.schedule_waiting_jobs()
+        scheduling.schedule_waiting_jobs()
         assert sorted(count_plannings) == sorted(hundred_waiting_jobs)  # each once
-        planning.schedule_waiting_jobs()
+        scheduling.schedule_waiting_jobs()
         assert len(count_plannings) == 100  # none again within its backoff (30 s after a first failure)
 
         clock.move_to(start + timedelta(seconds=30))
-        planning.schedule_waiting_jobs()
+        scheduling.schedule_waiting_jobs()
         assert len(count_plannings) == 200  # due again; now the backoff doubles to 60 s
         clock.move_to(start + timedelta(seconds=89))
-        planning.schedule_waiting_jobs()
+        scheduling.schedule_waiting_jobs()
         assert len(count_plannings) == 200
         clock.move_to(start + timedelta(seconds=90))
-        planning.schedule_waiting_jobs()
+        scheduling.schedule_waiting_jobs()
         assert len(count_plannings) == 300
 
     attempts = set(Job.objects.filter(pk__in=hundred_waiting_jobs).values_list("plan_attempts", flat=True))
@@ -221,25 +221,25 @@ def test_the_backoff_stops_doubling_at_a_minute(settings):
 
 
 def test_chips_freeing_up_make_every_waiting_job_due_at_once(hundred_waiting_jobs, busy_4090, count_plannings):
-    planning.schedule_waiting_jobs()  # all wait now, backing off
-    planning.schedule_waiting_jobs()
+    scheduling.schedule_waiting_jobs()  # all wait now, backing off
+    scheduling.schedule_waiting_jobs()
     assert len(count_plannings) == 100
 
     release(busy_4090)  # carol's job ends: its chip is free
 
-    planning.schedule_waiting_jobs()
+    scheduling.schedule_waiting_jobs()
     assert len(count_plannings) == 200
     assert Job.objects.filter(pk__in=hundred_waiting_jobs, status=JobStatus.PROVISIONING).count() == 1
 
 
 def test_a_node_coming_online_makes_every_waiting_job_due_at_once(hundred_waiting_jobs, count_plannings):
-    planning.schedule_waiting_jobs()
-    planning.schedule_waiting_jobs()
+    scheduling.schedule_waiting_jobs()
+    scheduling.schedule_waiting_jobs()
     assert len(count_plannings) == 100
 
     online_node("new-4090", "rtx-4090", spot=False)
 
-    planning.schedule_waiting_jobs()
+    scheduling.schedule_waiting_jobs()
     assert len(count_plannings) == 200
     assert Job.objects.filter(pk__in=hundred_waiting_jobs, status=JobStatus.PROVISIONING).count() == 1
 

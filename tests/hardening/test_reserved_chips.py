@@ -33,8 +33,8 @@ from tests.conftest import token_client
 from tests.hardening.spot_helpers import job_spec, online_node, spot_job
 from workers.choices import AllocationMode, JobStatus
 from workers.models import ChipType, Job
-from workers.services.migration import continue_migration
-from workers.services.planning import schedule
+from workers.services.lifecycle import resume as continue_migration
+from workers.services.scheduling import schedule
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the market clears after each commit
 

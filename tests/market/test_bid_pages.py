@@ -11,7 +11,8 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from market.models import Bid, BidStatus, SpotPrice
+from billing.models import SpotPrice
+from market.models import Bid, BidStatus
 from workers.choices import AgentStatus, JobStatus
 from workers.models import ChipType, Job, JobMigration, MigrationReason, MigrationStatus, Node
 

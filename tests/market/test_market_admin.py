@@ -8,7 +8,8 @@ import pytest
 from django.contrib.messages import get_messages
 from django.utils import timezone
 
-from market.models import Bid, BidStatus, MarketSettings, SpotPrice
+from billing.models import SpotPrice
+from market.models import Bid, BidStatus, MarketSettings
 from workers.choices import AgentStatus, JobStatus
 from workers.models import AgentCommand, Allocation, ChipType, Job, JobMigration, MigrationReason, Node
 
@@ -198,10 +199,10 @@ def test_the_spot_price_history_is_read_only(console):
         demand=10,
         allocated=8,
     )
-    html = console.get("/admin/market/spotprice/").content.decode()
+    html = console.get("/admin/billing/spotprice/").content.decode()
     assert "¥0.90" in html and "¥0.50" in html
-    assert console.get("/admin/market/spotprice/add/").status_code == 403
-    response = console.post(f"/admin/market/spotprice/{row.pk}/change/", {"price_per_hour": 1})
+    assert console.get("/admin/billing/spotprice/add/").status_code == 403
+    response = console.post(f"/admin/billing/spotprice/{row.pk}/change/", {"price_per_hour": 1})
     assert response.status_code == 403
     row.refresh_from_db()
     assert row.price_per_hour == 900_000

@@ -29,8 +29,8 @@ from workers.api import job_serializers as s
 from workers.models import Dataset, Job
 from workers.services.artifacts import artifact_file, list_artifacts
 from workers.services.datasets import DatasetRejected, store_dataset
-from workers.services.jobs import cancel_job
 from workers.services.launch import LaunchRefused, fleet_refusal, launch, refusal_of
+from workers.services.lifecycle import cancel as cancel_job
 from workers.services.metrics import job_metrics
 from workers.services.planning import quote
 

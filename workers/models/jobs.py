@@ -6,7 +6,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from billing.money import format_amount
+from base.money import format_amount
 from workers.choices import AllocationMode, DatasetKind, JobEventKind, JobStatus, Policy
 
 

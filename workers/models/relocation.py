@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.db import models
 
-from billing.money import format_amount
+from base.money import format_amount
 
 
 class MigrationReason(models.TextChoices):

@@ -15,12 +15,13 @@ from datetime import timedelta
 from django.conf import settings
 from django.db import transaction
 
+from base.money import format_price
 from billing.models import OperatorSettings
-from billing.services.holds import HoldRefused, check_hold, hold_needed, lock_credit, money, spend_over
+from billing.services.holds import HoldRefused, check_hold, hold_needed, lock_credit, spend_over
 from market.services.commitments import WAITING, commitments
 from workers import planner
 from workers.models import Job
-from workers.services.jobs import submit_job
+from workers.services.lifecycle import submit
 from workers.services.planning import fleet_chips, fleet_quote, quote
 
 # Which field a planning error is about, its code in the error format (the SDK's typed errors), and
@@ -58,7 +59,7 @@ def launch(owner, fields: dict) -> Job:
             check_hold(owner, plan["price_per_hour"], committed=commitments(owner).total())
         except HoldRefused as error:
             raise LaunchRefused("balance", "insufficient_credit", str(error)) from None
-        return submit_job(owner, credit_hold=hold, **fields)
+        return submit(owner, credit_hold=hold, **fields)
 
 
 def launch_plan(fields: dict) -> dict:
@@ -115,9 +116,10 @@ def check_total_budget(fields: dict, plan: dict) -> None:
         raise LaunchRefused(
             "total_budget",
             "budget_too_low",
-            f"The total budget {money(budget)} is not more than {minutes} minutes of this plan's spend "
-            f"({money(least)} at {money(plan['price_per_hour'])}/h); a job stops when its budget would run out "
-            f"within {minutes} minutes, so it would stop at once. Set a total budget above {money(least)}.",
+            f"The total budget {format_price(budget)} is not more than {minutes} minutes of this plan's spend "
+            f"({format_price(least)} at {format_price(plan['price_per_hour'])}/h); a job stops when its budget "
+            f"would run out within {minutes} minutes, so it would stop at once. "
+            f"Set a total budget above {format_price(least)}.",
             "Budget too low",
         )
 

@@ -10,12 +10,13 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from billing.services.holds import stop_low_balance
+from billing.services.holds import credit_stops
 from workers.choices import AgentStatus, JobStatus
 from workers.models import Allocation, Job, MigrationReason, Node, RankExit
+from workers.services import lifecycle
 from workers.services.fleet import silent_nodes
-from workers.services.jobs import finish_job
-from workers.services.migration import fence_epoch, overdue_notices, reclaim_job
+from workers.services.migration import overdue_notices
+from workers.services.reports import crash_reason
 
 logger = logging.getLogger(__name__)
 
@@ -25,13 +26,24 @@ def reconcile(now=None) -> dict[str, int]:
     now = now or timezone.now()
     return {
         "lost_nodes": migrate_jobs_off_silent_nodes(now),
-        "notices_over": overdue_notices(now),
+        "notices_over": sum(lifecycle.resume(job_id, now=now) for job_id in overdue_notices(now)),
         "crashed": fail_jobs_with_crashed_ranks(now),
         "stuck": fail_stuck_provisioning(now),
-        "stopped": finish_overdue_stops(now),
-        "credit_stops": stop_low_balance(now),
-        "requeued": requeue_abandoned_planning(now),
-    }  # planning waiting jobs is a pass of its own, on the planning queue (planning.schedule_waiting_jobs)
+        "stopped": lifecycle.finish_overdue_stops(now),
+        "credit_stops": stop_jobs_out_of_credit(now),
+        "requeued": lifecycle.requeue_abandoned_planning(now),
+    }  # planning waiting jobs is a pass of its own, on the planning queue (scheduling.schedule_waiting_jobs)
+
+
+def stop_jobs_out_of_credit(now) -> int:
+    """Billing names the jobs whose money or budget runs out within the stop margin; they stop here.
+
+    Re-derived on every pass from the balances and open allocations, so a stop that a crashed
+    process never carried out (a lost `credit_shortfall` signal) happens on the next pass.
+    """
+    return sum(
+        lifecycle.stop_for_credit(stop.job_id, stop.reason, data=stop.data, now=now) for stop in credit_stops(now)
+    )
 
 
 def migrate_jobs_off_silent_nodes(now) -> int:
@@ -64,14 +76,12 @@ def declare_lost(node: Node, detail: str, now) -> None:
     node.save(update_fields=["agent_status"])
     job_ids = list(Allocation.objects.open().filter(node=node).values_list("job_id", flat=True).distinct())
     for job_id in job_ids:
-        moved = reclaim_job(
+        moved = lifecycle.reclaim(
             job_id, MigrationReason.LOST_NODE, detail, nodes=[node], notice_seconds=0, now=now, last_seen=last_seen
         )
         if moved is None:  # not running (starting or stopping): it can't go on without the node
-            job = Job.objects.select_for_update().get(pk=job_id)
-            if not job.is_finished:
-                fence_epoch(job, now)
-            finish_job(job, JobStatus.FAILED, f"{detail[0].upper()}{detail[1:]}.", now=now)
+            job = Job.objects.get(pk=job_id)
+            lifecycle.fail(job, f"{detail[0].upper()}{detail[1:]}.", now=now, fence_first=True)
 
 
 def reset_node(node: Node, by: str, now=None) -> None:
@@ -88,8 +98,6 @@ def reset_node(node: Node, by: str, now=None) -> None:
 
 def fail_jobs_with_crashed_ranks(now) -> int:
     """A rank exited with an error and every node of the job has polled since: a real crash, so the job fails."""
-    from workers.services.reports import crash_reason
-
     count = 0
     crashed = RankExit.objects.filter(
         job__status__in=[JobStatus.PROVISIONING, JobStatus.RUNNING], epoch=F("job__epoch")
@@ -104,7 +112,7 @@ def fail_jobs_with_crashed_ranks(now) -> int:
                 continue
             nodes = Node.objects.filter(allocations__job=job, allocations__ended_at__isnull=True).distinct()
             if all(node.last_heartbeat_at and node.last_heartbeat_at > first.created_at for node in nodes):
-                finish_job(job, JobStatus.FAILED, crash_reason(first), now=now)
+                lifecycle.fail(job, crash_reason(first), now=now)
                 count += 1
     return count
 
@@ -114,29 +122,6 @@ def fail_stuck_provisioning(now) -> int:
     count = 0
     for job in Job.objects.filter(status=JobStatus.PROVISIONING, updated_at__lt=deadline):
         with transaction.atomic():
-            finish_job(
-                job,
-                JobStatus.FAILED,
-                f"The ranks did not start within {settings.JOB_PROVISIONING_TIMEOUT_S}s.",
-                now=now,
-            )
+            lifecycle.fail(job, f"The ranks did not start within {settings.JOB_PROVISIONING_TIMEOUT_S}s.", now=now)
             count += 1
     return count
-
-
-def finish_overdue_stops(now) -> int:
-    deadline = now - timedelta(seconds=settings.JOB_STOP_GRACE_S + 10)
-    count = 0
-    for job in Job.objects.filter(status=JobStatus.STOPPING, cancel_requested_at__lt=deadline):
-        with transaction.atomic():
-            finish_job(job, JobStatus.CANCELLED, "Cancelled (the ranks were stopped)", now=now)
-            count += 1
-    return count
-
-
-def requeue_abandoned_planning(now) -> int:
-    """A worker that died while planning leaves its job in PLANNING; put it back in the queue."""
-    deadline = now - timedelta(seconds=60)
-    return Job.objects.filter(status=JobStatus.PLANNING, updated_at__lt=deadline).update(
-        status=JobStatus.QUEUED, updated_at=now
-    )

@@ -1,4 +1,4 @@
-"""Placing a job: plan on the free chips, allocate them atomically, and tell the agents.
+"""Placing a job: allocate the plan's chips atomically, and tell the agents how to start its ranks.
 
 Two jobs never get the same chip: allocation locks the chosen nodes' rows (in id order, so two
 placements can't deadlock), re-counts their free chips under the lock, and only then inserts
@@ -16,18 +16,14 @@ from django.db import transaction
 from django.utils import timezone
 
 from billing.services.holds import HoldRefused, check_hold, lock_credit
-from billing.services.meter import charge_allocations
-from market.services.bids import sync_job_bids
 from market.services.commitments import commitments
 from market.services.reservations import end_job_reservations
-from workers.choices import AllocationMode, CommandStatus, JobEventKind, JobStatus
-from workers.models import AgentCommand, Allocation, Job, Node
+from workers.choices import AllocationMode, JobStatus
+from workers.models import Allocation, Job, Node
 from workers.modelspecs import resolve_model
 from workers.protocol import CommandType, RankLaunch
-from workers.services import channel
-from workers.services.events import record_event
+from workers.services import commands, lifecycle, spot
 from workers.services.fleet import free_chips
-from workers.services.queue import wake_waiting_jobs
 
 
 class CapacityChanged(Exception):
@@ -49,63 +45,23 @@ def allocate(job: Job, plan: dict, now=None) -> list[Allocation]:
                 # Under the owner's credit lock, counting what the owner's other queued jobs and bids
                 # hold: a placement racing a launch or a bid can't both fit in one balance.
                 lock_credit(job.owner)
-                held = commitments(job.owner).total(without_job=job.pk)
-                check_hold(job.owner, plan["price_per_hour"], committed=held)
+                committed = commitments(job.owner).total(without_job=job.pk)
+                check_hold(job.owner, plan["price_per_hour"], committed=committed)
             except HoldRefused as error:
-                from workers.services.jobs import finish_job
-
-                finish_job(job, JobStatus.FAILED, str(error), now=now)
+                lifecycle.fail(job, str(error), now=now)
                 return []
         nodes = {node.pk: node for node in Node.objects.select_for_update().filter(pk__in=wanted).order_by("pk")}
         free = free_chips(nodes.values())
         for node_id, ranks in wanted.items():
             if node_id not in nodes or free.get(node_id, 0) < len(ranks):
                 raise CapacityChanged(f"node {node_id} no longer has {len(ranks)} free chip(s)")
-        job.epoch += 1
-        job.plan = plan
-        job.status = JobStatus.PROVISIONING
-        job.status_reason = ""
-        job.waiting_for = None
-        job.plan_attempts, job.next_plan_at = 0, None
-        job.save(
-            update_fields=[
-                "epoch",
-                "plan",
-                "status",
-                "status_reason",
-                "waiting_for",
-                "plan_attempts",
-                "next_plan_at",
-                "updated_at",
-            ]
-        )
-        allocations = [_allocation(job, nodes[node_id], ranks, now) for node_id, ranks in wanted.items()]
+        lifecycle.place(job, plan, _describe(plan), now)
+        held = [_allocation(job, nodes[node_id], ranks, now) for node_id, ranks in wanted.items()]
         _queue_start_commands(job, plan, nodes, now)
-        note_placement(job, now)
         end_job_reservations(job, now)  # from now its allocations bill the chips its bids won
         if job.spot:
-            sync_bids_with_plan(job, plan, now)
-        record_event(job, JobEventKind.PLACED, _describe(plan), data={"plan": plan}, now=now)
-        transaction.on_commit(lambda: [channel.wake_agent(node_id) for node_id in wanted])
-    return allocations
-
-
-def note_placement(job: Job, now) -> None:
-    from workers.services.migration import note_placement as note_migration
-
-    note_migration(job, now)
-
-
-def sync_bids_with_plan(job: Job, plan: dict, now) -> None:
-    sync_job_bids(job, spot_chip_counts(plan), now)
-
-
-def spot_chip_counts(plan: dict) -> dict[str, int]:
-    counts: dict[str, int] = defaultdict(int)
-    for rank in plan["ranks"]:
-        if rank.get("mode") == "spot":
-            counts[rank["chip"]] += 1
-    return dict(counts)
+            spot.sync_bids_with_plan(job, plan, now)
+    return held
 
 
 def _allocation(job: Job, node: Node, ranks: list[dict], now) -> Allocation:
@@ -128,14 +84,7 @@ def _queue_start_commands(job: Job, plan: dict, nodes: dict[int, Node], now) -> 
     for node_id, launch in launches:
         by_node[node_id].append(launch.as_dict())
     for node_id, ranks in by_node.items():
-        AgentCommand.objects.create(
-            node_id=node_id,
-            job=job,
-            epoch=job.epoch,
-            type=CommandType.START,
-            payload={"ranks": ranks},
-            created_at=now,
-        )
+        commands.queue_for_node(node_id, job, CommandType.START, {"ranks": ranks}, now)
 
 
 def rank_launches(job: Job, plan: dict, nodes: dict[int, Node]) -> list[tuple[int, RankLaunch]]:
@@ -193,31 +142,6 @@ def checkpoint_interval(job: Job) -> int:
 
 def dataset_location(job: Job) -> str:
     return job.dataset_upload.file.path if job.dataset_upload_id else job.dataset
-
-
-def release(job: Job, now=None) -> int:
-    """End the job's open allocations (billing stops here) and withdraw its pending commands."""
-    now = now or timezone.now()
-    AgentCommand.objects.filter(job=job, status=CommandStatus.PENDING, type=CommandType.START).update(
-        status=CommandStatus.REFUSED, error="job finished", acked_at=now
-    )
-    ending = list(Allocation.objects.open().filter(job=job).values_list("pk", flat=True))
-    Allocation.objects.filter(pk__in=ending).update(ended_at=now)
-    charge_allocations(ending, now)  # the final charge, through the last whole second
-    if ending:
-        wake_waiting_jobs(now)  # chips are free: waiting jobs are worth planning again
-    return len(ending)
-
-
-def send_to_nodes(job: Job, command: str, payload: dict, now=None) -> None:
-    """Queue a command for every node that holds the job's chips now, then wake them."""
-    now = now or timezone.now()
-    node_ids = list(Allocation.objects.open().filter(job=job).values_list("node_id", flat=True).distinct())
-    for node_id in node_ids:
-        AgentCommand.objects.create(
-            node_id=node_id, job=job, epoch=job.epoch, type=command, payload=payload, created_at=now
-        )
-    transaction.on_commit(lambda: [channel.wake_agent(node_id) for node_id in node_ids])
 
 
 def _describe(plan: dict) -> str:

@@ -1,24 +1,21 @@
-"""From the database to the planner and back: quotes, and scheduling a queued job."""
+"""From the database to the planner and back: what a job would get now, on the free chips or the whole fleet.
+
+Planning reads; it places nothing (workers.services.scheduling and placement do).
+"""
 
 from __future__ import annotations
 
 import logging
 
 from django.conf import settings
-from django.db import transaction
-from django.utils import timezone
 
 from billing.services.pricing import current_offers
 from workers import planner
-from workers.choices import AgentStatus, JobEventKind, JobStatus
+from workers.choices import AgentStatus
 from workers.models import Job, Node
 from workers.modelspecs import resolve_model
 from workers.services import spot
-from workers.services.events import record_event
 from workers.services.fleet import free_chips, schedulable_nodes
-from workers.services.jobs import finish_job
-from workers.services.placement import CapacityChanged, allocate
-from workers.services.queue import due_jobs, next_plan_time, wake_on_fleet_change
 from workers.services.throughput import measured_history
 
 logger = logging.getLogger(__name__)
@@ -155,54 +152,8 @@ def _with_pacing(plan: dict, model, chips: dict[str, planner.ChipInfo]) -> dict:
     return plan
 
 
-def schedule(job_id: int) -> bool:
-    """Plan and place one queued job; True when it was placed."""
-    claimed = Job.objects.filter(pk=job_id, status=JobStatus.QUEUED, cancel_requested_at__isnull=True).update(
-        status=JobStatus.PLANNING, updated_at=timezone.now()
-    )
-    if not claimed:
-        return False
-    job = Job.objects.get(pk=job_id)
-    fields = _fields_of(job)
-    try:
-        plan = quote(fields, spot.MarketView.for_job(job) if job.spot else None)
-    except planner.NoCapacity as error:
-        reason = spot.claim_held_chips(job, fields, lambda market: quote(fields, market)) or str(error)
-        return _back_to_queue(job, f"Waiting for chips: {reason}")
-    except planner.PlanningError as error:
-        with transaction.atomic():
-            finish_job(job, JobStatus.FAILED, f"Cannot be planned: {error}")
-        return False
-    try:
-        return bool(allocate(job, plan))
-    except CapacityChanged as error:
-        return _back_to_queue(job, f"Waiting for chips: {error}")
-
-
-def schedule_waiting_jobs(now=None) -> int:
-    """The planning pass: plan every queued job whose backoff is over; how many were placed."""
-    now = now or timezone.now()
-    wake_on_fleet_change(now)
-    return sum(bool(schedule(job_id)) for job_id in due_jobs(now).values_list("pk", flat=True))
-
-
-def _back_to_queue(job: Job, reason: str) -> bool:
-    """No chips now: the job waits, and is planned again after its backoff (or when capacity changes)."""
-    with transaction.atomic():
-        job = Job.objects.select_for_update().get(pk=job.pk)
-        if job.status != JobStatus.PLANNING:
-            return False
-        first_wait = job.status_reason != reason
-        job.status, job.status_reason = JobStatus.QUEUED, reason
-        job.plan_attempts += 1
-        job.next_plan_at = next_plan_time(job.plan_attempts, timezone.now())
-        job.save(update_fields=["status", "status_reason", "plan_attempts", "next_plan_at", "updated_at"])
-        if first_wait:
-            record_event(job, JobEventKind.WAITING, reason)
-    return False
-
-
-def _fields_of(job: Job) -> dict:
+def spec_of(job: Job) -> dict:
+    """The job's spec as planning reads it; a job moving on keeps its global batch (and chip types if pinned)."""
     resuming = bool(job.plan and job.latest_checkpoint)
     return {
         "model_name": job.model_name,

@@ -11,13 +11,12 @@ from datetime import UTC, datetime
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from billing.services.holds import credit_stop_requested
 from workers.choices import JobEventKind, JobStatus
 from workers.models import Allocation, Job, JobLogLine, JobMetric, Node, RankExit
 from workers.protocol import ReportKind
+from workers.services import lifecycle
+from workers.services.allocations import release_leaving_chips
 from workers.services.events import record_event
-from workers.services.jobs import finish_job
-from workers.services.migration import continue_migration, record_resume, release_leaving_chips
 from workers.services.throughput import remember_throughput
 
 MAX_LOG_LINE = 2000
@@ -116,23 +115,8 @@ def _record_metrics(job: Job, node: Node, metrics: list[dict], now) -> None:
     if job.first_loss is None:
         job.first_loss = min(metrics, key=lambda m: m["step"])["loss"]
     job.tokens_per_s = _aggregate_tokens_per_s(job)
-    if job.status == JobStatus.PROVISIONING:
-        job.status = JobStatus.RUNNING
-        job.started_at = job.started_at or now
-        if record_resume(job, min(m["step"] for m in metrics), now) is None:
-            record_event(job, JobEventKind.STARTED, f"Training started on {len(job.plan['ranks'])} rank(s)", now=now)
-    job.save(
-        update_fields=[
-            "step",
-            "loss",
-            "tokens",
-            "first_loss",
-            "tokens_per_s",
-            "status",
-            "started_at",
-            "updated_at",
-        ]
-    )
+    job.save(update_fields=["step", "loss", "tokens", "first_loss", "tokens_per_s", "updated_at"])
+    lifecycle.start_running(job, min(m["step"] for m in metrics), now)
 
 
 def _aggregate_tokens_per_s(job: Job) -> float:
@@ -154,7 +138,7 @@ def _record_checkpoint(job: Job, item: dict, now) -> None:
     job.latest_checkpoint_at = _time(item, now)
     job.save(update_fields=["latest_checkpoint", "latest_checkpoint_step", "latest_checkpoint_at", "updated_at"])
     if job.status == JobStatus.MIGRATING and item.get("stopping"):  # the notice's checkpoint: move on at once
-        transaction.on_commit(lambda: continue_migration(job.pk, release=False))
+        transaction.on_commit(lambda: lifecycle.resume(job.pk, release=False))
     record_event(
         job,
         JobEventKind.CHECKPOINTED,
@@ -182,34 +166,21 @@ def _record_exit(job: Job, item: dict, now) -> None:
     if job.status == JobStatus.MIGRATING:
         # Leaving reclaimed chips: once every rank of this placement is gone, the job moves on.
         if RankExit.objects.filter(job=job, epoch=job.epoch).count() == len(job.plan["ranks"]):
-            continue_migration(job.pk, now=now)
+            lifecycle.resume(job.pk, now=now)
         return
     if job.migrations.filter(from_epoch=job.epoch).exists():
         return  # moved on from its checkpoint already; the chips were let go as the ranks left
     if item["code"] != 0:
-        if job.cancel_requested_at:
-            finish_job(job, JobStatus.CANCELLED, _crash_reason(item), now=now)
-        elif credit_stop_requested(job):
-            finish_job(job, JobStatus.STOPPED_NO_CREDIT, _crash_reason(item), now=now)
+        lifecycle.finish_after_crash(job, _crash_reason(item), now)
         # Otherwise it may be a crash, or a peer whose host died: the job fails once every one of its
         # nodes has shown it is alive after this exit (monitor.fail_jobs_with_crashed_ranks); a node
         # that never does is declared lost and the job moves instead.
         return
     world = len(job.plan["ranks"])
     if RankExit.objects.filter(job=job, epoch=job.epoch, code=0).count() == world:
-        _all_ranks_done(job, now)
-
-
-def _all_ranks_done(job: Job, now) -> None:
-    if job.cancel_requested_at:
-        finish_job(job, JobStatus.CANCELLED, "Cancelled", now=now)
-    elif job.step >= job.max_steps:
-        remember_throughput(job)
-        finish_job(job, JobStatus.SUCCEEDED, f"Trained {job.step} steps; final loss {job.loss:.4f}", now=now)
-    elif credit_stop_requested(job):
-        finish_job(job, JobStatus.STOPPED_NO_CREDIT, job.status_reason, now=now)
-    else:
-        finish_job(job, JobStatus.FAILED, f"All ranks exited at step {job.step} of {job.max_steps}", now=now)
+        if job.step >= job.max_steps and not job.cancel_requested_at:
+            remember_throughput(job)  # a whole run's measured speed feeds the next quotes
+        lifecycle.finish_when_ranks_done(job, now)
 
 
 def _crash_reason(item: dict) -> str:

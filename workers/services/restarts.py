@@ -18,7 +18,7 @@ from django.utils import timezone
 from workers.choices import CommandStatus, JobStatus
 from workers.models import AgentCommand, Allocation, MigrationReason, Node, RankExit
 from workers.protocol import CommandType
-from workers.services.migration import reclaim_job
+from workers.services import lifecycle
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ def move_jobs_of_vanished_ranks(node: Node, reported: list[dict], now: datetime 
         if (job_id, epoch) in known or not _vanished(node, job_id, epoch):
             continue
         detail = f"the agent on {node.hostname} restarted and its ranks of epoch {epoch} are gone"
-        migration = reclaim_job(
+        migration = lifecycle.reclaim(
             job_id,
             MigrationReason.LOST_NODE,
             detail,

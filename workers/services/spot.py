@@ -19,7 +19,8 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from billing.services.pricing import current_offers
-from market.services.bids import lapsed_chip_types
+from market.services.bids import lapsed_chip_types, sync_job_bids
+from market.services.clearing import request_clearing
 from market.services.market_state import bid_prices_by_job, reserved_for_waiting_bids
 from workers import planner
 from workers.choices import AllocationMode
@@ -113,8 +114,6 @@ def _outbid_lower_bids(job: Job, fields: dict, quote) -> str | None:
         plan = quote(market.with_extra(contestable))
     except planner.PlanningError:
         return None
-    from workers.services.placement import spot_chip_counts, sync_bids_with_plan
-
     counts = spot_chip_counts(plan)
     if not counts:
         return None
@@ -148,10 +147,8 @@ def _ask_for_spot_chips(job: Job, fields: dict, quote) -> str | None:
     if not waiting:
         return None
     Job.objects.filter(pk=job.pk).update(waiting_for=waiting)
-    from market.tasks import clear_market
-
     for chip_type_id in ChipType.objects.filter(slug__in=waiting).values_list("pk", flat=True):
-        clear_market.delay_on_commit(chip_type_id)
+        request_clearing(chip_type_id)
     mix = ", ".join(f"{n}× {slug}" for slug, n in sorted(waiting.items()))
     return f"reclaiming {mix} from spot work (lowest bids first)"
 
@@ -169,3 +166,17 @@ def _spot_held(exclude_job: Job) -> dict[int, list[tuple[int, int, int]]]:
     for row in rows:
         held[row["chip_type_id"]].append((row["node_id"], row["job_id"], row["chips"]))
     return held
+
+
+def sync_bids_with_plan(job: Job, plan: dict, now) -> None:
+    """A spot job's bids follow its plan: one per spot chip type it uses (market.services.bids)."""
+    sync_job_bids(job, spot_chip_counts(plan), now)
+
+
+def spot_chip_counts(plan: dict) -> dict[str, int]:
+    """Spot chips per type in a plan."""
+    counts: dict[str, int] = defaultdict(int)
+    for rank in plan["ranks"]:
+        if rank.get("mode") == "spot":
+            counts[rank["chip"]] += 1
+    return dict(counts)

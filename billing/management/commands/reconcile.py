@@ -8,9 +8,10 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db.models import Count, Sum
 from django.utils import timezone
 
+from base.money import format_amount
 from billing.models import Charge
-from billing.money import format_amount
-from billing.services.meter import SECOND, PriceBook, billing_mark, owed
+from billing.services.meter import SECOND, billing_mark, owed
+from billing.services.pricing import PriceBook
 from workers.models import Allocation
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
+from base.money import to_micros
 from billing.models import Price
-from billing.money import to_micros
 from workers.catalog import SEED_NODES, ZONE, chip_specs
 from workers.models import ChipType, Node, Pool
 

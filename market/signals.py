@@ -1,0 +1,28 @@
+"""What the spot market announces; the market decides, the compute side acts.
+
+`spot_chips_lost` is sent after a clearing commits that took spot chips away from jobs holding them
+(a higher bid, on-demand work, a cancelled bid): each such job must get notice and move. Whoever
+acts on it (workers.receivers) may die with its process before it does; nothing is lost then, since
+the next clearing (every few seconds) finds the same jobs still holding chips their bids didn't win
+and announces them again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.dispatch import Signal
+
+
+@dataclass(frozen=True)
+class SpotLoss:
+    """Chips of one type a job holds but may keep no longer, and why (for its owner)."""
+
+    job_id: int
+    chips: int
+    reason: str  # a workers MigrationReason value
+    detail: str
+
+
+# Keyword arguments: chip_type_id (int), losses (list[SpotLoss]), notice_seconds (int), now (datetime).
+spot_chips_lost = Signal()
