@@ -11,6 +11,7 @@ run: install
 
 test: install-test browser
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 install: $(VENV)/.installed
@@ -35,6 +36,7 @@ browser:
 
 lint:
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 	$(BIN)/ruff format --check .
 
 format:

@@ -1,5 +1,9 @@
 """What the spot market announces; the market decides, the compute side acts.
 
+`spot_chips_won` is sent after a clearing commits that kept chips for waiting jobs' bids: those
+jobs pay for the chips from now, so they are worth planning at once (a hint; their backoff brings
+them back within a minute anyway).
+
 `spot_chips_lost` is sent after a clearing commits that took spot chips away from jobs holding them
 (a higher bid, on-demand work, a cancelled bid): each such job must get notice and move. Whoever
 acts on it (workers.receivers) may die with its process before it does; nothing is lost then, since
@@ -26,3 +30,6 @@ class SpotLoss:
 
 # Keyword arguments: chip_type_id (int), losses (list[SpotLoss]), notice_seconds (int), now (datetime).
 spot_chips_lost = Signal()
+
+# Keyword arguments: job_ids (list[int]), now (datetime).
+spot_chips_won = Signal()

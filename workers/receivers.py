@@ -11,8 +11,8 @@ from __future__ import annotations
 from django.dispatch import receiver
 
 from billing.signals import credit_shortfall
-from market.signals import SpotLoss, spot_chips_lost
-from workers.services import lifecycle, scheduling
+from market.signals import SpotLoss, spot_chips_lost, spot_chips_won
+from workers.services import lifecycle, queue, scheduling
 
 
 @receiver(credit_shortfall, dispatch_uid="workers.stop_jobs_short_of_credit")
@@ -30,6 +30,12 @@ def move_jobs_off_lost_spot_chips(
         lifecycle.reclaim(
             loss.job_id, loss.reason, loss.detail, chip_type_id=chip_type_id, notice_seconds=notice_seconds, now=now
         )
+
+
+@receiver(spot_chips_won, dispatch_uid="workers.plan_jobs_holding_won_chips")
+def plan_jobs_holding_won_chips(sender, *, job_ids: list[int], now, **kwargs) -> None:
+    """Their bids won chips they pay for from now: plan them at the next pass, whatever their backoff."""
+    queue.plan_at_next_pass(job_ids, now)
 
 
 @receiver(lifecycle.job_queued, dispatch_uid="workers.plan_queued_jobs")

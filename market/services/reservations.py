@@ -23,7 +23,7 @@ from django.db import transaction
 
 from billing.services.reservations import ReservedSpan, charge_reserved_spans
 from market.models import Bid, SpotReservation
-from workers.choices import JobStatus
+from market.signals import spot_chips_won
 from workers.models import Job
 
 
@@ -47,14 +47,11 @@ def sync_reservations(bids: list[Bid], holdings: dict[int, int], now: datetime) 
         ]
     )
     if opened:
-        # The chips cost the job from now: it is planned at the next pass, not after its backoff. After
-        # commit: a clearing holds the bids' locks, and a job's cancel locks the job, then its bids.
-        waiting = {reservation.job_id for reservation in opened}
-        transaction.on_commit(lambda: _plan_soon(waiting, now))
-
-
-def _plan_soon(job_ids: set[int], now: datetime) -> None:
-    Job.objects.filter(pk__in=job_ids, status=JobStatus.QUEUED, next_plan_at__gt=now).update(next_plan_at=now)
+        # The chips cost the job from now: it should be planned at the next pass, not after its backoff.
+        # Announced after commit: a clearing holds the bids' locks, and a job's cancel locks the job, then
+        # its bids. Only a hint: the job's backoff (a minute at most) brings it back anyway.
+        waiting = sorted({reservation.job_id for reservation in opened})
+        transaction.on_commit(lambda: spot_chips_won.send(sender=SpotReservation, job_ids=waiting, now=now))
 
 
 def end_bid_reservations(bid_ids: Iterable[int], now: datetime) -> list[SpotReservation]:

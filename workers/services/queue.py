@@ -49,6 +49,11 @@ def wake_waiting_jobs(now: datetime | None = None) -> int:
     return Job.objects.filter(status=JobStatus.QUEUED, next_plan_at__gt=now).update(next_plan_at=now)
 
 
+def plan_at_next_pass(job_ids: list[int], now: datetime) -> int:
+    """These waiting jobs are due at the next planning pass, whatever their backoff."""
+    return Job.objects.filter(pk__in=job_ids, status=JobStatus.QUEUED, next_plan_at__gt=now).update(next_plan_at=now)
+
+
 def wake_on_fleet_change(now: datetime | None = None) -> bool:
     """A node came online (enrolled, back from lost, no longer draining) or changed its chips: wake.
 
