@@ -1,4 +1,4 @@
-"""Meter benchmark (issue 4): one tick over 10,000 open allocations on PostgreSQL, target <= 1 s.
+"""Meter benchmark: one tick over 10,000 open allocations on PostgreSQL, target <= 1 s.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/x .venv/bin/python bench/meter.py [--allocations 10000]
 

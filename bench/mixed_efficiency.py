@@ -1,4 +1,4 @@
-"""Mixed-chip training efficiency on simulated chips of speed 1:2:4 (DESIGN section 10).
+"""Mixed-chip training efficiency on simulated chips of speed 1:2:4.
 
 Three ranks of llama-tiny, each paced to its chip's modelled speed, train with
 - balanced micro-batches (proportional to speed), and

@@ -1,4 +1,4 @@
-"""Planner benchmark (DESIGN section 10): plan time at fleet scale, and the gap to exhaustive search.
+"""Planner benchmark: plan time at fleet scale, and the gap to exhaustive search.
 
     .venv/bin/python bench/planner.py [--large 200] [--small 100] [--chips 10000] [--seed 1]
 

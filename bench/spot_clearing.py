@@ -1,4 +1,4 @@
-"""Spot clearing benchmark (DESIGN section 10): time to clear one chip type's auction.
+"""Spot clearing benchmark: time to clear one chip type's auction.
 
     .venv/bin/python bench/spot_clearing.py [--runs 30] [--seed 1] [--sizes 1000 10000 100000]
 

@@ -1,4 +1,4 @@
-"""Spot migration benchmark (issue 5): reclaim notice -> training resumed, and dead-node detection.
+"""Spot migration benchmark: reclaim notice -> training resumed, and dead-node detection.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/x REDIS_URL=redis://127.0.0.1:6379/3 \\
         .venv/bin/python bench/spot_migration.py [--runs 2]
@@ -12,7 +12,7 @@ took, measured by the platform's own timestamps:
 - lost node: the agent of one of three ranks is killed with SIGKILL; the platform notices the silence,
   and the job resumes on the two remaining nodes from its last periodic checkpoint.
 
-Targets (DESIGN.md section 10): notice -> resumed <= 10 s with 0 steps lost when the notice is longer
+Targets: notice -> resumed <= 10 s with 0 steps lost when the notice is longer
 than a checkpoint takes; a dead node detected <= 10 s. Common practice for comparison: clouds give
 30 s (GCP) to 2 min (AWS) of notice, and a run that did not checkpoint restarts from scratch.
 """

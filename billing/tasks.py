@@ -30,7 +30,7 @@ def run_meter() -> None:
         logger.info("meter: %d charge(s), %d chip-second(s)", result.charges, result.seconds)
 
 
-# -- Stripe top-ups (issue 4, item 3) -----------------------------------------------------------
+# -- Stripe top-ups ------------------------------------------------------------------------------
 
 
 @shared_task(bind=True, max_retries=8, acks_late=True)

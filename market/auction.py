@@ -1,4 +1,4 @@
-"""The spot auction: a uniform-price clearing of one chip type's bids (DESIGN section 6).
+"""The spot auction: a uniform-price clearing of one chip type's bids.
 
 Pure Python, no Django, so the services, the bench and `simulate_market` all run the same code.
 

@@ -1,4 +1,4 @@
-"""A day of spot demand replayed against the real auction code, for operators (issue #5).
+"""A day of spot demand replayed against the real auction code, for operators.
 
 Pure Python, no Django: `simulate_market` loads the catalog and prints; everything here can be
 driven by hand-made steps in tests. Each step, bids arrive and leave, on-demand allocations take

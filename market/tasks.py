@@ -1,6 +1,6 @@
 """Celery tasks of the spot market, registered by name for the beat and the workers.
 
-Each task sits beside the service it wraps (pretix's way), so services ask for work through their
+Each task sits beside the service it wraps, so services ask for work through their
 own module and never import this one.
 """
 

@@ -1,4 +1,4 @@
-"""Small typed helpers that read settings from the environment (healthchecks' style)."""
+"""Small typed helpers that read settings from the environment."""
 
 from __future__ import annotations
 

@@ -256,7 +256,7 @@ PLAN_BACKOFF_MAX_S = env_int("PLAN_BACKOFF_MAX_S", 60)
 # A waiting spot job whose bid won chips must hold them within the notice period plus this, or its bid lapses.
 SPOT_TAKE_UP_GRACE_S = env_int("SPOT_TAKE_UP_GRACE_S", 60)
 # Simulated chips run the real model on a CPU, paced to their modelled speed divided by this
-# fleet-wide factor, so that a tiny model takes visible time (DESIGN.md section 2).
+# fleet-wide factor, so that a tiny model takes visible time (workers/runtime/pacing.py).
 SIMULATION_SLOWDOWN = float(env("SIMULATION_SLOWDOWN", "20000"))
 TRAINING_PYTHON = env("TRAINING_PYTHON", "")
 

@@ -43,7 +43,7 @@ def _uses_database(item) -> bool:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item):
-    """RELIABILITY 1: after every test that touched the database, the ledger still balances."""
+    """After every test that touched the database, the ledger still balances (docs/RELIABILITY.md #1)."""
     result = yield
     if _uses_database(item):
         problems = audit_ledger()

@@ -1,4 +1,4 @@
-"""The ledger's rules, each enforced by the database and not only by Python (RELIABILITY 1-4)."""
+"""The ledger's rules, each enforced by the database and not only by Python (docs/RELIABILITY.md #1 to #4)."""
 
 from __future__ import annotations
 

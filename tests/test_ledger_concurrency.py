@@ -1,4 +1,4 @@
-"""Races with real threads on real PostgreSQL (RELIABILITY 3 and 5)."""
+"""Races with real threads on real PostgreSQL (docs/RELIABILITY.md #3, #5)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The seed catalog: the seven chip types of the design, their launch prices, pools and nodes.
+"""The seed catalog: seven chip types, their launch prices, pools and nodes.
 
 Prices for RTX 4090, TPU v5e and Ascend 910B come from the source article; the others are
 plausible values that the operator edits in the admin. Specs are public dense bf16 figures.

@@ -1,4 +1,4 @@
-"""`Idempotency-Key` on POSTs that spend money or start work (RELIABILITY 5).
+"""`Idempotency-Key` on POSTs that spend money or start work (docs/RELIABILITY.md #5).
 
 A client that retries a request with the same key gets the first answer back, marked with
 `Idempotent-Replayed: true`, instead of a second job, top-up or bid.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-# Errors any operation can answer, documented once here instead of on every view (RELIABILITY 23):
+# Errors any operation can answer, documented once here instead of on every view (docs/RELIABILITY.md #23):
 # 400 everywhere (a NUL character in the path or query), 413 where a body is taken, 429 everywhere
 # (throttles), 401 where a token is needed, 404 for a missing object or a page past the end of a
 # paginated list (`?page=`).

@@ -12,7 +12,7 @@ def refuse_unknown_fields(serializer: Serializer, *, read_only: Iterable[str] = 
     """Refuse a misspelt field ("max_budjet") by name instead of silently ignoring it.
 
     Fields of the answer (`read_only`: id, status, owner...) are ignored rather than refused, so a
-    client may send back an object it got; they are never written (RELIABILITY 20).
+    client may send back an object it got; they are never written (docs/RELIABILITY.md #20).
     """
     data = serializer.initial_data
     if not isinstance(data, Mapping):

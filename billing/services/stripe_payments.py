@@ -1,7 +1,7 @@
 """Stripe top-ups: create and confirm PaymentIntents, take in webhooks, credit once, refund.
 
 Money moves only here and only after re-reading the PaymentIntent from Stripe: a webhook's body
-says which object changed, never how much to credit (STYLE.md, Stripe). Every outgoing call that
+says which object changed, never how much to credit. Every outgoing call that
 creates something carries a deterministic idempotency key, and every ledger posting has one too
 (`topup:{payment_intent_id}`), so a duplicate, reordered or replayed event credits once.
 """

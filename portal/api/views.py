@@ -125,9 +125,10 @@ class LedgerViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
 
 
 def authenticate_with_lockout(request, username: str, password: str):
-    """Check a password through allauth, so API attempts count toward the login page's lockout (RELIABILITY 22).
+    """Check a password through allauth, so API attempts count toward the login page's lockout.
 
-    The lock is per account and address (portal.accounts); a locked attempt is a 429 with Retry-After.
+    The lock is per account and address (portal.accounts); a locked attempt is a 429 with Retry-After
+    (docs/RELIABILITY.md #22).
     """
     try:
         return get_adapter(request._request).authenticate(request._request, username=username, password=password)

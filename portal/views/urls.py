@@ -26,7 +26,7 @@ urlpatterns = [
     path("billing/topups/", billing.topup_create, name="topup_create"),
     path("billing/topups/<str:payment_intent_id>/confirm/", billing.topup_confirm, name="topup_confirm"),
     path("billing/topups/<str:payment_intent_id>/", billing.topup_status, name="topup_status"),
-    # Statements (issue 4, item 4); /billing/ itself is the top-up page.
+    # Statements; /billing/ itself is the top-up page.
     path("billing/usage/", statements.usage, name="billing_usage"),
     path("billing/ledger.csv", statements.ledger_csv, name="billing_ledger_csv"),
     path("billing/usage.csv", statements.usage_csv, name="billing_usage_csv"),

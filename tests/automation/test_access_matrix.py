@@ -1,4 +1,4 @@
-"""Who may see and do what through the API (RELIABILITY 19-21): every list and detail is the owner's.
+"""Who may see and do what through the API (docs/RELIABILITY.md #19 to #21): every list and detail is the owner's.
 
 Table-driven: each kind of object is one row (how to make one for a user, its list URL, its detail
 URLs). Bob asks for Alice's ids everywhere and gets 404s and lists without them.
@@ -116,7 +116,7 @@ def test_a_bid_for_another_users_job_is_refused(alices, bob_api):
     assert not Bid.objects.exists()
 
 
-# -- fields a user must not set (RELIABILITY 20) ---------------------------------------------------
+# -- fields a user must not set (docs/RELIABILITY.md #20) -------------------------------------
 
 
 def test_job_fields_a_user_must_not_set_are_ignored(alice, fund, api_for, small_fleet, no_celery, bob):
@@ -160,7 +160,7 @@ def test_a_token_cannot_be_created_for_someone_else(alice, bob):
     assert not ApiToken.objects.exists()
 
 
-# -- kinds of token (RELIABILITY 21) ---------------------------------------------------------------
+# -- kinds of token (docs/RELIABILITY.md #21) -------------------------------------------------
 
 USER_WRITES = [
     ("post", "/api/v1/jobs/", SPEC),

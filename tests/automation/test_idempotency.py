@@ -1,4 +1,4 @@
-"""Idempotency-Key: one key, one effect, one answer, even for 20 requests at once (RELIABILITY 5)."""
+"""Idempotency-Key: one key, one effect, one answer, even for 20 requests at once (docs/RELIABILITY.md #5)."""
 
 from __future__ import annotations
 

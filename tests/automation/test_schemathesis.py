@@ -1,4 +1,4 @@
-"""The OpenAPI schema fuzzed by schemathesis against a live server, as one of two users (RELIABILITY 23).
+"""The OpenAPI schema fuzzed by schemathesis against a live server, as one of two users (docs/RELIABILITY.md #23).
 
 Every operation of /api/v1/ except the node agents' (another kind of token) gets a bounded,
 derandomized batch of generated requests, valid and invalid. Checks: no 5xx, the status code and

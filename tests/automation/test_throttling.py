@@ -1,4 +1,7 @@
-"""Throttles answer 429 in the API's error format; parallel bad logins still lock an account (RELIABILITY 22)."""
+"""Throttles answer 429 in the API's error format; parallel bad logins still lock an account.
+
+docs/RELIABILITY.md #22.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Holds at launch and placement; low balance and total budget stop a job with a checkpoint (RELIABILITY 8)."""
+"""Holds at launch and placement; low balance and total budget stop a job with a checkpoint (docs/RELIABILITY.md #8)."""
 
 from __future__ import annotations
 

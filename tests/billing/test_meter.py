@@ -1,4 +1,4 @@
-"""The meter bills every second exactly once, whatever the ticks (RELIABILITY 6, 15)."""
+"""The meter bills every second exactly once, whatever the ticks (docs/RELIABILITY.md #6, #15)."""
 
 from __future__ import annotations
 

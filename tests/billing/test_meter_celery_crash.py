@@ -1,4 +1,4 @@
-"""`kill -9` of a real Celery worker running the meter: every second is billed once (RELIABILITY 7, 14).
+"""`kill -9` of a real Celery worker running the meter: every second is billed once (docs/RELIABILITY.md #7, #14).
 
 A worker process (prefork, one pool process) consumes a private queue that the test keeps fed
 with `billing.tasks.run_meter` tasks, so the meter ticks back to back over a thousand

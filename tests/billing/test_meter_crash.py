@@ -1,4 +1,4 @@
-"""`kill -9` of a process in the middle of metering loses and doubles nothing (RELIABILITY 7, 14)."""
+"""`kill -9` of a process in the middle of metering loses and doubles nothing (docs/RELIABILITY.md #7, #14)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Allocation is atomic, cancel works at any time, silent nodes fail their jobs (RELIABILITY 16)."""
+"""Allocation is atomic, cancel works at any time, silent nodes fail their jobs (docs/RELIABILITY.md #16)."""
 
 from __future__ import annotations
 

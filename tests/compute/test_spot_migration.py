@@ -1,6 +1,6 @@
 """Spot reclaim and hot migration through the services, with the agents' reports played by hand.
 
-The end-to-end test with real agents and training ranks is tests/e2e/test_spot_e2e.py; here each
+The end-to-end test with real agents and training ranks is tests/e2e/test_spot_run.py; here each
 step is driven explicitly so every number can be checked exactly.
 """
 

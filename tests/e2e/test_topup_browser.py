@@ -1,4 +1,4 @@
-"""RELIABILITY 11: a card top-up in a real browser, against localstripe, a live server and a real worker.
+"""A card top-up in a real browser, against localstripe, a live server and a real worker (docs/RELIABILITY.md #11).
 
 The browser loads localstripe's Stripe.js, localstripe sends its signed webhooks to the live
 server, and the Celery worker (on a private queue, against the test database) credits the wallet.

@@ -1,4 +1,4 @@
-"""Issue #10, item 2: concurrent credit decisions of one owner never hold more than the balance covers.
+"""Concurrent credit decisions of one owner never hold more than the balance covers (docs/RELIABILITY.md #27).
 
 Real threads, each on its own database connection, all released at once. The window between
 reading the balance and writing the bid or job is widened (reading the balance takes 0.3 s), so

@@ -1,4 +1,4 @@
-"""One launch for the API and the train page, and (issue #10, item 12) no total budget that stops a job at once.
+"""One launch for the API and the train page, and no total budget that stops a job at once (docs/RELIABILITY.md #8).
 
 A job is stopped when its total budget would be spent within the stop margin (two minutes by
 default); a total budget below that much of the plan's spend stopped the job as soon as it ran.

@@ -1,4 +1,4 @@
-"""Issue #10, item 1: a bid is demand only when its job can run on those chips.
+"""A bid is demand only when its job can run on those chips (docs/RELIABILITY.md #26).
 
 Alice runs a spot job on the only spot RTX 4090. Bob bids far above her from jobs that could never
 use that chip (an on-demand job, a job picked other chips, a model too big for it, a job bound to

@@ -1,4 +1,4 @@
-"""Issue #10, item 3: queued jobs can't flood the platform.
+"""Queued jobs can't flood the platform (docs/RELIABILITY.md #31).
 
 What the enrolled fleet could never place is refused with `no_capacity`; a user may have only a
 few jobs waiting; a waiting job holds credit (so at ¥0 nothing queues); waiting jobs are planned

@@ -1,4 +1,4 @@
-"""Issue #10, item 1: chips a bid wins are billed from the moment they are won, whether or not its job runs on them.
+"""Chips a bid wins are billed from the moment won, whether or not its job runs on them (docs/RELIABILITY.md #26).
 
 Alice runs a spot job on the only spot RTX 4090 at her bid of 0.80/h. Bob's waiting spot job outbids
 her: she gets notice and moves off, and the chip is kept for bob. Before this, bob could cancel his

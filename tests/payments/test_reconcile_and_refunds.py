@@ -1,4 +1,4 @@
-"""RELIABILITY 12 (missed webhooks are recovered once) and operator refunds limited to unspent credit."""
+"""Missed webhooks are recovered once (docs/RELIABILITY.md #12); operator refunds are limited to unspent credit."""
 
 # Fixtures shared from tests/payments/__init__.py are imported, then named as test arguments.
 # ruff: noqa: F811

@@ -1,4 +1,4 @@
-"""RELIABILITY 9-10: only signed webhooks count, and each PaymentIntent credits once."""
+"""Only signed webhooks count, and each PaymentIntent credits once (docs/RELIABILITY.md #9, #10)."""
 
 # Fixtures shared from tests/payments/__init__.py are imported, then named as test arguments.
 # ruff: noqa: F811

@@ -1,7 +1,8 @@
 """The cost-performance planner: which chips, how many, what micro-batch each, at what price.
 
 Pure Python (no Django, no torch), so the API, the scheduler, tests and `bench/planner.py` call
-it directly. Design: DESIGN.md section 4; formulas in `memory`, `throughput` and `evaluate`.
+it directly. Formulas in `memory`, `throughput` and `evaluate`; where it sits in the platform:
+docs/ARCHITECTURE.md, sections 1 and 5.
 """
 
 from workers.planner.evaluate import objective_value

@@ -29,7 +29,7 @@ class ThroughputModel:
     """Tokens/s per (model, chip): measured history when the platform has it, else the FLOPs model.
 
     `measured` maps (model name, chip slug) to tokens/s per chip. `simulation_scale` is the
-    fleet-wide factor by which simulated nodes are paced (see DESIGN section 2); callers with
+    fleet-wide factor by which simulated nodes are paced (workers/runtime/pacing.py); callers with
     other per-node differences override `node_multiplier`.
     """
 

@@ -1,4 +1,4 @@
-"""Pacing a simulated chip (DESIGN section 2, "Pacing that stays honest").
+"""Pacing a simulated chip, honestly: it may only ever add waiting.
 
 A simulated rank computes its micro-batch for real, then waits until the chip's modelled time
 for those tokens has passed since the step began. If the real work took longer, the step just

@@ -3,7 +3,7 @@
 Rank r trains on its own micro-batch `micro_batches[r]` each step. Its loss is the SUM of its
 token losses × world_size / global token count, so when DeepSpeed averages gradients over the
 ranks the result is exactly the gradient of the mean loss over the whole global batch, however
-unevenly the batch is split (DESIGN section 5).
+unevenly the batch is split.
 """
 
 from __future__ import annotations

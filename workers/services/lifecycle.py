@@ -3,8 +3,11 @@
     queued ─claim─> planning ─place─> provisioning ─first step─> running ─every rank done─> succeeded
     planning ─no chips yet─> queued             planning ─can never be planned─> failed
     provisioning, running ─reclaim─> migrating ─resume─> queued (placed again with a new epoch)
-    provisioning, running, migrating ─cancel or credit stop─> stopping ─ranks gone─> cancelled, stopped_no_credit
+    provisioning, running ─cancel or credit stop─> stopping ─ranks gone─> cancelled, stopped_no_credit
+    migrating ─credit stop─> stopping
     queued, planning, migrating ─cancel─> cancelled          any live status ─crash, loss, timeout─> failed
+
+Every arrow with the function that makes it and its callers: docs/ARCHITECTURE.md, section 3.
 
 Every transition locks the job's row, re-reads it and does nothing when it has already happened
 (a retry, a second beat, a duplicate report), in one database transaction with what it implies:
@@ -16,7 +19,7 @@ A transition that puts a job back in the queue sends `job_queued` after its comm
 (workers.receivers -> workers.services.scheduling) plans it. Should that message be lost, the
 planning pass finds the queued job on its own.
 
-Obligations, as pretix writes them down: a new way for a job to end must go through `finish`
+Obligations: a new way for a job to end must go through `finish`
 (it closes bids, ends allocations and abandons moves); a new way to stop ranks must use `stop_ranks`.
 """
 

@@ -1,6 +1,6 @@
 """Scheduling: plan a queued job on the chips free now and place it, or let it wait with backoff.
 
-Beside planning, as the design has it: the Celery tasks that run this sit here too (registered by
+Beside planning, the Celery tasks that run this sit here too (registered by
 name in workers.tasks), so no service imports a tasks module. Both run on the planning queue
 (portal.task_routes): users can fill it with jobs, and the meter and the reconciler never wait
 behind it.
