@@ -11,6 +11,7 @@ from workers.api.job_serializers import JobSpecSerializer
 from workers.choices import Policy
 from workers.models import ChipType, Dataset
 from workers.modelspecs import MODELS
+from workers.spec import JobSpec
 
 MAX_EXPIRY_DAYS = 365
 
@@ -138,9 +139,9 @@ class TrainingForm(forms.Form):
         else:
             self.add_error(field if field in self.fields else None, [str(message) for message in errors])
 
-    def job_fields(self) -> dict:
-        """Job.objects.create keyword arguments; call after is_valid()."""
-        return self.spec.job_fields()
+    def job_spec(self) -> JobSpec:
+        """The validated spec; call after is_valid()."""
+        return self.spec.job_spec()
 
 
 SPEC_KEYS = ("model", "dataset", "policy", "max_budget", "max_steps", "per_device_batch_size", "name")

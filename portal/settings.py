@@ -182,6 +182,9 @@ REST_FRAMEWORK = {
         "anon": env("THROTTLE_ANON", "300/min"),
         "token_create": env("THROTTLE_TOKEN_CREATE", "20/min"),
     },
+    # Who an anonymous caller is, for the per-address throttles: the connecting address, or the one our
+    # own proxy put in X-Forwarded-For (BEHIND_PROXY); never whatever a client writes in that header.
+    "NUM_PROXIES": 1 if env_bool("BEHIND_PROXY") else 0,
     "EXCEPTION_HANDLER": "base.api.errors.exception_handler",
 }
 SPECTACULAR_SETTINGS = {

@@ -95,7 +95,7 @@ def _kept_chip_types(job: Job) -> set[str] | None:
     """The chip types a job that may not change them is bound to (None: any)."""
     if job.allow_other_chips or not job.plan:
         return None
-    return {rank["chip"] for rank in job.plan["ranks"]}
+    return job.plan.chip_types()
 
 
 def _largest_world(job: Job) -> int:

@@ -57,7 +57,7 @@ def owned_job(request: HttpRequest, pk: int) -> Job:
 
 def rank_rows(job: Job, names: dict[str, str]) -> list[RankRow]:
     modes = dict(AllocationMode.choices)
-    paced = {index: r.get("paced_tokens_per_s") for index, r in enumerate((job.plan or {}).get("ranks", []))}
+    paced = {index: rank.paced_tokens_per_s for index, rank in enumerate(job.plan.ranks if job.plan else [])}
     return [
         RankRow(
             rank=row["rank"],
@@ -80,13 +80,13 @@ def eta_seconds(job: Job, now: datetime) -> float | None:
     if job.is_finished or job.step >= job.max_steps:
         return None
     remaining = job.max_steps - job.step
-    tokens_per_step = (job.plan or {}).get("tokens_per_step")
+    tokens_per_step = job.plan.tokens_per_step if job.plan else None
     if job.tokens_per_s and tokens_per_step:
         return remaining * tokens_per_step / job.tokens_per_s
     if job.started_at and job.step:
         return (now - job.started_at).total_seconds() / job.step * remaining
     if job.plan:
-        return job.plan["eta_seconds"] * (1 - job.progress)
+        return job.plan.eta_seconds * (1 - job.progress)
     return None
 
 

@@ -20,6 +20,7 @@ from workers.models import ChipType
 from workers.services.fleet import free_chips, schedulable_nodes
 from workers.services.launch import LaunchRefused, fleet_refusal, launch
 from workers.services.planning import quote
+from workers.spec import JobSpec
 
 # What a planning error is called in the quote box, and which field it belongs to at submit.
 PROBLEM_TITLES = {
@@ -119,34 +120,34 @@ def cost_phrase(ratio: float | None) -> str:
     return f"{percent}% {'cheaper' if ratio < 1 else 'dearer'} per token"
 
 
-def chip_lines(plan: dict, names: dict[str, str]) -> list[ChipLine]:
-    simulated = Counter(rank["chip"] for rank in plan.get("ranks", []) if rank.get("simulated"))
+def chip_lines(plan: planner.Plan, names: dict[str, str]) -> list[ChipLine]:
+    simulated = Counter(rank.chip for rank in plan.ranks if rank.simulated)
     modes = dict(AllocationMode.choices)
     return [
         ChipLine(count, slug, names.get(slug, slug), modes.get(mode, mode), simulated[slug] > 0)
-        for slug, per_mode in plan.get("chip_counts", {}).items()
+        for slug, per_mode in plan.chip_counts.items()
         for mode, count in sorted(per_mode.items())
     ]
 
 
-def summarize_plan(plan: dict | None, names: dict[str, str] | None = None) -> PlanSummary | None:
-    """The planner's dict (money in micro-units) as the pages show it."""
+def summarize_plan(plan: planner.Plan | None, names: dict[str, str] | None = None) -> PlanSummary | None:
+    """A plan (money in micro-units) as the pages show it."""
     if not plan:
         return None
     names = names if names is not None else dict(ChipType.objects.values_list("slug", "name"))
     lines = chip_lines(plan, names)
-    baseline = plan.get("baseline")
-    speedup, cost_ratio = plan.get("speedup_vs_baseline"), plan.get("cost_ratio_vs_baseline")
+    baseline = plan.baseline
+    speedup, cost_ratio = plan.speedup_vs_baseline, plan.cost_ratio_vs_baseline
     return PlanSummary(
         chips=lines,
-        world_size=plan.get("world_size") or len(plan.get("ranks", [])),
-        zero_stage=plan["zero_stage"],
-        global_batch=plan["global_batch"],
-        tokens_per_s=format_rate(plan["tokens_per_s"]),
-        price_per_hour=format_estimate(plan["price_per_hour"]),
-        price_per_million_tokens=format_estimate(plan["price_per_million_tokens"]),
-        eta=format_duration(plan["eta_seconds"]),
-        total=format_estimate(plan["total_cost"]),
+        world_size=plan.world_size,
+        zero_stage=plan.zero_stage,
+        global_batch=plan.global_batch,
+        tokens_per_s=format_rate(plan.tokens_per_s),
+        price_per_hour=format_estimate(plan.price_per_hour),
+        price_per_million_tokens=format_estimate(plan.price_per_million_tokens),
+        eta=format_duration(plan.eta_seconds),
+        total=format_estimate(plan.total_cost),
         simulated=any(line.simulated for line in lines),
         baseline=summarize_plan(baseline, names) if baseline else None,
         speedup=speed_phrase(speedup),
@@ -161,9 +162,9 @@ def problem_of(error: planner.PlanningError) -> Problem:
     return Problem(title, str(error), can_queue=isinstance(error, planner.NoCapacity))
 
 
-def quote_problem(error: planner.PlanningError, fields: dict) -> Problem:
+def quote_problem(error: planner.PlanningError, spec: JobSpec) -> Problem:
     """Why there is no quote; without free chips, whether the job could still wait for some."""
-    never = fleet_refusal(fields) if isinstance(error, planner.NoCapacity) else None
+    never = fleet_refusal(spec) if isinstance(error, planner.NoCapacity) else None
     if never is not None:
         return Problem(never.title or "No capacity", str(never))
     return problem_of(error)
@@ -205,7 +206,7 @@ def train(request: HttpRequest) -> HttpResponse:
 def _submit(request: HttpRequest, form: TrainingForm):
     """Launch as the API does (workers.services.launch); a refusal becomes a form error on its field."""
     try:
-        return launch(request.user, form.job_fields())
+        return launch(request.user, form.job_spec())
     except LaunchRefused as error:
         field = error.field if error.field in form.fields else None
         form.add_error(field, f"{error.title}: {error}" if error.title else str(error))
@@ -219,9 +220,9 @@ def train_quote(request: HttpRequest) -> HttpResponse:
     form = TrainingForm(request.POST, request=request)
     context: dict = {"form": form, "simulation_slowdown": f"{settings.SIMULATION_SLOWDOWN:,.0f}"}
     if form.is_valid():
-        fields = form.job_fields()
+        spec = form.job_spec()
         try:
-            context["plan"] = summarize_plan(quote(fields))
+            context["plan"] = summarize_plan(quote(spec))
         except planner.PlanningError as error:
-            context["problem"] = quote_problem(error, fields)
+            context["problem"] = quote_problem(error, spec)
     return render(request, "partials/training/quote.html", context)

@@ -70,6 +70,26 @@ def test_anonymous_callers_are_throttled_by_address(rates, catalog):
     assert [api.get("/api/v1/chips/").status_code for _ in range(3)] == [200, 200, 429]
 
 
+def test_a_forged_forwarded_for_header_does_not_reset_the_address_limit(rates, catalog):
+    rates(anon="2/min")
+    api = APIClient()
+
+    codes = [api.get("/api/v1/chips/", HTTP_X_FORWARDED_FOR=f"10.0.0.{n}").status_code for n in range(3)]
+
+    assert codes == [200, 200, 429]
+
+
+def test_behind_our_proxy_the_address_it_forwards_is_the_callers(rates, catalog, settings):
+    rates(anon="2/min")
+    settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "NUM_PROXIES": 1}
+    api = APIClient()
+
+    first = [api.get("/api/v1/chips/", HTTP_X_FORWARDED_FOR="203.0.113.7").status_code for _ in range(3)]
+    other = api.get("/api/v1/chips/", HTTP_X_FORWARDED_FOR="203.0.113.8").status_code
+
+    assert first == [200, 200, 429] and other == 200
+
+
 def bad_logins_at_once(count: int, username: str) -> list[int]:
     barrier = Barrier(count)
 

@@ -12,11 +12,13 @@ from billing.services.credits import adjust_credit
 from billing.services.holds import HoldRefused, check_hold
 from billing.services.ledger import balance_of
 from billing.services.meter import run_meter
+from billing.signals import credit_shortfall
 from tests.compute.conftest import enroll, hand_plan, planning_job  # noqa: F401 - fixtures
 from tests.conftest import JOB_SPEC, token_client
 from workers.choices import JobStatus
 from workers.models import AgentCommand, Allocation, Job
 from workers.protocol import CommandType
+from workers.receivers import stop_job_short_of_credit
 from workers.services import lifecycle, monitor, reports
 from workers.services.placement import allocate
 
@@ -152,3 +154,22 @@ def test_the_meter_and_the_stop_margin_keep_the_wallet_above_zero(alice, running
     assert Job.objects.get(pk=running.pk).status == JobStatus.STOPPING
     assert balance_of(alice) > 0
     assert not running.events.filter(data__has_key="shortfall").exists()
+
+
+def test_a_credit_stop_lost_with_the_worker_that_should_act_on_it_is_made_by_the_next_reconcile_pass(
+    alice, running, django_capture_on_commit_callbacks
+):
+    adjust_credit(alice, -(10_000_000 - 1_000), reason="spent elsewhere", actor=None, key="drain")  # ¥0.001 left
+    credit_shortfall.disconnect(dispatch_uid="workers.stop_jobs_short_of_credit")
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            charged = run_meter(timezone.now() + timedelta(minutes=1))  # owes ¥0.04; its announcement reaches nobody
+    finally:
+        credit_shortfall.connect(stop_job_short_of_credit, dispatch_uid="workers.stop_jobs_short_of_credit")
+    assert charged.shortfalls and Job.objects.get(pk=running.pk).status == JobStatus.RUNNING
+
+    monitor.reconcile()
+
+    job = Job.objects.get(pk=running.pk)
+    assert job.status == JobStatus.STOPPING and "balance ran out" in job.status_reason
+    assert balance_of(alice) == 0

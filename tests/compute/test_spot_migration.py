@@ -6,6 +6,7 @@ step is driven explicitly so every number can be checked exactly.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from datetime import timedelta
 
 import pytest
@@ -16,13 +17,16 @@ from billing.models import SpotPrice, Transaction
 from billing.services.ledger import balance_of
 from market.models import Bid, BidStatus
 from market.services.clearing import clear_chip_type
+from market.signals import spot_chips_lost
 from workers.choices import AllocationMode, JobStatus
 from workers.models import AgentCommand, Allocation, ChipType, Job, Node
+from workers.receivers import move_jobs_off_lost_spot_chips
 from workers.services.fleet import record_heartbeat
 from workers.services.lifecycle import submit as submit_job
 from workers.services.monitor import reconcile
 from workers.services.reports import accept_report
 from workers.services.scheduling import schedule
+from workers.spec import JobSpec
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -55,7 +59,7 @@ def spot_job(owner, bid: str, **fields) -> Job:
         "allow_on_demand": False,
         **fields,
     }
-    return submit_job(owner, **spec)
+    return submit_job(owner, JobSpec.from_dict(spec))
 
 
 def report(job: Job, node: Node, *items) -> None:
@@ -122,7 +126,7 @@ def test_a_higher_bid_takes_the_chips_and_the_job_resumes_elsewhere_from_its_che
     start = AgentCommand.objects.get(job=job, epoch=job.epoch, type="start")
     launch = start.payload["ranks"][0]
     assert launch["resume_from"] == "/ckpt/step-8" and launch["world_size"] == 1
-    assert job.plan["global_batch"] == 8  # pinned: the optimisation goes on with the same batch
+    assert job.plan.global_batch == 8  # pinned: the optimisation goes on with the same batch
 
     # Bob gets the 4090s he won, once alice's ranks are gone.
     schedule(rival.pk)
@@ -197,7 +201,7 @@ def test_on_demand_work_reclaims_the_lowest_bid_first(enroll, funded, alice, bob
     carol = make_user("carol")
     fund(carol, "100")
     on_demand = submit_job(
-        carol, model_name="llama-tiny", per_device_batch_size=4, max_steps=10, max_budget_per_hour=2_000_000
+        carol, JobSpec(model_name="llama-tiny", per_device_batch_size=4, max_steps=10, max_budget_per_hour=2_000_000)
     )
     on_demand.refresh_from_db()
     low.refresh_from_db()
@@ -227,3 +231,28 @@ def test_draining_a_node_lets_its_spot_jobs_finish_instead_of_reclaiming_them(en
     job.refresh_from_db()
     assert result.capacity == 2 and result.awards == {Bid.objects.get(job=job).pk: 2}
     assert job.status == JobStatus.PROVISIONING and not job.migrations.exists()
+
+
+@contextmanager
+def reactions_lost(signal, receiver, dispatch_uid: str):
+    """The worker that should act on `signal` dies between the commit and the action: nobody receives it."""
+    signal.disconnect(dispatch_uid=dispatch_uid)
+    try:
+        yield
+    finally:
+        signal.connect(receiver, dispatch_uid=dispatch_uid)
+
+
+def test_a_reclaim_lost_with_the_worker_that_should_act_on_it_is_made_at_the_next_clearing(enroll, funded, alice, bob):
+    enroll("spot-g", "rtx-4090", chips=1, spot=True)
+    job = spot_job(alice, "0.80")
+    with reactions_lost(spot_chips_lost, move_jobs_off_lost_spot_chips, "workers.move_jobs_off_lost_spot_chips"):
+        rival = spot_job(bob, "1.00")  # the clearing commits bob's win; its announcement reaches nobody
+    job.refresh_from_db()
+    assert Bid.objects.get(job=rival).won_chips == 1
+    assert job.status == JobStatus.PROVISIONING and not job.migrations.exists()
+
+    clear_chip_type(ChipType.objects.get(slug="rtx-4090").pk)  # the beat's next clearing
+
+    job.refresh_from_db()
+    assert job.status == JobStatus.MIGRATING and job.migrations.get().reason == "outbid"

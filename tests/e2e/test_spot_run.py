@@ -55,7 +55,7 @@ def record(scenario: str, migration: JobMigration, **extra) -> None:
         "steps_lost": migration.steps_lost,
         "lost_seconds": round(migration.lost_seconds or 0, 2),
         "refund": migration.refund,
-        "world_size": [len(job.plan["ranks"])],
+        "world_size": [job.plan.world_size],
         "rank_startup": startup,
         **{key: round(value, 2) for key, value in extra.items()},
     }
@@ -166,7 +166,7 @@ def test_killing_an_agent_mid_run_moves_the_run_and_refunds_the_lost_work(stack,
         "a periodic checkpoint",
         stack,
     )
-    assert len(Job.objects.get(pk=job_id).plan["ranks"]) == 3
+    assert Job.objects.get(pk=job_id).plan.world_size == 3
 
     stack.kill("agent-k-v5e")  # the host dies with its rank; the others lose their peer
     killed_at = time.time()
@@ -179,7 +179,7 @@ def test_killing_an_agent_mid_run_moves_the_run_and_refunds_the_lost_work(stack,
     assert detected <= 12, f"the dead node was noticed after {detected:.1f}s"
     assert migration.steps_lost is not None and migration.lost_seconds > 0 and migration.refund > 0
     job = Job.objects.get(pk=job_id)
-    assert {rank["chip"] for rank in job.plan["ranks"]} == {"rtx-4090", "ascend-910b"}
+    assert {rank.chip for rank in job.plan.ranks} == {"rtx-4090", "ascend-910b"}
     assert migration.resume_step == migration.checkpoint_step + 1
     record("lost node", migration, detected_s=detected)
     token_client(alice).post(f"/api/v1/jobs/{job_id}/cancel/")

@@ -66,7 +66,7 @@ def test_the_demo_fleet_trains_llama_tiny_across_three_chip_types(fleet, alice, 
     )
 
     assert job.status == JobStatus.SUCCEEDED, f"{job.status}: {job.status_reason}\n{fleet.logs()}"
-    chips = {rank["chip"] for rank in job.plan["ranks"]}
+    chips = {rank.chip for rank in job.plan.ranks}
     assert chips == {"rtx-4090", "tpu-v5e", "ascend-910b"}
     assert job.step == 40
     assert job.loss < job.first_loss * 0.9, (job.first_loss, job.loss)

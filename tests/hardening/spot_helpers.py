@@ -8,6 +8,7 @@ from base.money import to_micros
 from workers.choices import AgentStatus
 from workers.models import Job, Node, Pool
 from workers.services.lifecycle import submit as submit_job
+from workers.spec import JobSpec
 
 
 def online_node(hostname: str, chip: str = "rtx-4090", chips: int = 1, spot: bool = True) -> Node:
@@ -38,22 +39,9 @@ def job_spec(**fields) -> dict:
 def spot_job(owner, bid: str, **fields) -> Job:
     """Submit a spot job (spot chips only) bidding `bid` per chip-hour; it is scheduled as the test's Celery is."""
     spec = job_spec(spot=True, spot_bid_per_hour=to_micros(bid), allow_on_demand=False, **fields)
-    return submit_job(owner, **spec)
+    return submit_job(owner, JobSpec.from_dict(spec))
 
 
-def launch_fields(**changes) -> dict:
-    """A job spec as the API's serializer hands it to `launch` (job_fields()): one RTX 4090 by default."""
-    return {
-        "name": "",
-        "dataset": "synthetic",
-        "dataset_upload_id": None,
-        "policy": "cost-performance",
-        "total_budget": None,
-        "chip_counts": {"rtx-4090": 1},
-        "spot": False,
-        "spot_bid_per_hour": None,
-        "allow_on_demand": True,
-        "allow_other_chips": True,
-        **job_spec(),
-        **changes,
-    }
+def launch_fields(**changes) -> JobSpec:
+    """A job spec as the API's serializer hands it to `launch`: one RTX 4090 by default."""
+    return JobSpec.from_dict({"chip_counts": {"rtx-4090": 1}, **job_spec(), **changes})

@@ -16,6 +16,7 @@ from billing.services.ledger import balance_of
 from tests.compute.conftest import hand_plan
 from workers.choices import AgentStatus, JobStatus
 from workers.models import AgentCommand, EnrollmentToken, Job, JobMetric, Node, Pool
+from workers.services import lifecycle
 from workers.services.fleet import enroll_node, record_heartbeat
 from workers.services.monitor import reconcile
 from workers.services.placement import allocate
@@ -194,3 +195,29 @@ def test_a_lost_job_that_cannot_move_is_failed_and_fenced_too(catalog, alice, se
     assert job.status == JobStatus.FAILED and "went silent" in job.status_reason and job.epoch == 2
     assert send(api_a, job, 1, metric(6, timezone.now())).status_code == 409
     assert AgentCommand.objects.filter(job=job, node=a, epoch=2, type="stop", status="pending").exists()
+
+
+@pytest.mark.parametrize(
+    ("stop", "ends_as"),
+    [("cancel", JobStatus.CANCELLED), ("credit", JobStatus.STOPPED_NO_CREDIT)],
+)
+def test_a_job_whose_node_is_lost_while_it_stops_ends_as_it_was_asked(catalog, alice, fund, settings, stop, ends_as):
+    fund(alice)
+    node, _ = enroll("stopping-a")
+    job = Job.objects.create(
+        owner=alice, model_name="llama-tiny", per_device_batch_size=4, max_steps=100,
+        max_budget_per_hour=28_000_000, status=JobStatus.PLANNING,
+    )  # fmt: skip
+    allocate(job, hand_plan((node, 4)))
+    if stop == "cancel":
+        lifecycle.cancel(job)
+    elif stop == "credit":
+        Job.objects.filter(pk=job.pk).update(status=JobStatus.RUNNING)
+        lifecycle.stop_for_credit(job.pk, "Stopped before your balance ran out.")
+    epoch = Job.objects.get(pk=job.pk).epoch
+
+    later = timezone.now() + timedelta(seconds=settings.AGENT_HEARTBEAT_DEADLINE_S + 1)
+    reconcile(later)
+
+    job.refresh_from_db()
+    assert job.status == ends_as and job.epoch == epoch + 1  # fenced, whatever way it ends

@@ -67,7 +67,7 @@ PHANTOM_JOBS = {
     "a spot job bound to the chips of its plan": {
         "spot": True,
         "allow_other_chips": False,
-        "plan": {"ranks": [{"chip": "tpu-v5e", "node_id": 1}], "global_batch": 4},
+        "plan": {"ranks": [{"chip": "tpu-v5e", "node_id": 1, "micro_batch": 4}], "global_batch": 4},
     },
     "a stopping spot job": {"spot": True, "status": JobStatus.STOPPING},
 }

@@ -15,20 +15,26 @@ from base.money import format_amount, to_micros
 from workers.choices import Policy
 from workers.models import Dataset, Job, JobEvent, JobLogLine, JobMigration
 from workers.modelspecs import UnknownModel, resolve_model
+from workers.planner import Plan
+from workers.spec import JobSpec
 
 MONEY_KEYS = ("price_per_hour", "price_per_million_tokens", "total_cost")
 UPLOAD_REFERENCE = re.compile(r"^upload:([0-9]{1,18})$")
 
 
-def format_plan(plan: dict | None) -> dict | None:
-    """The planner's dict with money as decimal strings (the API's money format)."""
+def format_plan(plan: Plan | None) -> dict | None:
+    """A plan as the API shows it: its JSON, with money as decimal strings (the API's money format)."""
     if not plan:
-        return plan
+        return None
+    return _money_as_decimals(plan.to_dict())
+
+
+def _money_as_decimals(shown: dict) -> dict:
     shown = {
-        key: (format_amount(value) if key in MONEY_KEYS and value is not None else value) for key, value in plan.items()
+        key: format_amount(value) if key in MONEY_KEYS and value is not None else value for key, value in shown.items()
     }
-    if plan.get("baseline"):
-        shown["baseline"] = format_plan(plan["baseline"])
+    if shown.get("baseline"):
+        shown["baseline"] = _money_as_decimals(shown["baseline"])
     return shown
 
 
@@ -105,25 +111,26 @@ class JobSpecSerializer(serializers.Serializer):
             raise serializers.ValidationError("Pick at least one chip.")
         return picked
 
-    def job_fields(self) -> dict:
+    def job_spec(self) -> JobSpec:
+        """The validated spec, money in micro-units; call after is_valid()."""
         data = self.validated_data
         dataset = data["dataset"]
-        return {
-            "name": data.get("name", ""),
-            "model_name": data["model"],
-            "dataset": dataset,
-            "dataset_upload_id": int(dataset[7:]) if dataset.startswith("upload:") else None,
-            "per_device_batch_size": data["per_device_batch_size"],
-            "max_steps": data["max_steps"],
-            "policy": data["policy"],
-            "max_budget_per_hour": to_micros(data["max_budget"]),
-            "total_budget": to_micros(data["total_budget"]) if data.get("total_budget") else None,
-            "chip_counts": data.get("chip_counts"),
-            "spot": data.get("spot", False),
-            "spot_bid_per_hour": to_micros(data["bid"]) if data.get("bid") is not None else None,
-            "allow_on_demand": data.get("allow_on_demand", True),
-            "allow_other_chips": data.get("allow_other_chips", True),
-        }
+        return JobSpec(
+            name=data.get("name", ""),
+            model_name=data["model"],
+            dataset=dataset,
+            dataset_upload_id=int(dataset[7:]) if dataset.startswith("upload:") else None,
+            per_device_batch_size=data["per_device_batch_size"],
+            max_steps=data["max_steps"],
+            policy=data["policy"],
+            max_budget_per_hour=to_micros(data["max_budget"]),
+            total_budget=to_micros(data["total_budget"]) if data.get("total_budget") else None,
+            chip_counts=data.get("chip_counts"),
+            spot=data.get("spot", False),
+            spot_bid_per_hour=to_micros(data["bid"]) if data.get("bid") is not None else None,
+            allow_on_demand=data.get("allow_on_demand", True),
+            allow_other_chips=data.get("allow_other_chips", True),
+        )
 
 
 class JobMigrationSerializer(serializers.ModelSerializer):

@@ -33,6 +33,7 @@ from workers.services.launch import LaunchRefused, fleet_refusal, launch, refusa
 from workers.services.lifecycle import cancel as cancel_job
 from workers.services.metrics import job_metrics
 from workers.services.planning import quote
+from workers.spec import JobSpec
 
 AUTH_ERRORS_LIST = (401, 429)
 
@@ -46,12 +47,12 @@ def planning_error(error: planner.PlanningError) -> ValidationError:
     return launch_error(refusal_of(error))
 
 
-def quote_or_400(fields: dict) -> dict:
+def quote_or_400(spec: JobSpec) -> planner.Plan:
     """The plan on the chips free now; without them, a 400 that says whether the job could still queue."""
     try:
-        return quote(fields)
+        return quote(spec)
     except planner.NoCapacity as error:
-        never = fleet_refusal(fields)
+        never = fleet_refusal(spec)
         if never is not None:
             raise launch_error(never) from None
         waits = ValidationError(
@@ -99,7 +100,7 @@ class QuoteView(APIView):
     )
     def post(self, request):
         spec = valid_spec(request)
-        return Response(s.format_plan(quote_or_400(spec.job_fields())))
+        return Response(s.format_plan(quote_or_400(spec.job_spec())))
 
 
 @extend_schema_view(
@@ -152,7 +153,7 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     def create(self, request):
         spec = valid_spec(request)
         try:
-            job = launch(request.user, spec.job_fields())
+            job = launch(request.user, spec.job_spec())
         except LaunchRefused as error:
             raise launch_error(error) from None
         return Response(s.JobSerializer(job).data, status=status.HTTP_201_CREATED)

@@ -8,6 +8,7 @@ from django.db.models import Q
 
 from base.money import format_amount
 from workers.choices import AllocationMode, DatasetKind, JobEventKind, JobStatus, Policy
+from workers.models.fields import PlanField
 
 
 class Dataset(models.Model):
@@ -65,7 +66,7 @@ class Job(models.Model):
     status_reason = models.TextField(blank=True)
     # Bumped on every (re)placement; ranks and agents of an older epoch are fenced out.
     epoch = models.PositiveIntegerField(default=0)
-    plan = models.JSONField(null=True, blank=True)
+    plan = PlanField(null=True, blank=True)
     step = models.PositiveIntegerField(default=0)
     tokens = models.PositiveBigIntegerField(default=0)
     loss = models.FloatField(null=True, blank=True)

@@ -72,7 +72,11 @@ class PlanRequest:
 
 @dataclass(frozen=True)
 class Rank:
-    """One training process on one chip."""
+    """One training process on one chip.
+
+    `paced_tokens_per_s`: for a simulated chip, the speed its rank is paced to (set when a plan is made
+    for the platform's own fleet); None on real hardware.
+    """
 
     chip: str
     node_id: str
@@ -83,9 +87,19 @@ class Rank:
     tokens_per_s: float
     memory_gib: float
     simulated: bool
+    paced_tokens_per_s: float | None = None
+
+    @property
+    def is_spot(self) -> bool:
+        return self.mode == SPOT
+
+    @property
+    def node_pk(self) -> int:
+        """The node's database id (the platform's offers name nodes by it)."""
+        return int(self.node_id)
 
     def to_dict(self) -> dict:
-        return {
+        data = {
             "chip": self.chip,
             "node_id": self.node_id,
             "hostname": self.hostname,
@@ -96,6 +110,24 @@ class Rank:
             "memory_gib": round(self.memory_gib, 2),
             "simulated": self.simulated,
         }
+        if self.paced_tokens_per_s is not None:
+            data["paced_tokens_per_s"] = self.paced_tokens_per_s
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping) -> Rank:
+        return cls(
+            chip=data["chip"],
+            node_id=str(data["node_id"]),
+            hostname=data.get("hostname", ""),
+            pool=data.get("pool", ""),
+            micro_batch=int(data["micro_batch"]),
+            mode=data.get("mode", ON_DEMAND),
+            tokens_per_s=float(data.get("tokens_per_s") or 0),
+            memory_gib=float(data.get("memory_gib") or 0),
+            simulated=bool(data.get("simulated", False)),
+            paced_tokens_per_s=data.get("paced_tokens_per_s"),
+        )
 
 
 @dataclass
@@ -126,6 +158,30 @@ class Plan:
     def world_size(self) -> int:
         return len(self.ranks)
 
+    def chip_types(self) -> set[str]:
+        """The chip types its ranks run on."""
+        return {rank.chip for rank in self.ranks}
+
+    def spot_chip_counts(self) -> dict[str, int]:
+        """Spot chips per type."""
+        counts: dict[str, int] = {}
+        for rank in self.ranks:
+            if rank.is_spot:
+                counts[rank.chip] = counts.get(rank.chip, 0) + 1
+        return counts
+
+    def ranks_on(self, node_pk: int) -> set[int]:
+        """The rank numbers that run on one node."""
+        return {index for index, rank in enumerate(self.ranks) if rank.node_pk == node_pk}
+
+    def describe(self) -> str:
+        """ "Placed on 1× rtx-4090 + 1× tpu-v5e (ZeRO-0)" """
+        counts: dict[str, int] = {}
+        for rank in self.ranks:
+            counts[rank.chip] = counts.get(rank.chip, 0) + 1
+        mix = " + ".join(f"{count}× {chip}" for chip, count in sorted(counts.items()))
+        return f"Placed on {mix} (ZeRO-{self.zero_stage})"
+
     def to_dict(self) -> dict:
         """JSON-ready; money stays integer micro-units for the API layer to format."""
         return {
@@ -150,6 +206,32 @@ class Plan:
             "speedup_vs_baseline": _round(self.speedup_vs_baseline),
             "cost_ratio_vs_baseline": _round(self.cost_ratio_vs_baseline),
         }
+
+    @classmethod
+    def from_dict(cls, data: Mapping) -> Plan:
+        """Back from `to_dict` (a job's stored plan). Estimates a stored plan lacks read as zero."""
+        baseline = data.get("baseline")
+        return cls(
+            policy=data.get("policy", POLICIES[0]),
+            model=data.get("model", ""),
+            ranks=[Rank.from_dict(rank) for rank in data.get("ranks", [])],
+            zero_stage=int(data.get("zero_stage", 0)),
+            global_batch=int(data.get("global_batch") or sum(int(r["micro_batch"]) for r in data.get("ranks", []))),
+            tokens_per_step=int(data.get("tokens_per_step") or 0),
+            step_seconds=float(data.get("step_seconds") or 0),
+            comm_seconds=float(data.get("comm_seconds") or 0),
+            link_gbps=int(data.get("link_gbps") or 0),
+            tokens_per_s=float(data.get("tokens_per_s") or 0),
+            price_per_hour=int(data.get("price_per_hour") or 0),
+            price_per_million_tokens=int(data.get("price_per_million_tokens") or 0),
+            eta_seconds=float(data.get("eta_seconds") or 0),
+            total_cost=int(data.get("total_cost") or 0),
+            throughput_source=dict(data.get("throughput_source") or {}),
+            baseline=cls.from_dict(baseline) if baseline else None,
+            speedup_vs_baseline=data.get("speedup_vs_baseline"),
+            cost_ratio_vs_baseline=data.get("cost_ratio_vs_baseline"),
+            chip_counts={slug: dict(modes) for slug, modes in (data.get("chip_counts") or {}).items()},
+        )
 
 
 def _round(value: float | None) -> float | None:

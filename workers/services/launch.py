@@ -23,6 +23,7 @@ from workers import planner
 from workers.models import Job
 from workers.services.lifecycle import submit
 from workers.services.planning import fleet_chips, fleet_quote, quote
+from workers.spec import JobSpec
 
 # Which field a planning error is about, its code in the error format (the SDK's typed errors), and
 # its title on the pages.
@@ -47,54 +48,53 @@ def refusal_of(error: planner.PlanningError) -> LaunchRefused:
     return LaunchRefused(field, code, str(error), title)
 
 
-def launch(owner, fields: dict) -> Job:
-    """Refuse or queue one job for `owner` (fields: a validated spec's `job_fields()`)."""
-    plan = launch_plan(fields)
-    check_total_budget(fields, plan)
+def launch(owner, spec: JobSpec) -> Job:
+    """Refuse or queue one job for `owner`."""
+    plan = launch_plan(spec)
+    check_total_budget(spec, plan)
     with transaction.atomic():
         lock_credit(owner)  # the cap and the hold below are read and written as one decision per owner
         check_queue_cap(owner)
-        hold = hold_needed(plan["price_per_hour"])
+        hold = hold_needed(plan.price_per_hour)
         try:
-            check_hold(owner, plan["price_per_hour"], committed=commitments(owner).total())
+            check_hold(owner, plan.price_per_hour, committed=commitments(owner).total())
         except HoldRefused as error:
             raise LaunchRefused("balance", "insufficient_credit", str(error)) from None
-        return submit(owner, credit_hold=hold, **fields)
+        return submit(owner, spec, credit_hold=hold)
 
 
-def launch_plan(fields: dict) -> dict:
+def launch_plan(spec: JobSpec) -> planner.Plan:
     """The plan on the chips free now; without free chips, the enrolled fleet's plan (the job will wait)."""
     try:
-        return quote(fields)
+        return quote(spec)
     except planner.NoCapacity:
         pass
     except planner.PlanningError as error:
         raise refusal_of(error) from None
     try:
-        return fleet_quote(fields)
+        return fleet_quote(spec)
     except planner.NoCapacity:
-        raise never_placeable(fields) from None
+        raise never_placeable(spec) from None
     except planner.PlanningError as error:
         raise refusal_of(error) from None
 
 
-def fleet_refusal(fields: dict) -> LaunchRefused | None:
+def fleet_refusal(spec: JobSpec) -> LaunchRefused | None:
     """Why the enrolled fleet could never place this job, even with every chip free (None: it could)."""
     try:
-        fleet_quote(fields)
+        fleet_quote(spec)
     except planner.NoCapacity:
-        return never_placeable(fields)
+        return never_placeable(spec)
     except planner.PlanningError as error:
         return refusal_of(error)
     return None
 
 
-def never_placeable(fields: dict) -> LaunchRefused:
+def never_placeable(spec: JobSpec) -> LaunchRefused:
     """`no_capacity`, naming what was asked and what the fleet has online."""
-    spot_only = bool(fields.get("spot")) and not fields.get("allow_on_demand", True)
-    fleet = fleet_chips(spot_only=spot_only)
-    kind = " spot-eligible" if spot_only else ""
-    asked = fields.get("chip_counts") or {}
+    fleet = fleet_chips(spot_only=spec.spot_only)
+    kind = " spot-eligible" if spec.spot_only else ""
+    asked = spec.chip_counts or {}
     short = [(slug, count) for slug, count in sorted(asked.items()) if count > fleet.get(slug, 0)]
     if short:
         slug, count = short[0]
@@ -105,19 +105,19 @@ def never_placeable(fields: dict) -> LaunchRefused:
     return LaunchRefused("chip_counts", "no_capacity", message + " It could never be placed.", "No capacity")
 
 
-def check_total_budget(fields: dict, plan: dict) -> None:
+def check_total_budget(spec: JobSpec, plan: planner.Plan) -> None:
     """A total budget the job would spend within the stop margin stops it at once: refuse it at launch."""
-    budget = fields.get("total_budget")
+    budget = spec.total_budget
     if budget is None:
         return
     minutes = OperatorSettings.load().stop_margin_minutes
-    least = spend_over(plan["price_per_hour"], timedelta(minutes=minutes))
+    least = spend_over(plan.price_per_hour, timedelta(minutes=minutes))
     if budget <= least:
         raise LaunchRefused(
             "total_budget",
             "budget_too_low",
             f"The total budget {format_price(budget)} is not more than {minutes} minutes of this plan's spend "
-            f"({format_price(least)} at {format_price(plan['price_per_hour'])}/h); a job stops when its budget "
+            f"({format_price(least)} at {format_price(plan.price_per_hour)}/h); a job stops when its budget "
             f"would run out within {minutes} minutes, so it would stop at once. "
             f"Set a total budget above {format_price(least)}.",
             "Budget too low",

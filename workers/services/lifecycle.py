@@ -37,10 +37,12 @@ from django.utils import timezone
 from market.services.bids import close_job_bids
 from workers.choices import JobEventKind, JobStatus
 from workers.models import Allocation, Job, JobEvent, JobMigration, MigrationReason, Node
+from workers.planner import Plan
 from workers.protocol import CommandType
 from workers.services import allocations, commands, migration
 from workers.services.events import record_event
 from workers.services.queue import next_plan_time
+from workers.spec import JobSpec
 
 logger = logging.getLogger(__name__)
 
@@ -56,10 +58,10 @@ WAITING = {JobStatus.QUEUED, JobStatus.PLANNING}
 # Queue and placement ----------------------------------------------------------------------------
 
 
-def submit(owner, **fields) -> Job:
+def submit(owner, spec: JobSpec, *, credit_hold: int = 0) -> Job:
     """A validated job enters the queue (workers.services.launch decides whether it may)."""
     with transaction.atomic():
-        job = Job.objects.create(owner=owner, status=JobStatus.QUEUED, **fields)
+        job = Job.objects.create(owner=owner, status=JobStatus.QUEUED, credit_hold=credit_hold, **spec.job_columns())
         record_event(job, JobEventKind.QUEUED, "Queued")
         _announce_queued(job.pk)
     return job
@@ -101,7 +103,7 @@ def requeue_abandoned_planning(now: datetime) -> int:
     )
 
 
-def place(job: Job, plan: dict, description: str, now: datetime) -> None:
+def place(job: Job, plan: Plan, now: datetime) -> None:
     """The job got chips (call inside placement's transaction, the job's row locked): a new epoch, so
     whatever an older placement's ranks say from now on is refused."""
     job.epoch += 1
@@ -123,7 +125,7 @@ def place(job: Job, plan: dict, description: str, now: datetime) -> None:
         ]
     )
     migration.note_placement(job, now)
-    record_event(job, JobEventKind.PLACED, description, data={"plan": plan}, now=now)
+    record_event(job, JobEventKind.PLACED, plan.describe(), data={"plan": plan.to_dict()}, now=now)
 
 
 def start_running(job: Job, first_step: int, now: datetime) -> None:
@@ -134,7 +136,7 @@ def start_running(job: Job, first_step: int, now: datetime) -> None:
     job.started_at = job.started_at or now
     job.save(update_fields=["status", "started_at", "updated_at"])
     if migration.record_resume(job, first_step, now) is None:
-        record_event(job, JobEventKind.STARTED, f"Training started on {len(job.plan['ranks'])} rank(s)", now=now)
+        record_event(job, JobEventKind.STARTED, f"Training started on {job.plan.world_size} rank(s)", now=now)
 
 
 # Stops and ends ---------------------------------------------------------------------------------
@@ -167,8 +169,10 @@ def cancel(job: Job, now: datetime | None = None) -> Job:
                 "Cancelled while moving to other chips" if moved else "Cancelled before it started",
                 now=now,
             )
-        if job.status == JobStatus.MIGRATING:  # its chips are already let go; the leaving ranks are fenced
-            stop_ranks(job, "cancelled", checkpoint=False, now=now)
+        if job.status == JobStatus.MIGRATING:
+            # Its chips were let go at the notice and its ranks told to stop then; fencing refuses
+            # whatever they still report (their exits still free the chips they held).
+            fence(job, now)
             return finish(job, JobStatus.CANCELLED, "Cancelled while moving to other chips", now=now)
         job.status = JobStatus.STOPPING
         job.save(update_fields=["status", "updated_at"])
@@ -264,15 +268,24 @@ def _stop_asked_at(job: Job) -> datetime | None:
     return notice.order_by("created_at").values_list("created_at", flat=True).first()
 
 
-def fail(job: Job, reason: str, now: datetime | None = None, *, fence_first: bool = False) -> Job:
-    """The job can't go on (a crash, a lost node while starting, a timeout). Call inside a transaction;
-    with `fence_first`, whatever its current placement's ranks say later is refused."""
-    now = now or timezone.now()
-    if fence_first:
-        job = Job.objects.select_for_update().get(pk=job.pk)
-        if not job.is_finished:
-            fence(job, now)
+def fail(job: Job, reason: str, now: datetime | None = None) -> Job:
+    """The job can't go on (a crash, a timeout, a plan that can't be made). Call inside a transaction."""
     return finish(job, JobStatus.FAILED, reason, now=now)
+
+
+def end_without_node(job_id: int, detail: str, now: datetime) -> Job:
+    """A node of a job that can't move (starting, or stopping) is gone: the placement is fenced, and
+    the job ends as it was asked to (a cancel, a credit stop), or fails. Call inside a transaction."""
+    job = Job.objects.select_for_update().get(pk=job_id)
+    if job.is_finished:
+        return job
+    stopped_for_credit = job.status == JobStatus.STOPPING and credit_stop_requested(job)
+    fence(job, now)
+    if job.status == JobStatus.STOPPING and job.cancel_requested_at:
+        return finish(job, JobStatus.CANCELLED, f"Cancelled; {detail}.", now=now)
+    if stopped_for_credit:
+        return finish(job, JobStatus.STOPPED_NO_CREDIT, job.status_reason, now=now)
+    return finish(job, JobStatus.FAILED, f"{detail[0].upper()}{detail[1:]}.", now=now)
 
 
 def finish_when_ranks_done(job: Job, now: datetime) -> Job:

@@ -18,15 +18,15 @@ def rank_table(job: Job) -> list[dict]:
     return [
         {
             "rank": index,
-            "chip": r["chip"],
-            "hostname": r.get("hostname"),
-            "micro_batch": r["micro_batch"],
-            "mode": r.get("mode"),
-            "simulated": r.get("simulated", False),
-            "planned_tokens_per_s": r["tokens_per_s"],
+            "chip": rank.chip,
+            "hostname": rank.hostname,
+            "micro_batch": rank.micro_batch,
+            "mode": rank.mode,
+            "simulated": rank.simulated,
+            "planned_tokens_per_s": rank.tokens_per_s,
             "measured_tokens_per_s": latest[index].tokens_per_s if index in latest else None,
         }
-        for index, r in enumerate((job.plan or {}).get("ranks", []))
+        for index, rank in enumerate(job.plan.ranks if job.plan else [])
     ]
 
 

@@ -120,7 +120,7 @@ def record_resume(job: Job, first_step: int, now: datetime) -> JobMigration | No
     record_event(
         job,
         JobEventKind.RESUMED,
-        f"Resumed at step {first_step} on {len(job.plan['ranks'])} rank(s), "
+        f"Resumed at step {first_step} on {job.plan.world_size} rank(s), "
         f"{migration.downtime_seconds:.1f}s after the notice; {migration.steps_lost} step(s) lost; "
         f"insurance refund {format_amount(migration.refund)}",
         data={"migration": migration.pk, "refund": migration.refund, "steps_lost": migration.steps_lost},

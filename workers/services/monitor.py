@@ -80,8 +80,7 @@ def declare_lost(node: Node, detail: str, now) -> None:
             job_id, MigrationReason.LOST_NODE, detail, nodes=[node], notice_seconds=0, now=now, last_seen=last_seen
         )
         if moved is None:  # not running (starting or stopping): it can't go on without the node
-            job = Job.objects.get(pk=job_id)
-            lifecycle.fail(job, f"{detail[0].upper()}{detail[1:]}.", now=now, fence_first=True)
+            lifecycle.end_without_node(job_id, detail, now)
 
 
 def reset_node(node: Node, by: str, now=None) -> None:

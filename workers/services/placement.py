@@ -21,6 +21,7 @@ from market.services.reservations import end_job_reservations
 from workers.choices import AllocationMode, JobStatus
 from workers.models import Allocation, Job, Node
 from workers.modelspecs import resolve_model
+from workers.planner import Plan, Rank
 from workers.protocol import CommandType, RankLaunch
 from workers.services import commands, lifecycle, spot
 from workers.services.fleet import free_chips
@@ -30,23 +31,24 @@ class CapacityChanged(Exception):
     """The chips the plan chose were taken before they could be allocated; plan again."""
 
 
-def allocate(job: Job, plan: dict, now=None) -> list[Allocation]:
+def allocate(job: Job, plan: Plan, now=None) -> list[Allocation]:
     """Hold the plan's chips for the job and queue the start commands, in one transaction."""
     now = now or timezone.now()
-    wanted: dict[int, list[dict]] = defaultdict(list)
-    for rank in plan["ranks"]:
-        wanted[rank["node_id"]].append(rank)
+    plan = Plan.from_dict(plan) if isinstance(plan, dict) else plan
+    wanted: dict[int, list[Rank]] = defaultdict(list)
+    for rank in plan.ranks:
+        wanted[rank.node_pk].append(rank)
     with transaction.atomic():
         job = Job.objects.select_for_update().get(pk=job.pk)
         if job.status != JobStatus.PLANNING:
             return []
-        if "price_per_hour" in plan:  # a planner's plan; the balance may have changed since submit
+        if plan.price_per_hour:  # the balance may have changed since the launch
             try:
                 # Under the owner's credit lock, counting what the owner's other queued jobs and bids
                 # hold: a placement racing a launch or a bid can't both fit in one balance.
                 lock_credit(job.owner)
                 committed = commitments(job.owner).total(without_job=job.pk)
-                check_hold(job.owner, plan["price_per_hour"], committed=committed)
+                check_hold(job.owner, plan.price_per_hour, committed=committed)
             except HoldRefused as error:
                 lifecycle.fail(job, str(error), now=now)
                 return []
@@ -55,7 +57,7 @@ def allocate(job: Job, plan: dict, now=None) -> list[Allocation]:
         for node_id, ranks in wanted.items():
             if node_id not in nodes or free.get(node_id, 0) < len(ranks):
                 raise CapacityChanged(f"node {node_id} no longer has {len(ranks)} free chip(s)")
-        lifecycle.place(job, plan, _describe(plan), now)
+        lifecycle.place(job, plan, now)
         held = [_allocation(job, nodes[node_id], ranks, now) for node_id, ranks in wanted.items()]
         _queue_start_commands(job, plan, nodes, now)
         end_job_reservations(job, now)  # from now its allocations bill the chips its bids won
@@ -64,8 +66,8 @@ def allocate(job: Job, plan: dict, now=None) -> list[Allocation]:
     return held
 
 
-def _allocation(job: Job, node: Node, ranks: list[dict], now) -> Allocation:
-    mode = AllocationMode.SPOT if any(rank.get("mode") == "spot" for rank in ranks) else AllocationMode.ON_DEMAND
+def _allocation(job: Job, node: Node, ranks: list[Rank], now) -> Allocation:
+    mode = AllocationMode.SPOT if any(rank.is_spot for rank in ranks) else AllocationMode.ON_DEMAND
     return Allocation.objects.create(
         job=job,
         node=node,
@@ -78,7 +80,7 @@ def _allocation(job: Job, node: Node, ranks: list[dict], now) -> Allocation:
     )
 
 
-def _queue_start_commands(job: Job, plan: dict, nodes: dict[int, Node], now) -> None:
+def _queue_start_commands(job: Job, plan: Plan, nodes: dict[int, Node], now) -> None:
     launches = rank_launches(job, plan, nodes)
     by_node: dict[int, list[dict]] = defaultdict(list)
     for node_id, launch in launches:
@@ -87,15 +89,15 @@ def _queue_start_commands(job: Job, plan: dict, nodes: dict[int, Node], now) -> 
         commands.queue_for_node(node_id, job, CommandType.START, {"ranks": ranks}, now)
 
 
-def rank_launches(job: Job, plan: dict, nodes: dict[int, Node]) -> list[tuple[int, RankLaunch]]:
+def rank_launches(job: Job, plan: Plan, nodes: dict[int, Node]) -> list[tuple[int, RankLaunch]]:
     """One RankLaunch per rank of the plan, in rank order."""
-    ranks = plan["ranks"]
-    master = nodes[ranks[0]["node_id"]]
-    micro_batches = [rank["micro_batch"] for rank in ranks]
+    ranks = plan.ranks
+    master = nodes[ranks[0].node_pk]
+    micro_batches = [rank.micro_batch for rank in ranks]
     device_index: dict[int, int] = defaultdict(int)
     launches = []
     for index, rank in enumerate(ranks):
-        node = nodes[rank["node_id"]]
+        node = nodes[rank.node_pk]
         device = "cpu" if node.simulated else f"cuda:{device_index[node.pk]}"
         device_index[node.pk] += 1
         launches.append(
@@ -112,14 +114,14 @@ def rank_launches(job: Job, plan: dict, nodes: dict[int, Node]) -> list[tuple[in
                     dataset=dataset_location(job),
                     micro_batches=micro_batches,
                     max_steps=job.max_steps,
-                    zero_stage=plan["zero_stage"],
+                    zero_stage=plan.zero_stage,
                     run_dir=str(settings.RUNS_ROOT / f"job-{job.pk}" / f"epoch-{job.epoch}"),
                     checkpoint_dir=str(checkpoint_dir(job)),
                     resume_from=job.latest_checkpoint or None,
                     checkpoint_every=checkpoint_interval(job),
                     device=device,
-                    paced_tokens_per_s=rank.get("paced_tokens_per_s") if node.simulated else None,
-                    chip_type=rank["chip"],
+                    paced_tokens_per_s=rank.paced_tokens_per_s if node.simulated else None,
+                    chip_type=rank.chip,
                     seed=job.pk,
                 ),
             )
@@ -142,11 +144,3 @@ def checkpoint_interval(job: Job) -> int:
 
 def dataset_location(job: Job) -> str:
     return job.dataset_upload.file.path if job.dataset_upload_id else job.dataset
-
-
-def _describe(plan: dict) -> str:
-    counts: dict[str, int] = defaultdict(int)
-    for rank in plan["ranks"]:
-        counts[rank["chip"]] += 1
-    mix = " + ".join(f"{count}× {chip}" for chip, count in sorted(counts.items()))
-    return f"Placed on {mix} (ZeRO-{plan['zero_stage']})"

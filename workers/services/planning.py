@@ -6,17 +6,19 @@ Planning reads; it places nothing (workers.services.scheduling and placement do)
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 from django.conf import settings
 
 from billing.services.pricing import current_offers
 from workers import planner
 from workers.choices import AgentStatus
-from workers.models import Job, Node
+from workers.models import Node
 from workers.modelspecs import resolve_model
 from workers.services import spot
 from workers.services.fleet import free_chips, schedulable_nodes
 from workers.services.throughput import measured_history
+from workers.spec import JobSpec
 
 logger = logging.getLogger(__name__)
 
@@ -71,32 +73,32 @@ def throughput_model(model_name: str) -> planner.ThroughputModel:
     return planner.ThroughputModel(measured=measured, simulation_scale=1 / settings.SIMULATION_SLOWDOWN)
 
 
-def plan_request(fields: dict) -> planner.PlanRequest:
+def plan_request(spec: JobSpec) -> planner.PlanRequest:
     return planner.PlanRequest(
-        model=resolve_model(fields["model_name"]),
-        per_device_batch_size=fields["per_device_batch_size"],
-        max_steps=fields["max_steps"],
-        policy=fields["policy"],
-        max_budget_per_hour=fields["max_budget_per_hour"],
-        total_budget=fields.get("total_budget"),
-        chip_counts=fields.get("chip_counts") or None,
-        allow_spot=bool(fields.get("spot")),
-        spot_only=bool(fields.get("spot")) and not fields.get("allow_on_demand", True),
-        global_batch=fields.get("global_batch"),
+        model=resolve_model(spec.model_name),
+        per_device_batch_size=spec.per_device_batch_size,
+        max_steps=spec.max_steps,
+        policy=spec.policy,
+        max_budget_per_hour=spec.max_budget_per_hour,
+        total_budget=spec.total_budget,
+        chip_counts=spec.chip_counts or None,
+        allow_spot=spec.spot,
+        spot_only=spec.spot_only,
+        global_batch=spec.global_batch,
     )
 
 
-def quote(fields: dict, market: spot.ChipView | None = None) -> dict:
-    """The plan the job would get now, as a dict (raises planner.PlanningError)."""
-    request = plan_request(fields)
+def quote(spec: JobSpec, market: spot.ChipView | None = None) -> planner.Plan:
+    """The plan the job would get now (raises planner.PlanningError)."""
+    request = plan_request(spec)
     chips = chip_infos()
-    if market is None and fields.get("spot"):
-        market = spot.MarketView(bids=spot.bid_prices(fields))
+    if market is None and spec.spot:
+        market = spot.MarketView(bids=spot.bid_prices(spec))
     offers = node_offers(market)
-    if fields.get("chip_types"):  # a migrating job that may not change chip types
-        offers = [offer for offer in offers if offer.chip in fields["chip_types"]]
+    if spec.chip_types:  # a migrating job that may not change chip types
+        offers = [offer for offer in offers if offer.chip in spec.chip_types]
     result = planner.plan(request, list(chips.values()), offers, throughput_model(request.model.name))
-    return _with_pacing(result.to_dict(), request.model, chips)
+    return _with_pacing(result, request.model, chips)
 
 
 def enrolled_nodes():
@@ -106,12 +108,12 @@ def enrolled_nodes():
     )
 
 
-def fleet_quote(fields: dict) -> dict:
+def fleet_quote(spec: JobSpec) -> planner.Plan:
     """The plan the job would get if every chip of the enrolled fleet were free (raises planner.PlanningError).
 
     NoCapacity here means the fleet can never place the job, however long it waits.
     """
-    request = plan_request(fields)
+    request = plan_request(spec)
     offers = [
         planner.NodeOffer(
             node_id=str(node.pk),
@@ -126,8 +128,7 @@ def fleet_quote(fields: dict) -> dict:
         for node in enrolled_nodes()
         if node.chips > 0
     ]
-    result = planner.plan(request, list(chip_infos().values()), offers, throughput_model(request.model.name))
-    return result.to_dict()
+    return planner.plan(request, list(chip_infos().values()), offers, throughput_model(request.model.name))
 
 
 def fleet_chips(spot_only: bool = False) -> dict[str, int]:
@@ -140,35 +141,15 @@ def fleet_chips(spot_only: bool = False) -> dict[str, int]:
     return counts
 
 
-def _with_pacing(plan: dict, model, chips: dict[str, planner.ChipInfo]) -> dict:
+def _with_pacing(plan: planner.Plan, model, chips: dict[str, planner.ChipInfo]) -> planner.Plan:
     """Simulated ranks train paced to their chip's modelled speed, scaled down fleet-wide."""
     flops_model = planner.ThroughputModel()
-    for rank in plan["ranks"]:
-        rank["node_id"] = int(rank["node_id"])
-        if rank.get("simulated"):
-            rank["paced_tokens_per_s"] = flops_model.tokens_per_s(model, chips[rank["chip"]]) / (
-                settings.SIMULATION_SLOWDOWN
-            )
+    plan.ranks = [
+        replace(
+            rank, paced_tokens_per_s=flops_model.tokens_per_s(model, chips[rank.chip]) / settings.SIMULATION_SLOWDOWN
+        )
+        if rank.simulated
+        else rank
+        for rank in plan.ranks
+    ]
     return plan
-
-
-def spec_of(job: Job) -> dict:
-    """The job's spec as planning reads it; a job moving on keeps its global batch (and chip types if pinned)."""
-    resuming = bool(job.plan and job.latest_checkpoint)
-    return {
-        "model_name": job.model_name,
-        "per_device_batch_size": job.per_device_batch_size,
-        "max_steps": job.max_steps,
-        "policy": job.policy,
-        "max_budget_per_hour": job.max_budget_per_hour,
-        "total_budget": job.total_budget,
-        "chip_counts": job.chip_counts,
-        "spot": job.spot,
-        "spot_bid_per_hour": job.spot_bid_per_hour,
-        "allow_on_demand": job.allow_on_demand,
-        # A job resuming from a checkpoint keeps its global batch, so the optimisation goes on unchanged.
-        "global_batch": job.plan["global_batch"] if resuming else None,
-        "chip_types": sorted({r["chip"] for r in job.plan["ranks"]})
-        if job.plan and not job.allow_other_chips
-        else None,
-    }

@@ -56,7 +56,7 @@ def accept_report(node: Node, job_id: int, epoch: int, items: list[dict], now=No
 
 
 def _ranks_on(job: Job, node: Node) -> set[int]:
-    return {index for index, rank in enumerate((job.plan or {}).get("ranks", [])) if rank["node_id"] == node.pk}
+    return job.plan.ranks_on(node.pk) if job.plan else set()
 
 
 def _apply(job: Job, node: Node, items: list[dict], now) -> None:
@@ -111,7 +111,7 @@ def _record_metrics(job: Job, node: Node, metrics: list[dict], now) -> None:
     if job.status == JobStatus.PROVISIONING or newest["step"] >= job.step:  # a resumed placement restarts the count
         job.step = newest["step"]
         job.loss = newest["loss"]
-        job.tokens = job.step * int(job.plan.get("tokens_per_step") or 0)
+        job.tokens = job.step * job.plan.tokens_per_step
     if job.first_loss is None:
         job.first_loss = min(metrics, key=lambda m: m["step"])["loss"]
     job.tokens_per_s = _aggregate_tokens_per_s(job)
@@ -165,7 +165,7 @@ def _record_exit(job: Job, item: dict, now) -> None:
         return
     if job.status == JobStatus.MIGRATING:
         # Leaving reclaimed chips: once every rank of this placement is gone, the job moves on.
-        if RankExit.objects.filter(job=job, epoch=job.epoch).count() == len(job.plan["ranks"]):
+        if RankExit.objects.filter(job=job, epoch=job.epoch).count() == job.plan.world_size:
             lifecycle.resume(job.pk, now=now)
         return
     if job.migrations.filter(from_epoch=job.epoch).exists():
@@ -176,7 +176,7 @@ def _record_exit(job: Job, item: dict, now) -> None:
         # nodes has shown it is alive after this exit (monitor.fail_jobs_with_crashed_ranks); a node
         # that never does is declared lost and the job moves instead.
         return
-    world = len(job.plan["ranks"])
+    world = job.plan.world_size
     if RankExit.objects.filter(job=job, epoch=job.epoch, code=0).count() == world:
         if job.step >= job.max_steps and not job.cancel_requested_at:
             remember_throughput(job)  # a whole run's measured speed feeds the next quotes

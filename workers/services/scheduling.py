@@ -17,8 +17,9 @@ from django.utils import timezone
 from workers import planner
 from workers.services import lifecycle, spot
 from workers.services.placement import CapacityChanged, allocate
-from workers.services.planning import quote, spec_of
+from workers.services.planning import quote
 from workers.services.queue import due_jobs, wake_on_fleet_change
+from workers.spec import JobSpec
 
 logger = logging.getLogger(__name__)
 
@@ -28,11 +29,11 @@ def schedule(job_id: int) -> bool:
     job = lifecycle.claim_for_planning(job_id)
     if job is None:
         return False
-    fields = spec_of(job)
+    spec = JobSpec.of_job(job)
     try:
-        plan = quote(fields, spot.MarketView.for_job(job) if job.spot else None)
+        plan = quote(spec, spot.MarketView.for_job(job) if job.spot else None)
     except planner.NoCapacity as error:
-        reason = spot.claim_held_chips(job, fields, lambda market: quote(fields, market)) or str(error)
+        reason = spot.claim_held_chips(job, lambda market: quote(spec, market)) or str(error)
         lifecycle.wait_for_chips(job.pk, f"Waiting for chips: {reason}")
         return False
     except planner.PlanningError as error:

@@ -26,11 +26,12 @@ from workers import planner
 from workers.choices import AllocationMode
 from workers.models import Allocation, ChipType, Job, Node
 from workers.services.fleet import free_chips, schedulable_nodes
+from workers.spec import JobSpec
 
 
-def bid_prices(fields: dict) -> dict[str, int]:
+def bid_prices(spec: JobSpec) -> dict[str, int]:
     """A quote's bids: the job's spot bid for every chip type."""
-    price = fields.get("spot_bid_per_hour") or 0
+    price = spec.spot_bid_per_hour or 0
     return defaultdict(lambda: price)
 
 
@@ -84,17 +85,17 @@ class MarketView(ChipView):
         return seen
 
 
-def claim_held_chips(job: Job, fields: dict, quote: Callable[[ChipView], dict]) -> str | None:
+def claim_held_chips(job: Job, quote: Callable[[ChipView], planner.Plan]) -> str | None:
     """Nothing free: try to plan on chips that lower bids (or, for on-demand, spot work) hold, and claim them.
 
     Returns what the job now waits for, or None when even those chips wouldn't do.
     """
     if job.spot:
-        return _outbid_lower_bids(job, fields, quote)
-    return _ask_for_spot_chips(job, fields, quote)
+        return _outbid_lower_bids(job, quote)
+    return _ask_for_spot_chips(job, quote)
 
 
-def _outbid_lower_bids(job: Job, fields: dict, quote) -> str | None:
+def _outbid_lower_bids(job: Job, quote) -> str | None:
     held = _spot_held(exclude_job=job)
     market = MarketView.for_job(job)
     slugs = dict(ChipType.objects.filter(pk__in=held).values_list("pk", "slug"))
@@ -114,7 +115,7 @@ def _outbid_lower_bids(job: Job, fields: dict, quote) -> str | None:
         plan = quote(market.with_extra(contestable))
     except planner.PlanningError:
         return None
-    counts = spot_chip_counts(plan)
+    counts = plan.spot_chip_counts()
     if not counts:
         return None
     with transaction.atomic():
@@ -123,7 +124,7 @@ def _outbid_lower_bids(job: Job, fields: dict, quote) -> str | None:
     return f"outbid lower spot bids for {mix}; placing when they have checkpointed and left"
 
 
-def _ask_for_spot_chips(job: Job, fields: dict, quote) -> str | None:
+def _ask_for_spot_chips(job: Job, quote) -> str | None:
     held = _spot_held(exclude_job=job)
     if not held:
         return None
@@ -141,8 +142,8 @@ def _ask_for_spot_chips(job: Job, fields: dict, quote) -> str | None:
     for node in nodes:
         free_by_type[node.pool.chip_type.slug] += free[node.pk]
     wanted: dict[str, int] = defaultdict(int)
-    for rank in plan["ranks"]:
-        wanted[rank["chip"]] += 1
+    for rank in plan.ranks:
+        wanted[rank.chip] += 1
     waiting = {slug: n - free_by_type[slug] for slug, n in wanted.items() if n > free_by_type[slug]}
     if not waiting:
         return None
@@ -168,15 +169,6 @@ def _spot_held(exclude_job: Job) -> dict[int, list[tuple[int, int, int]]]:
     return held
 
 
-def sync_bids_with_plan(job: Job, plan: dict, now) -> None:
+def sync_bids_with_plan(job: Job, plan: planner.Plan, now) -> None:
     """A spot job's bids follow its plan: one per spot chip type it uses (market.services.bids)."""
-    sync_job_bids(job, spot_chip_counts(plan), now)
-
-
-def spot_chip_counts(plan: dict) -> dict[str, int]:
-    """Spot chips per type in a plan."""
-    counts: dict[str, int] = defaultdict(int)
-    for rank in plan["ranks"]:
-        if rank.get("mode") == "spot":
-            counts[rank["chip"]] += 1
-    return dict(counts)
+    sync_job_bids(job, plan.spot_chip_counts(), now)

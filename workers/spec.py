@@ -1,0 +1,93 @@
+"""What a user asks to train: the job spec as the API and the train page validated it.
+
+One typed value crosses every boundary a spec crosses (API or page → launch → planning → the job's
+row → re-planning after a move), instead of a dict read by key. Money is integer micro-units.
+No Django here: a `Job` row turns into a spec with `JobSpec.of_job`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
+
+# The job's columns a spec fills; the rest of the spec only steers a re-plan.
+JOB_COLUMNS = (
+    "name",
+    "model_name",
+    "dataset",
+    "dataset_upload_id",
+    "per_device_batch_size",
+    "max_steps",
+    "policy",
+    "max_budget_per_hour",
+    "total_budget",
+    "chip_counts",
+    "spot",
+    "spot_bid_per_hour",
+    "allow_on_demand",
+    "allow_other_chips",
+)
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A training run to plan: model, data, batch and steps, policy, budgets, spot terms, chips by hand.
+
+    `global_batch` and `chip_types` pin a re-plan: a job resuming from a checkpoint keeps its global
+    batch (so the optimisation goes on unchanged), and one that may not change chip types keeps them.
+    """
+
+    model_name: str
+    per_device_batch_size: int
+    max_steps: int
+    max_budget_per_hour: int
+    policy: str = "cost-performance"
+    name: str = ""
+    dataset: str = "synthetic"
+    dataset_upload_id: int | None = None
+    total_budget: int | None = None
+    chip_counts: Mapping[str, int] | None = None
+    spot: bool = False
+    spot_bid_per_hour: int | None = None
+    allow_on_demand: bool = True
+    allow_other_chips: bool = True
+    global_batch: int | None = None
+    chip_types: tuple[str, ...] | None = field(default=None)
+
+    @property
+    def spot_only(self) -> bool:
+        """Spot chips only: a spot job that may not fall back to on-demand chips."""
+        return self.spot and not self.allow_on_demand
+
+    def job_columns(self) -> dict[str, Any]:
+        """Keyword arguments for the job's row."""
+        return {name: getattr(self, name) for name in JOB_COLUMNS}
+
+    def pinned(self, *, global_batch: int | None, chip_types: tuple[str, ...] | None) -> JobSpec:
+        return replace(self, global_batch=global_batch, chip_types=chip_types)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["chip_counts"] = dict(self.chip_counts) if self.chip_counts is not None else None
+        data["chip_types"] = list(self.chip_types) if self.chip_types is not None else None
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> JobSpec:
+        known = {f.name for f in fields(cls)}
+        values = {key: value for key, value in data.items() if key in known}
+        if values.get("chip_types") is not None:
+            values["chip_types"] = tuple(values["chip_types"])
+        return cls(**values)
+
+    @classmethod
+    def of_job(cls, job) -> JobSpec:
+        """A job's spec for (re-)planning: a job moving on keeps its global batch, and its chip types if pinned."""
+        spec = cls(**{name: getattr(job, name) for name in JOB_COLUMNS})
+        plan = job.plan
+        resuming = bool(plan and job.latest_checkpoint)
+        return spec.pinned(
+            global_batch=plan.global_batch if resuming else None,
+            chip_types=tuple(sorted(plan.chip_types())) if plan and not job.allow_other_chips else None,
+        )
