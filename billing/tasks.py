@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import logging
 
+import stripe
 from celery import shared_task
 
+from billing.models import StripeEvent
 from billing.services.ledger import audit_ledger as find_ledger_problems
+from billing.services.meter import run_meter as charge_due_allocations
+from billing.services.stripe_payments import process_event
 
 logger = logging.getLogger(__name__)
 
@@ -23,8 +27,6 @@ def audit_ledger() -> int:
 @shared_task(ignore_result=True, soft_time_limit=60)
 def run_meter() -> None:
     """Charge every open allocation up to now; a second beat or a redelivery charges nothing twice."""
-    from billing.services.meter import run_meter as charge_due_allocations
-
     result = charge_due_allocations()
     if result.charges:
         logger.info("meter: %d charge(s), %d chip-second(s)", result.charges, result.seconds)
@@ -36,11 +38,6 @@ def run_meter() -> None:
 @shared_task(bind=True, max_retries=8, acks_late=True)
 def process_stripe_event(self, event_id: str) -> None:
     """Apply one stored Stripe event; a retry or duplicate delivery is a no-op (credit key per PaymentIntent)."""
-    import stripe
-
-    from billing.models import StripeEvent
-    from billing.services.stripe_payments import process_event
-
     try:
         process_event(event_id)
     except (stripe.APIConnectionError, stripe.APIError, stripe.RateLimitError) as error:  # transient

@@ -10,6 +10,7 @@ from django.views.decorators.http import require_POST
 from kombu.exceptions import OperationalError
 
 from billing.services.stripe_payments import event_waiting, store_event, verify_webhook
+from billing.tasks import process_stripe_event
 
 logger = logging.getLogger(__name__)
 RETRY_AFTER_S = 30
@@ -28,8 +29,6 @@ def stripe_webhook(request: HttpRequest) -> HttpResponse:
     fresh = store_event(event)
     if not fresh and not event_waiting(event["id"]):
         return JsonResponse({"received": event["id"], "duplicate": True})
-    from billing.tasks import process_stripe_event
-
     try:
         # Sent now and checked: no periodic pass picks up stored events, so if the broker is down
         # Stripe must deliver again later (and a redelivery of an unprocessed event is queued again).

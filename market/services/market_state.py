@@ -10,7 +10,7 @@ from django.db.models import Sum
 from billing.models import Price
 from market.models import Bid
 from workers.choices import AgentStatus, AllocationMode, JobStatus
-from workers.models import Allocation, Job, Node
+from workers.models import Allocation, ChipType, Job, Node
 
 
 def spot_nodes(chip_type_id: int):
@@ -49,8 +49,6 @@ def spot_capacity(chip_type_id: int, now: datetime) -> int:
 
 def on_demand_waiting(chip_type_id: int) -> int:
     """Chips of this type that queued on-demand jobs wait for while spot allocations hold them."""
-    from workers.models import ChipType
-
     slug = ChipType.objects.values_list("slug", flat=True).get(pk=chip_type_id)
     waiting = Job.objects.filter(
         status__in=[JobStatus.QUEUED, JobStatus.PLANNING], spot=False, waiting_for__has_key=slug

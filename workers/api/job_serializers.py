@@ -13,7 +13,7 @@ from rest_framework import serializers
 from base.api.fields import MoneyField, MoneyInputField
 from base.money import format_amount, to_micros
 from workers.choices import Policy
-from workers.models import Dataset, Job, JobEvent, JobLogLine, JobMigration
+from workers.models import ChipType, Dataset, Job, JobEvent, JobLogLine, JobMigration
 from workers.modelspecs import UnknownModel, resolve_model
 from workers.planner import Plan
 from workers.spec import JobSpec
@@ -100,8 +100,6 @@ class JobSpecSerializer(serializers.Serializer):
     def validate_chip_counts(self, value):
         if value is None:
             return None
-        from workers.models import ChipType
-
         known = set(ChipType.objects.values_list("slug", flat=True))
         unknown = sorted(set(value) - known)
         if unknown:

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from base.money import to_micros
+from workers.catalog import chip_specs
 from workers.modelspecs import ModelSpec
 
 POLICIES = ("cost-performance", "fastest", "cheapest", "single-type")
@@ -240,8 +241,6 @@ def _round(value: float | None) -> float | None:
 
 def catalog_chips() -> list[ChipInfo]:
     """The seed catalog's seven chip types at their launch prices (spot at the floor)."""
-    from workers.catalog import chip_specs
-
     return [
         ChipInfo(
             slug=spec["slug"],

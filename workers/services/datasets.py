@@ -10,6 +10,7 @@ from django.core.files import File
 from django.db import transaction
 
 from workers.models import Dataset
+from workers.runtime.datasets import DatasetError, validate_dataset_file
 
 
 class DatasetRejected(ValueError):
@@ -17,8 +18,6 @@ class DatasetRejected(ValueError):
 
 
 def store_dataset(owner, upload, *, name: str) -> Dataset:
-    from workers.runtime.datasets import DatasetError, validate_dataset_file
-
     if upload.size > settings.DATASET_MAX_BYTES:
         raise DatasetRejected(f"The file is {upload.size:,} bytes; the limit is {settings.DATASET_MAX_BYTES:,} bytes.")
     suffix = Path(upload.name).suffix.lower()
