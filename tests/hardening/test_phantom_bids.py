@@ -28,28 +28,8 @@ from workers.models import AgentCommand, Allocation, ChipType, Job
 from workers.services.lifecycle import resume as continue_migration
 from workers.services.scheduling import schedule, schedule_waiting_jobs
 
-pytestmark = pytest.mark.django_db(transaction=True)  # the market clears after each commit
-
-
-@pytest.fixture(autouse=True)
-def tasks_run_inline(monkeypatch):
-    """Celery's follow-up tasks (clear a market, schedule a job) run at once, in order."""
-    from market.tasks import clear_market
-
-    monkeypatch.setattr("market.tasks.clear_market.delay", lambda chip_type_id=None: clear_market(chip_type_id))
-    monkeypatch.setattr("workers.tasks.schedule_job.delay", lambda job_id: schedule(job_id))
-
-
-@pytest.fixture
-def alices_running_job(catalog, alice, bob, fund):
-    """Alice's spot job holds the one spot RTX 4090 at her bid of 0.80/h; both users have credit."""
-    fund(alice, "100")
-    fund(bob, "100")
-    online_node("spot-4090", "rtx-4090")
-    job = spot_job(alice, "0.80")
-    job.refresh_from_db()
-    assert job.status == JobStatus.PROVISIONING and job.allocations.get().mode == AllocationMode.SPOT
-    return job
+# The market clears after each commit; its follow-up tasks run inline.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("spot_tasks_inline")]
 
 
 def rtx_4090() -> ChipType:

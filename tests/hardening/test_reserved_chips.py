@@ -30,36 +30,16 @@ from market.services.bids import cancel_bid, place_bid
 from market.services.clearing import clear_chip_type, take_up_seconds
 from market.services.reservations import end_bid_reservations
 from tests.conftest import token_client
-from tests.hardening.spot_helpers import job_spec, online_node, spot_job
-from workers.choices import AllocationMode, JobStatus
+from tests.hardening.spot_helpers import job_spec, spot_job
+from workers.choices import JobStatus
 from workers.models import ChipType, Job
 from workers.services.lifecycle import resume as continue_migration
 from workers.services.scheduling import schedule
 
-pytestmark = pytest.mark.django_db(transaction=True)  # the market clears after each commit
+# The market clears after each commit; its follow-up tasks run inline.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("spot_tasks_inline")]
 
 ALICES_BID = 800_000  # 0.80 per chip-hour: the highest losing bid, so the price bob's win clears at
-
-
-@pytest.fixture(autouse=True)
-def tasks_run_inline(monkeypatch):
-    """Celery's follow-up tasks (clear a market, schedule a job) run at once, in order."""
-    from market.tasks import clear_market
-
-    monkeypatch.setattr("market.tasks.clear_market.delay", lambda chip_type_id=None: clear_market(chip_type_id))
-    monkeypatch.setattr("workers.tasks.schedule_job.delay", lambda job_id: schedule(job_id))
-
-
-@pytest.fixture
-def alices_running_job(catalog, alice, bob, fund):
-    """Alice's spot job holds the one spot RTX 4090 at her bid of 0.80/h; both users have credit."""
-    fund(alice, "100")
-    fund(bob, "100")
-    online_node("spot-4090", "rtx-4090")
-    job = spot_job(alice, "0.80")
-    job.refresh_from_db()
-    assert job.status == JobStatus.PROVISIONING and job.allocations.get().mode == AllocationMode.SPOT
-    return job
 
 
 @pytest.fixture
