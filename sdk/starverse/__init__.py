@@ -18,6 +18,7 @@ from starverse.errors import (
     RateLimited,
     ServerError,
     StarverseError,
+    TooManyQueued,
     ValidationError,
 )
 from starverse.training import Cluster, MetaParallel, ModelConfig, Plan, Run, Trainer, accelerate
@@ -40,6 +41,7 @@ __all__ = [
     "ModelConfig",
     "ModelDoesNotFit",
     "NoCapacity",
+    "TooManyQueued",
     "NotFound",
     "PermissionDenied",
     "Plan",

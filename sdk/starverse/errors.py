@@ -62,7 +62,11 @@ class BudgetTooLow(ValidationError):
 
 
 class NoCapacity(ValidationError):
-    """No free chips of the kinds asked for right now."""
+    """No chips of the kinds asked for: none free now, or (the message says) none the fleet could ever offer."""
+
+
+class TooManyQueued(ValidationError):
+    """You already have as many jobs waiting to be placed as the platform allows; cancel one or wait."""
 
 
 class ModelDoesNotFit(ValidationError):
@@ -96,6 +100,7 @@ CODE_ERRORS: dict[str, type[ValidationError]] = {
     "budget_too_low": BudgetTooLow,
     "no_capacity": NoCapacity,
     "model_does_not_fit": ModelDoesNotFit,
+    "too_many_queued": TooManyQueued,
 }
 # Servers without `code` in their errors: the field tells the kind.
 FIELD_ERRORS: dict[str, type[ValidationError]] = {

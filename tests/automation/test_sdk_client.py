@@ -249,6 +249,7 @@ def test_a_post_without_a_key_is_not_resent_after_a_lost_answer():
         (400, {"detail": "x", "code": "budget_too_low", "errors": {"max_budget": ["No plan"]}}, "BudgetTooLow"),
         (400, {"detail": "x", "code": "no_capacity", "errors": {"chip_counts": ["No free chips"]}}, "NoCapacity"),
         (400, {"detail": "x", "code": "model_does_not_fit", "errors": {"model": ["Too big"]}}, "ModelDoesNotFit"),
+        (400, {"detail": "x", "code": "too_many_queued", "errors": {"non_field_errors": ["5 wait"]}}, "TooManyQueued"),
         (400, {"detail": "x", "code": "invalid", "errors": {"max_steps": ["A valid integer"]}}, "ValidationError"),
         (401, {"detail": "Invalid API token."}, "AuthError"),
         (403, {"detail": "This API token is read-only."}, "PermissionDenied"),
