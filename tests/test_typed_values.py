@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.planner.fleets import fleets, priced_chips, requests
+from workers.api.job_serializers import format_plan
 from workers.models import Job
 from workers.planner import Plan, PlanningError, ThroughputModel, plan
 from workers.spec import JobSpec
@@ -80,3 +81,13 @@ def test_a_resuming_job_is_planned_again_with_its_global_batch_and_pinned_chip_t
     spec = JobSpec.of_job(job)
 
     assert (spec.global_batch, spec.chip_types) == (6, ("tpu-v5e",))
+
+
+def test_the_api_shows_a_ranks_node_as_its_integer_id_and_money_as_decimals():
+    plan = Plan.from_dict(
+        {"ranks": [{"chip": "tpu-v5e", "node_id": "12", "micro_batch": 4}], "price_per_hour": 2_800_000}
+    )
+
+    shown = format_plan(plan)
+
+    assert shown["ranks"][0]["node_id"] == 12 and shown["price_per_hour"] == "2.80"

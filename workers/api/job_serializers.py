@@ -30,9 +30,11 @@ def format_plan(plan: Plan | None) -> dict | None:
 
 
 def _money_as_decimals(shown: dict) -> dict:
+    """Money as decimal strings; a rank's node as the node's id (an integer), as the schema says."""
     shown = {
         key: format_amount(value) if key in MONEY_KEYS and value is not None else value for key, value in shown.items()
     }
+    shown["ranks"] = [{**rank, "node_id": int(rank["node_id"])} for rank in shown.get("ranks", [])]
     if shown.get("baseline"):
         shown["baseline"] = _money_as_decimals(shown["baseline"])
     return shown
