@@ -140,6 +140,14 @@ LOGIN_URL = "account_login"
 EMAIL_BACKEND = env("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
 EMAIL_FILE_PATH = env("EMAIL_FILE_PATH", str(DATA_DIR / "mail"))  # for the file backend (portal.local.private)
 DEFAULT_FROM_EMAIL = env("DEFAULT_FROM_EMAIL", "Starverse <noreply@starverse.local>")
+# SMTP (EMAIL_BACKEND=django.core.mail.backends.smtp.EmailBackend): sign-up needs mail in production.
+EMAIL_HOST = env("EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("EMAIL_PORT", 25)
+EMAIL_HOST_USER = env("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = env_secret("EMAIL_HOST_PASSWORD") or ""
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL", False)
+EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 10)
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = env("TIME_ZONE", "UTC")
