@@ -5,7 +5,7 @@ Those messages are hints: the database already says what must happen (a queued j
 bid), and the periodic passes that beat runs read it. So when the broker is unreachable the
 publish is given up within the bounded timeouts and retries of the settings, logged, and the
 request goes on; after one failure this process doesn't try again for a few seconds
-(portal.outage.BROKER). A caller that truly needs the message sent uses `delay()` and handles
+(base.outage.BROKER). A caller that truly needs the message sent uses `delay()` and handles
 `kombu.exceptions.OperationalError` itself (the Stripe webhook answers 503 so Stripe retries).
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 from celery.contrib.django.task import DjangoTask
 from django.db import transaction
 
-from portal.outage import BROKER, UNAVAILABLE
+from base.outage import BROKER, UNAVAILABLE
 
 logger = logging.getLogger(__name__)
 

@@ -14,7 +14,6 @@ the reconciler and by workers.receivers) checkpoints and stops the jobs these ru
 
 from __future__ import annotations
 
-import logging
 import zlib
 from collections import defaultdict
 from dataclasses import dataclass
@@ -30,8 +29,6 @@ from billing.services.ledger import balance_of
 from billing.services.pricing import PriceBook
 from workers.choices import JobStatus
 from workers.models import Allocation, Job
-
-logger = logging.getLogger(__name__)
 
 STOPPABLE = {JobStatus.PROVISIONING, JobStatus.RUNNING, JobStatus.MIGRATING}
 CREDIT_LOCK = zlib.crc32(b"starverse-credit") & 0x7FFFFFFF  # advisory lock keys are 32-bit signed

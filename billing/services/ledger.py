@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Sum
+from django.db.models import Q, Sum
 from django.utils import timezone
 
 from base.money import format_price
@@ -68,6 +68,15 @@ def platform_account(kind: str, currency: str | None = None) -> Account:
             return Account.objects.create(owner=None, kind=kind, currency=currency)
     except IntegrityError:
         return Account.objects.get(owner=None, kind=kind, currency=currency)
+
+
+def lock_wallets(owner_ids: set[int], platform: Account) -> dict[int, Account]:
+    """The owners' wallets (those that exist) and one platform account, row-locked in id order, the
+    ledger's one lock order: {owner id: wallet}."""
+    accounts = Account.objects.select_for_update().filter(
+        Q(owner_id__in=owner_ids, kind=AccountKind.WALLET, currency=settings.CURRENCY) | Q(pk=platform.pk)
+    )
+    return {account.owner_id: account for account in accounts.order_by("pk") if account.owner_id}
 
 
 def balance_of(user) -> int:

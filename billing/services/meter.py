@@ -35,7 +35,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 import psycopg
-from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
@@ -43,7 +42,7 @@ from django.utils import timezone
 from base.money import format_price
 from billing.choices import AccountKind, TransactionKind
 from billing.models import Account
-from billing.services.ledger import Leg, fingerprint_of, platform_account, wallet_for
+from billing.services.ledger import Leg, fingerprint_of, lock_wallets, platform_account, wallet_for
 from billing.services.pricing import MICROSECOND, PriceBook
 from billing.signals import credit_shortfall
 from workers.models import Allocation
@@ -298,19 +297,12 @@ def _post(bills: list[Bill], now: datetime) -> MeterResult:
 
 def _lock_wallets(owner_ids: set[int], revenue: Account) -> dict[int, Account]:
     """Lock the wallets and the revenue account in id order (the ledger's lock order)."""
-    wallets = _locked_accounts(owner_ids, revenue)
+    wallets = lock_wallets(owner_ids, revenue)
     if missing := owner_ids - wallets.keys():  # a first charge: the wallet is created, then locked
         for owner_id in missing:
             wallet_for(_user(owner_id))
-        wallets = _locked_accounts(owner_ids, revenue)
+        wallets = lock_wallets(owner_ids, revenue)
     return wallets
-
-
-def _locked_accounts(owner_ids: set[int], revenue: Account) -> dict[int, Account]:
-    accounts = Account.objects.select_for_update().filter(
-        Q(owner_id__in=owner_ids, kind=AccountKind.WALLET, currency=settings.CURRENCY) | Q(pk=revenue.pk)
-    )
-    return {account.owner_id: account for account in accounts.order_by("pk") if account.owner_id}
 
 
 def _user(owner_id: int):

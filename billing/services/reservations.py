@@ -18,14 +18,12 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.conf import settings
 from django.db import connection
-from django.db.models import Q
 
 from base.money import format_amount
 from billing.choices import AccountKind, TransactionKind
 from billing.models import Account, Transaction
-from billing.services.ledger import Leg, platform_account, post_transaction
+from billing.services.ledger import Leg, lock_wallets, platform_account, post_transaction
 from billing.services.meter import SECOND, billing_mark, owed
 from billing.services.pricing import PriceBook
 from workers.choices import AllocationMode
@@ -80,7 +78,7 @@ def charge_reserved_spans(spans: list[ReservedSpan], now: datetime) -> list[Rese
     book = PriceBook.load({span.chip_type_id for span in spans})
     costs = [span_owed(book, span) for span in spans]
     revenue = platform_account(AccountKind.REVENUE)
-    wallets = _lock_wallets({span.owner_id for span, (_, cost) in zip(spans, costs, strict=True) if cost}, revenue)
+    wallets = lock_wallets({span.owner_id for span, (_, cost) in zip(spans, costs, strict=True) if cost}, revenue)
     left = {owner_id: wallet.balance for owner_id, wallet in wallets.items()}
     charges = []
     for span, (seconds, cost) in zip(spans, costs, strict=True):
@@ -123,16 +121,3 @@ def _charge(
         now=now,
     )
     return ReservedCharge(seconds, cost, amount, txn)
-
-
-def _lock_wallets(owner_ids: set[int], revenue: Account) -> dict[int, Account]:
-    """The owners' wallets with the revenue account, locked in id order (the ledger's lock order).
-
-    An owner without a wallet has nothing to charge: it is left out.
-    """
-    if not owner_ids:
-        return {}
-    accounts = Account.objects.select_for_update().filter(
-        Q(owner_id__in=owner_ids, kind=AccountKind.WALLET, currency=settings.CURRENCY) | Q(pk=revenue.pk)
-    )
-    return {account.owner_id: account for account in accounts.order_by("pk") if account.owner_id}

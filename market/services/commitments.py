@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from decimal import Decimal
 
-from base.money import round_micros
 from billing.models import OperatorSettings
+from billing.services.holds import hold_needed
 from market.models import Bid
 from workers.choices import JobStatus
 from workers.models import Job
@@ -22,8 +21,8 @@ WAITING = (JobStatus.QUEUED, JobStatus.PLANNING)
 
 
 def bid_hold(chips: int, price_per_hour: int, minutes: int) -> int:
-    """A bid holds `minutes` of all its chips at its price."""
-    return round_micros(Decimal(chips * price_per_hour) * minutes / 60)
+    """A bid holds `minutes` of all its chips at its price (the launch hold's rule, billing's)."""
+    return hold_needed(chips * price_per_hour, minutes)
 
 
 @dataclass(frozen=True)

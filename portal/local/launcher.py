@@ -237,7 +237,7 @@ def serve(
 ) -> int:
     """Run the processes (and watch the running `stores`) until Ctrl-C/SIGTERM, restarting what dies.
 
-    `processes`: name -> command line, or a supervisor.ProcessSpec / (command, env) pair when a child
+    `processes`: name -> command line, or a supervisor.ProcessSpec when a child
     needs variables of its own. Returns 0 once everything is stopped.
     """
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -63,16 +63,9 @@ class ProcessSpec:
     env: Mapping[str, str] = field(default_factory=dict)
 
 
-def as_spec(value: str | ProcessSpec | tuple[str, Mapping[str, str]] | Mapping[str, object]) -> ProcessSpec:
-    """A command line, a ProcessSpec, a (command, env) pair or {"command", "env"}: one ProcessSpec."""
-    if isinstance(value, ProcessSpec):
-        return value
-    if isinstance(value, str):
-        return ProcessSpec(value)
-    if isinstance(value, Mapping):
-        return ProcessSpec(str(value["command"]), dict(value.get("env") or {}))
-    command, env = value
-    return ProcessSpec(command, dict(env))
+def as_spec(value: str | ProcessSpec) -> ProcessSpec:
+    """A command line or a ProcessSpec: one ProcessSpec."""
+    return value if isinstance(value, ProcessSpec) else ProcessSpec(value)
 
 
 class Output:
@@ -385,7 +378,7 @@ def _ignore_stop_signals() -> dict[int, object]:
 
 
 def command_children(
-    processes: Mapping[str, object], output: Output, base_env: Mapping[str, str], cwd: Path
+    processes: Mapping[str, str | ProcessSpec], output: Output, base_env: Mapping[str, str], cwd: Path
 ) -> list[CommandChild]:
-    """One CommandChild per entry of name -> command line (or ProcessSpec / (command, env))."""
+    """One CommandChild per entry of name -> command line (or ProcessSpec, for a child's own variables)."""
     return [CommandChild(name, as_spec(value), output, base_env, cwd) for name, value in processes.items()]

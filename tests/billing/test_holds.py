@@ -65,7 +65,7 @@ def test_the_hold_is_hold_minutes_of_the_plan(alice):
 
 def test_a_queued_job_that_can_no_longer_be_held_fails_at_placement(alice, fleet, planning_job):  # noqa: F811
     job = planning_job()
-    assert allocate(job, {**hand_plan((fleet[0], 1)), "price_per_hour": 1_200_000}) == []
+    assert allocate(job, hand_plan((fleet[0], 1), price_per_hour=1_200_000)) == []
     job.refresh_from_db()
     assert job.status == JobStatus.FAILED and "Your balance is ¥0.00" in job.status_reason
     assert not Allocation.objects.exists()

@@ -7,6 +7,7 @@ from rest_framework.test import APIClient
 
 from workers.choices import JobStatus
 from workers.models import EnrollmentToken, Job, Pool
+from workers.planner import Plan
 from workers.services.fleet import enroll_node
 
 
@@ -41,24 +42,28 @@ def agent_api():
     return client
 
 
-def hand_plan(*nodes_and_batches) -> dict:
-    """A plan as the planner would return it, placing one rank per (node, micro-batch)."""
-    return {
-        "zero_stage": 0,
-        "ranks": [
-            {
-                "chip": node.pool.chip_type.slug,
-                "node_id": node.pk,
-                "hostname": node.hostname,
-                "micro_batch": batch,
-                "mode": "on_demand",
-                "tokens_per_s": 1000.0,
-                "simulated": True,
-                "paced_tokens_per_s": 1000.0,
-            }
-            for node, batch in nodes_and_batches
-        ],
-    }
+def hand_plan(*nodes_and_batches, **fields) -> Plan:
+    """A plan as the planner would make it, placing one rank per (node, micro-batch); `fields` set
+    its estimates (a price, a global batch)."""
+    return Plan.from_dict(
+        {
+            "zero_stage": 0,
+            "ranks": [
+                {
+                    "chip": node.pool.chip_type.slug,
+                    "node_id": node.pk,
+                    "hostname": node.hostname,
+                    "micro_batch": batch,
+                    "mode": "on_demand",
+                    "tokens_per_s": 1000.0,
+                    "simulated": True,
+                    "paced_tokens_per_s": 1000.0,
+                }
+                for node, batch in nodes_and_batches
+            ],
+            **fields,
+        }
+    )
 
 
 @pytest.fixture

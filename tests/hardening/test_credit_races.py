@@ -161,7 +161,7 @@ def test_a_placement_counts_what_the_owners_queued_jobs_already_hold(alice_with_
     other = Job.objects.create(owner=alice, **job_spec(status=JobStatus.PLANNING))
 
     # alone it would fit (0.10 of a 0.15 balance); on top of the queued job's hold it doesn't
-    plan = {**hand_plan((node, 4)), "price_per_hour": to_micros("1.20")}
+    plan = hand_plan((node, 4), price_per_hour=to_micros("1.20"))
     assert allocate(other, plan) == []
 
     other.refresh_from_db()

@@ -66,7 +66,7 @@ def lost(catalog, alice, fund, settings):
         owner=alice, model_name="llama-tiny", per_device_batch_size=4, max_steps=100,
         max_budget_per_hour=28_000_000, status=JobStatus.PLANNING,
     )  # fmt: skip
-    allocate(job, {**hand_plan((a, 4)), "global_batch": 4})
+    allocate(job, hand_plan((a, 4), global_batch=4))
     started = job.allocations.get().started_at
     checkpoint_at = started + timedelta(seconds=2)
     assert send(api_a, job, 1, metric(1, started + timedelta(seconds=1))).status_code == 200
@@ -167,7 +167,7 @@ def test_lost_work_ends_at_the_last_step_reported_when_that_came_after_the_last_
         owner=alice, model_name="llama-tiny", per_device_batch_size=4, max_steps=100,
         max_budget_per_hour=28_000_000, status=JobStatus.PLANNING,
     )  # fmt: skip
-    allocate(job, {**hand_plan((a, 4)), "global_batch": 4})
+    allocate(job, hand_plan((a, 4), global_batch=4))
     heartbeat = job.allocations.get().started_at + timedelta(seconds=1)
     record_heartbeat(a, {}, now=heartbeat)
     checkpoint = {"kind": "checkpoint", "rank": 0, "step": 10, "path": "/ckpt/10", "t": at(heartbeat)}

@@ -25,11 +25,12 @@ import redis
 from django.test import Client
 from rest_framework.test import APIClient
 
+from base.outage import BROKER, CACHE
 from billing.models import StripeEvent
 from billing.services.ledger import balance_of
 from portal.celery import app as celery_app
 from portal.local.stores import EmbeddedRedis, free_port
-from portal.outage import BROKER, CACHE, ServiceUnavailableMiddleware
+from portal.outage import ServiceUnavailableMiddleware
 from tests.compute.conftest import enroll  # noqa: F401 - fixture
 from tests.conftest import JOB_SPEC, PASSWORD, token_client
 from tests.payments import deliver, events_for, localstripe, paid_intent, stripe_on  # noqa: F401 - fixtures

@@ -9,41 +9,17 @@ failure Redis is left alone for a few seconds in this process.
 
 from __future__ import annotations
 
-import logging
 import math
-import threading
 import time
 from functools import cache
 
 import redis
 from django.conf import settings
 
-logger = logging.getLogger(__name__)
+from base.outage import UNAVAILABLE, WAKE_UPS
 
 WAKE_KEY = "starverse:agent-wake:{node_id}"
 DB_POLL_S = 0.5  # while Redis is down, a long-poll looks at the database this often
-OUTAGE_S = 5.0
-UNAVAILABLE = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
-
-
-class _Outage:
-    """Until when this process leaves Redis alone after a failure."""
-
-    until = 0.0
-    lock = threading.Lock()
-
-    @classmethod
-    def down(cls) -> bool:
-        return time.monotonic() < cls.until
-
-    @classmethod
-    def failed(cls, what: str, error: Exception) -> None:
-        with cls.lock:
-            first, cls.until = not cls.down(), time.monotonic() + OUTAGE_S
-        if first:
-            logger.warning(
-                "agent wake-ups: Redis unavailable while %s (%s); polling the database meanwhile", what, error
-            )
 
 
 @cache
@@ -61,7 +37,7 @@ def _waiting_redis(blocking_s: int) -> redis.Redis:
 
 def wake_agent(node_id: int) -> None:
     """Tell a waiting poll of this node that commands are pending (a hint; the DB is the truth)."""
-    if _Outage.down():
+    if WAKE_UPS.down():
         return
     key = WAKE_KEY.format(node_id=node_id)
     try:
@@ -71,7 +47,7 @@ def wake_agent(node_id: int) -> None:
         pipe.expire(key, 60)
         pipe.execute()
     except UNAVAILABLE as error:
-        _Outage.failed(f"waking node {node_id}", error)
+        WAKE_UPS.failed(error)
 
 
 def wait_for_wake(node_id: int, timeout_s: float) -> bool:
@@ -81,26 +57,26 @@ def wait_for_wake(node_id: int, timeout_s: float) -> bool:
     """
     if timeout_s <= 0:
         return False
-    if _Outage.down():
+    if WAKE_UPS.down():
         time.sleep(min(timeout_s, DB_POLL_S))
         return False
     blocking_s = max(1, math.ceil(timeout_s))
     try:
         return _waiting_redis(blocking_s).blpop([WAKE_KEY.format(node_id=node_id)], timeout=blocking_s) is not None
     except UNAVAILABLE as error:  # the wait is over (the socket timeout covers it): the caller looks again
-        _Outage.failed(f"node {node_id} long-polled", error)
+        WAKE_UPS.failed(error)
         return False
 
 
 def clear_wake(node_id: int) -> None:
-    if _Outage.down():
+    if WAKE_UPS.down():
         return
     try:
         _redis().delete(WAKE_KEY.format(node_id=node_id))
     except UNAVAILABLE as error:
-        _Outage.failed(f"clearing node {node_id}'s wake-ups", error)
+        WAKE_UPS.failed(error)
 
 
 def forget_outage() -> None:
     """Talk to Redis again at once (tests)."""
-    _Outage.until = 0.0
+    WAKE_UPS.reset()

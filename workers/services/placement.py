@@ -34,7 +34,6 @@ class CapacityChanged(Exception):
 def allocate(job: Job, plan: Plan, now=None) -> list[Allocation]:
     """Hold the plan's chips for the job and queue the start commands, in one transaction."""
     now = now or timezone.now()
-    plan = Plan.from_dict(plan) if isinstance(plan, dict) else plan
     wanted: dict[int, list[Rank]] = defaultdict(list)
     for rank in plan.ranks:
         wanted[rank.node_pk].append(rank)

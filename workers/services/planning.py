@@ -5,7 +5,6 @@ Planning reads; it places nothing (workers.services.scheduling and placement do)
 
 from __future__ import annotations
 
-import logging
 from dataclasses import replace
 
 from django.conf import settings
@@ -19,8 +18,6 @@ from workers.services import spot
 from workers.services.fleet import free_chips, schedulable_nodes
 from workers.services.throughput import measured_history
 from workers.spec import JobSpec
-
-logger = logging.getLogger(__name__)
 
 
 def chip_infos() -> dict[str, planner.ChipInfo]:

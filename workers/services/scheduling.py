@@ -8,8 +8,6 @@ behind it.
 
 from __future__ import annotations
 
-import logging
-
 from celery import shared_task
 from django.db import transaction
 from django.utils import timezone
@@ -20,8 +18,6 @@ from workers.services.placement import CapacityChanged, allocate
 from workers.services.planning import quote
 from workers.services.queue import due_jobs, wake_on_fleet_change
 from workers.spec import JobSpec
-
-logger = logging.getLogger(__name__)
 
 
 def schedule(job_id: int) -> bool:
