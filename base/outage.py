@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from urllib.parse import urlsplit
 
 import kombu.exceptions
 import redis.exceptions
@@ -54,6 +55,22 @@ class Outage:
         self._until = 0.0
 
 
-CACHE = Outage("Redis cache")
-BROKER = Outage("Celery broker")
-WAKE_UPS = Outage("Redis agent wake-ups (long-polls read the database meanwhile)")
+_SERVERS: dict[str, Outage] = {}
+_SERVERS_LOCK = threading.Lock()
+
+
+def outage_of(url: str) -> Outage:
+    """The one outage memory of the Redis server at `url` (its host and port: its databases share it).
+
+    The cache, the Celery broker and the agent wake-ups usually live on one Redis: once one of them
+    finds it unreachable, the others go on without it at once instead of each paying its own timeout.
+    """
+    server = urlsplit(url).netloc.rpartition("@")[2] or url
+    with _SERVERS_LOCK:
+        return _SERVERS.setdefault(server, Outage(f"Redis at {server}"))
+
+
+def forget_outages() -> None:
+    """Talk to every server again at once (tests, after they resume a paused Redis)."""
+    for outage in list(_SERVERS.values()):
+        outage.reset()

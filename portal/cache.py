@@ -4,7 +4,7 @@ What uses the cache here are request throttles (DRF's and allauth's rate limits)
 throttle that can't read its history lets the request through, which is the right failure: a
 Redis outage should cost rate limiting for a few seconds, not every request. Each command waits at
 most the socket timeouts set in CACHES' OPTIONS; after a failure the cache is skipped for a few
-seconds (base.outage.CACHE) instead of paying the timeout on every call.
+seconds (base.outage.outage_of) instead of paying the timeout on every call.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 from django.core.cache.backends.redis import RedisCache, RedisCacheClient
 
-from base.outage import CACHE, UNAVAILABLE
+from base.outage import UNAVAILABLE, outage_of
 
 
 def _fail_open(fallback: Callable[..., Any]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -24,12 +24,13 @@ def _fail_open(fallback: Callable[..., Any]) -> Callable[[Callable[..., Any]], C
     def wrap(command: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(command)
         def guarded(self: RedisCacheClient, *args: Any) -> Any:
-            if CACHE.down():
+            outage = outage_of(self._servers[0])
+            if outage.down():
                 return fallback(*args)
             try:
                 return command(self, *args)
             except UNAVAILABLE as error:
-                CACHE.failed(error)
+                outage.failed(error)
                 return fallback(*args)
 
         return guarded

@@ -5,7 +5,7 @@ Those messages are hints: the database already says what must happen (a queued j
 bid), and the periodic passes that beat runs read it. So when the broker is unreachable the
 publish is given up within the bounded timeouts and retries of the settings, logged, and the
 request goes on; after one failure this process doesn't try again for a few seconds
-(base.outage.BROKER). A caller that truly needs the message sent uses `delay()` and handles
+(base.outage.outage_of). A caller that truly needs the message sent uses `delay()` and handles
 `kombu.exceptions.OperationalError` itself (the Stripe webhook answers 503 so Stripe retries).
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 from celery.contrib.django.task import DjangoTask
 from django.db import transaction
 
-from base.outage import BROKER, UNAVAILABLE
+from base.outage import UNAVAILABLE, outage_of
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +34,8 @@ class PlatformTask(DjangoTask):
 
     def publish_hint(self, args: Any, kwargs: Any, options: dict[str, Any] | None = None) -> bool:
         """Send the task now if the broker answers; False (logged) when it doesn't."""
-        if BROKER.down():
+        broker = outage_of(self.app.conf.broker_url)
+        if broker.down():
             logger.info("broker unavailable: %s%s not sent; the periodic pass will do it", self.name, tuple(args))
             return False
         try:
@@ -43,7 +44,7 @@ class PlatformTask(DjangoTask):
             else:
                 self.delay(*args, **kwargs)  # looked up on the instance, so tests can replace it
         except UNAVAILABLE as error:
-            BROKER.failed(error)
+            broker.failed(error)
             logger.warning("broker unavailable: %s%s not sent; the periodic pass will do it", self.name, tuple(args))
             return False
         return True

@@ -25,7 +25,7 @@ import redis
 from django.test import Client
 from rest_framework.test import APIClient
 
-from base.outage import BROKER, CACHE
+from base.outage import forget_outages
 from billing.models import StripeEvent
 from billing.services.ledger import balance_of
 from portal.celery import app as celery_app
@@ -39,6 +39,7 @@ from workers.models import AgentCommand, Job
 from workers.services import channel
 
 FAST_S = 2.5  # "about two seconds", with room for a shared, busy CPU
+ROOM_S = 1.0  # past what a request is allowed to wait, on a shared, busy CPU
 
 
 class OwnRedis:
@@ -87,9 +88,7 @@ def _forget_clients() -> None:
     """Cached Redis clients and outage memories start afresh (the next test may use another Redis)."""
     channel._redis.cache_clear()
     channel._waiting_redis.cache_clear()
-    channel.forget_outage()
-    CACHE.reset()
-    BROKER.reset()
+    forget_outages()
 
 
 @pytest.fixture
@@ -175,8 +174,7 @@ def test_with_redis_paused_api_requests_and_pages_answer_quickly_and_throttles_f
     assert job.status == JobStatus.QUEUED  # accepted; its publish failed and was logged
 
     own_redis.resume()
-    CACHE.reset()  # rather than wait out the cool-down: the next request talks to Redis again
-    BROKER.reset()
+    forget_outages()  # rather than wait out the cool-down: the next request talks to Redis again
     throttled = [api.get("/api/v1/account/").status_code for _ in range(5)]
     assert throttled[-1] == 429, throttled  # counting again
     settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": rates}
@@ -195,7 +193,9 @@ def test_an_agent_long_poll_reads_the_database_while_redis_is_paused(own_redis, 
     agent.credentials(HTTP_AUTHORIZATION=f"Bearer {node_token}")
     own_redis.pause()
     first, elapsed = timed(agent.post, "/api/v1/agent/poll/", {"wait_s": 1}, format="json")
-    assert first.status_code == 200 and elapsed < FAST_S  # its Redis wait timed out, at most a second late
+    # It waits the 1 s it asked for, and its Redis wait can time out at most one socket timeout late.
+    late = elapsed - 1 - own_redis.settings.REDIS_SOCKET_TIMEOUT_S
+    assert first.status_code == 200 and late < ROOM_S, f"the poll took {elapsed:.1f}s"
 
     def queue_a_command() -> None:
         time.sleep(1.0)
@@ -234,7 +234,7 @@ def test_a_stripe_webhook_that_cannot_be_queued_answers_503_and_its_redelivery_i
     assert refused["Retry-After"] and "detail" in refused.json()
     assert StripeEvent.objects.get(pk=event["id"]).processed_at is None  # stored, waiting for Stripe's retry
     own_redis.resume()
-    BROKER.reset()
+    forget_outages()
     previous = celery_app.conf.task_always_eager
     celery_app.conf.task_always_eager = True  # the worker's part, in this thread
     try:

@@ -16,10 +16,14 @@ from functools import cache
 import redis
 from django.conf import settings
 
-from base.outage import UNAVAILABLE, WAKE_UPS
+from base.outage import UNAVAILABLE, outage_of
 
 WAKE_KEY = "starverse:agent-wake:{node_id}"
 DB_POLL_S = 0.5  # while Redis is down, a long-poll looks at the database this often
+
+
+def _outage():
+    return outage_of(settings.REDIS_URL)
 
 
 @cache
@@ -37,7 +41,7 @@ def _waiting_redis(blocking_s: int) -> redis.Redis:
 
 def wake_agent(node_id: int) -> None:
     """Tell a waiting poll of this node that commands are pending (a hint; the DB is the truth)."""
-    if WAKE_UPS.down():
+    if _outage().down():
         return
     key = WAKE_KEY.format(node_id=node_id)
     try:
@@ -47,7 +51,7 @@ def wake_agent(node_id: int) -> None:
         pipe.expire(key, 60)
         pipe.execute()
     except UNAVAILABLE as error:
-        WAKE_UPS.failed(error)
+        _outage().failed(error)
 
 
 def wait_for_wake(node_id: int, timeout_s: float) -> bool:
@@ -57,26 +61,21 @@ def wait_for_wake(node_id: int, timeout_s: float) -> bool:
     """
     if timeout_s <= 0:
         return False
-    if WAKE_UPS.down():
+    if _outage().down():
         time.sleep(min(timeout_s, DB_POLL_S))
         return False
     blocking_s = max(1, math.ceil(timeout_s))
     try:
         return _waiting_redis(blocking_s).blpop([WAKE_KEY.format(node_id=node_id)], timeout=blocking_s) is not None
     except UNAVAILABLE as error:  # the wait is over (the socket timeout covers it): the caller looks again
-        WAKE_UPS.failed(error)
+        _outage().failed(error)
         return False
 
 
 def clear_wake(node_id: int) -> None:
-    if WAKE_UPS.down():
+    if _outage().down():
         return
     try:
         _redis().delete(WAKE_KEY.format(node_id=node_id))
     except UNAVAILABLE as error:
-        WAKE_UPS.failed(error)
-
-
-def forget_outage() -> None:
-    """Talk to Redis again at once (tests)."""
-    WAKE_UPS.reset()
+        _outage().failed(error)
