@@ -9,8 +9,8 @@ from django import forms
 from portal.models.tokens import TokenScope
 from workers.api.job_serializers import JobSpecSerializer
 from workers.choices import Policy
-from workers.models import ChipType, Dataset
-from workers.modelspecs import MODELS
+from workers.models import ChipType, Dataset, UploadedModel
+from workers.modelspecs import CATALOG
 from workers.spec import JobSpec
 
 MAX_EXPIRY_DAYS = 365
@@ -90,7 +90,13 @@ class TrainingForm(forms.Form):
         self.request = request
         self.spec: JobSpecSerializer | None = None
         self.fields["model"].widget.choices = [
-            (spec.name, f"{spec.name} · {spec.description}") for spec in MODELS.values()
+            (model.name, f"{model.name} · {model.description}") for model in CATALOG.values()
+        ] + [
+            (
+                model.reference,
+                f"{model.name} · {model.architecture}, {model.parameters:,} parameters ({model.reference})",
+            )
+            for model in UploadedModel.objects.filter(owner=request.user)
         ]
         self.fields["dataset"].widget.choices = [("synthetic", "synthetic · generated text")] + [
             (dataset.reference, f"{dataset.name} · {dataset.samples:,} samples ({dataset.reference})")

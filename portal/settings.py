@@ -167,6 +167,9 @@ MEDIA_ROOT = DATA_DIR / "media"
 # Uploaded datasets are their owner's: private files in private folders.
 FILE_UPLOAD_PERMISSIONS = 0o600
 FILE_UPLOAD_DIRECTORY_PERMISSIONS = 0o700
+# An uploaded file larger than this is streamed to a temporary file instead of memory (models are
+# gigabytes). Form fields stay bounded by DATA_UPLOAD_MAX_MEMORY_SIZE, Django's default.
+FILE_UPLOAD_MAX_MEMORY_SIZE = env_int("FILE_UPLOAD_MAX_MEMORY_SIZE", 2_621_440)
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["portal.api.authentication.BearerTokenAuthentication"],
@@ -257,6 +260,10 @@ JOB_PROVISIONING_TIMEOUT_S = env_int("JOB_PROVISIONING_TIMEOUT_S", 180)
 CHECKPOINT_ROOT = Path(env("CHECKPOINT_ROOT", str(DATA_DIR / "checkpoints")))
 RUNS_ROOT = Path(env("RUNS_ROOT", str(DATA_DIR / "runs")))
 DATASET_MAX_BYTES = env_int("DATASET_MAX_BYTES", 50 * 1024 * 1024)
+# Users' own models: the archive's bytes and its bytes once unpacked are each bounded by MODEL_MAX_BYTES
+# (counted while streaming and unpacking), its files by MODEL_MAX_FILES.
+MODEL_MAX_BYTES = env_int("MODEL_MAX_BYTES", 20 * 1024**3)
+MODEL_MAX_FILES = env_int("MODEL_MAX_FILES", 10_000)
 JOB_MAX_STEPS = env_int("JOB_MAX_STEPS", 1_000_000)
 JOB_MAX_BATCH = env_int("JOB_MAX_BATCH", 1024)
 # Jobs one user may have waiting to be placed; a queued job is re-planned with backoff (doubling

@@ -400,10 +400,10 @@ def test_the_metrics_endpoint_refuses_a_bad_since_step(alice_client, running_job
 def test_artifacts_are_listed_and_downloaded(alice_client, alice, settings):
     job = make_job(alice, status=JobStatus.SUCCEEDED, finished_at=timezone.now())
     final = settings.CHECKPOINT_ROOT / f"job-{job.pk}" / f"step-{job.max_steps}"
-    final.mkdir(parents=True)
-    (final / "model.pt").write_bytes(b"weights")
+    (final / "model").mkdir(parents=True)
+    (final / "model" / "model.safetensors").write_bytes(b"weights")
     html = alice_client.get(reverse("job", args=[job.pk])).content.decode()
-    url = reverse("job_artifact", args=[job.pk, f"step-{job.max_steps}/model.pt"])
+    url = reverse("job_artifact", args=[job.pk, f"step-{job.max_steps}/model/model.safetensors"])
     assert url in html
     assert "final model" in html
     response = alice_client.get(url)

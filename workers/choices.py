@@ -79,5 +79,14 @@ class CommandStatus(models.TextChoices):
 
 
 class DatasetKind(models.TextChoices):
+    """The record kinds of workers.runtime.records."""
+
     TEXT = "text", "Plain text"
     JSONL = "jsonl", "JSON lines"
+    CHAT = "chat", "Chat"
+    COMPLETION = "completion", "Prompt and completion"
+
+
+class TrainingMode(models.TextChoices):
+    FULL = "full", "Full fine-tuning"
+    LORA = "lora", "LoRA adapter"

@@ -42,6 +42,7 @@ Report (one item) =
    "samples_seen", "memory_mb", "t"}
 | {"kind": "log", "rank", "line", "t"}
 | {"kind": "checkpoint", "rank", "step", "path", "seconds", "stopping", "t"}   (stopping: the last one before a stop)
+| {"kind": "eval", "rank", "step", "eval_loss", "eval_tokens", "t"}   (rank 0, the held-out loss after step)
 | {"kind": "exit", "rank", "code", "error", "t"}      (error: the rank's last stderr lines)
 
 Agent <-> rank: the agent starts `python -m workers.runtime --config <launch.json>` with the
@@ -74,6 +75,7 @@ class ReportKind:
     METRIC = "metric"
     LOG = "log"
     CHECKPOINT = "checkpoint"
+    EVAL = "eval"
     EXIT = "exit"
 
 
@@ -87,8 +89,8 @@ class RankLaunch:
     world_size: int
     master_addr: str
     master_port: int
-    model: dict  # ModelSpec.as_dict()
-    dataset: str  # "synthetic" or a path/URL to an uploaded text/JSONL file
+    model: dict  # ModelSpec.as_dict() + the source: "config" (config.json), "path" (a local model dir or None), "lora"
+    dataset: str  # "synthetic" or a local path of an uploaded dataset file
     micro_batches: list[int]  # per rank, indexed by rank; sum = global batch
     max_steps: int
     zero_stage: int
@@ -101,6 +103,9 @@ class RankLaunch:
     device: str = "cpu"  # "cpu" or "cuda:N"
     paced_tokens_per_s: float | None = None  # simulated chip: pace each step to this speed
     chip_type: str = ""
+    eval_dataset: str | None = None  # a local eval file, or None
+    eval_fraction: float = 0.0  # else hold out this fraction of the dataset's records for eval
+    eval_every: int = 0  # steps between evals (0: only at the end); needs an eval set
     extra: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:

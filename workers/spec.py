@@ -27,12 +27,19 @@ JOB_COLUMNS = (
     "spot_bid_per_hour",
     "allow_on_demand",
     "allow_other_chips",
+    "mode",
+    "lora",
+    "gradient_checkpointing",
+    "eval_dataset_upload_id",
+    "eval_fraction",
+    "eval_every",
 )
 
 
 @dataclass(frozen=True)
 class JobSpec:
-    """A training run to plan: model, data, batch and steps, policy, budgets, spot terms, chips by hand.
+    """A training run to plan: model and mode, data and eval, batch and steps, policy, budgets, spot terms,
+    chips by hand.
 
     `global_batch` and `chip_types` pin a re-plan: a job resuming from a checkpoint keeps its global
     batch (so the optimisation goes on unchanged), and one that may not change chip types keeps them.
@@ -52,6 +59,12 @@ class JobSpec:
     spot_bid_per_hour: int | None = None
     allow_on_demand: bool = True
     allow_other_chips: bool = True
+    mode: str = "full"  # or "lora": an adapter on the frozen model
+    lora: Mapping[str, Any] | None = None  # r, alpha, dropout, target_modules
+    gradient_checkpointing: bool = False
+    eval_dataset_upload_id: int | None = None
+    eval_fraction: float = 0.0
+    eval_every: int = 0
     global_batch: int | None = None
     chip_types: tuple[str, ...] | None = field(default=None)
 
@@ -70,6 +83,7 @@ class JobSpec:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["chip_counts"] = dict(self.chip_counts) if self.chip_counts is not None else None
+        data["lora"] = dict(self.lora) if self.lora is not None else None
         data["chip_types"] = list(self.chip_types) if self.chip_types is not None else None
         return data
 

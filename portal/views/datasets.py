@@ -1,19 +1,28 @@
-"""Uploading a text or JSONL corpus to train on, and the list of one's datasets."""
+"""Uploading a dataset to train on, the list of one's datasets, and a preview of one in a model's tokens."""
 
 from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import redirect, render
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
 
 from portal.forms import DatasetUploadForm
 from workers.models import Dataset
-from workers.services.datasets import DatasetRejected, store_dataset
+from workers.services.datasets import (
+    BYTE_LEVEL,
+    PREVIEW_RECORDS,
+    PREVIEW_TOKENS,
+    DatasetRejected,
+    preview_dataset,
+    preview_tokenizers,
+    store_dataset,
+)
 
 
 @login_required
 def datasets(request: HttpRequest) -> HttpResponse:
+    """The upload form and list; with ?preview=<id>[&tokenizer=...], that dataset's first records tokenized."""
     form = DatasetUploadForm(request.POST, request.FILES) if request.method == "POST" else DatasetUploadForm()
     if request.method == "POST" and form.is_valid():
         upload = form.cleaned_data["file"]
@@ -27,5 +36,29 @@ def datasets(request: HttpRequest) -> HttpResponse:
                 f"Stored “{dataset.name}”: {dataset.samples:,} samples. Train on it as {dataset.reference}.",
             )
             return redirect("datasets")
-    context = {"form": form, "datasets": Dataset.objects.filter(owner=request.user)}
-    return render(request, "portal/training/datasets.html", context)
+    preview = _preview(request) if "preview" in request.GET else None
+    context = {"form": form, "datasets": Dataset.objects.filter(owner=request.user), "preview": preview}
+    status = 400 if preview and preview["error"] else 200
+    return render(request, "portal/training/datasets.html", context, status=status)
+
+
+def _preview(request: HttpRequest) -> dict:
+    """The preview section's context: one of the user's datasets, the tokenizer choices, the records."""
+    pk = request.GET["preview"]
+    if not (pk.isascii() and pk.isdigit()):
+        raise Http404("No such dataset.")
+    dataset = get_object_or_404(Dataset, pk=int(pk), owner=request.user)
+    choice = request.GET.get("tokenizer", BYTE_LEVEL)
+    try:
+        records, error = preview_dataset(dataset, choice), ""
+    except DatasetRejected as rejected:
+        records, error = [], str(rejected)
+    return {
+        "dataset": dataset,
+        "choices": preview_tokenizers(request.user),
+        "choice": choice,
+        "records": records,
+        "error": error,
+        "max_records": PREVIEW_RECORDS,
+        "max_tokens": PREVIEW_TOKENS,
+    }

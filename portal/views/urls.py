@@ -1,7 +1,7 @@
 from django.urls import path
 
 from market import views as market
-from portal.views import billing, dashboard, datasets, jobs, pages, statements, training
+from portal.views import billing, dashboard, datasets, jobs, models, pages, statements, training
 
 urlpatterns = [
     path("", pages.home, name="home"),
@@ -18,6 +18,8 @@ urlpatterns = [
     path("jobs/<int:pk>/cancel/", jobs.job_cancel, name="job_cancel"),
     path("jobs/<int:pk>/artifacts/<path:path>", jobs.job_artifact, name="job_artifact"),
     path("datasets/", datasets.datasets, name="datasets"),
+    path("models/", models.models, name="models"),
+    path("models/<int:pk>/delete/", models.model_delete, name="model_delete"),
     path("bids/", market.bids, name="bids"),
     path("bids/<int:pk>/change/", market.bid_change, name="bid_change"),
     path("bids/<int:pk>/cancel/", market.bid_cancel, name="bid_cancel"),

@@ -1,6 +1,7 @@
-"""Starverse SDK: quote and train on mixed accelerators, bid for spot chips, from Python or the CLI."""
+"""Starverse SDK: quote and train on mixed accelerators, upload your own models, bid for spot chips, from Python
+or the CLI."""
 
-from starverse.client import Client, create_token
+from starverse.client import Client, create_token, upload_model
 from starverse.config import Config, load_config, save_config
 from starverse.errors import (
     APIConnectionError,
@@ -55,4 +56,5 @@ __all__ = [
     "create_token",
     "load_config",
     "save_config",
+    "upload_model",
 ]

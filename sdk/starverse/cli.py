@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import time
 from decimal import Decimal, InvalidOperation
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -38,6 +39,8 @@ app = typer.Typer(
 )
 bid_app = typer.Typer(help="Spot bids: create, list, raise, cancel.", no_args_is_help=True)
 app.add_typer(bid_app, name="bid")
+model_app = typer.Typer(help="Models: upload your own Hugging Face model, list, delete.", no_args_is_help=True)
+app.add_typer(model_app, name="model")
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -76,7 +79,10 @@ def make_table(*columns: str, title: str | None = None) -> Table:
     return table
 
 
-NUMERIC = {"id", "chips", "memory GiB", "on-demand ¥/h", "spot ¥/h", "step", "loss", "cost ¥", "amount ¥", "seconds"}
+NUMERIC = {
+    "id", "chips", "memory GiB", "on-demand ¥/h", "spot ¥/h", "step", "loss", "cost ¥", "amount ¥", "seconds",
+    "parameters", "size MB",
+}  # fmt: skip
 
 
 # -- login -----------------------------------------------------------------------------------------
@@ -201,7 +207,9 @@ def parse_chip_counts(items: list[str]) -> dict[str, int]:
     return counts
 
 
-Model = Annotated[str, typer.Option(help="llama-tiny, llama-2-7b, llama-2-13b, llama-2-70b.")]
+Model = Annotated[
+    str, typer.Option(help="llama-tiny, llama-2-7b, llama-2-13b, llama-2-70b, or model:<id> of yours (`model list`).")
+]
 Budget = Annotated[str, typer.Option(help="Hourly budget in ¥.")]
 PolicyOption = Annotated[str, typer.Option(help="cost-performance, fastest, cheapest or single-type.")]
 Steps = Annotated[int, typer.Option(help="Training steps.")]
@@ -391,6 +399,58 @@ def bid_cancel(bid_id: int, as_json: JsonFlag = False) -> None:
     """Cancel a bid."""
     data = client().cancel_bid(bid_id)
     emit(data, as_json, bid_table([data]))
+
+
+# -- models ----------------------------------------------------------------------------------------
+
+
+def model_table(models: list[dict]) -> Table:
+    table = make_table("reference", "name", "source", "architecture", "parameters", "size MB")
+    for model in models:
+        size = model.get("size_bytes")
+        table.add_row(
+            model["reference"],
+            model["name"],
+            model["source"],
+            model["architecture"],
+            f"{model['parameters']:,}",
+            f"{size / 1e6:,.1f}" if size is not None else "-",
+        )
+    return table
+
+
+@model_app.command("upload")
+def model_upload(
+    path: Annotated[
+        Path,
+        typer.Argument(
+            exists=True, help="The model folder (config.json, safetensors weights, tokenizer) or an archive of it."
+        ),
+    ],
+    name: Annotated[str | None, typer.Option(help="A name for it (default: the folder's).")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Upload a Hugging Face model; train it by the reference it prints (model:<id>)."""
+    if not as_json:
+        err.print(f"Uploading {path}; the platform checks the weights and tokenizer before it answers...")
+    data = client().upload_model(path, name=name)
+    emit(data, as_json, model_table([data]))
+    if not as_json:
+        err.print(f"Train it with `starverse run --model {data['reference']}`.")
+
+
+@model_app.command("list")
+def model_list(as_json: JsonFlag = False) -> None:
+    """The built-in models and your uploads."""
+    data = client().models()
+    emit(data, as_json, model_table(data))
+
+
+@model_app.command("delete")
+def model_delete(model_id: int, as_json: JsonFlag = False) -> None:
+    """Delete one of your models (refused while a job that hasn't ended trains it)."""
+    client().delete_model(model_id)
+    emit({"id": model_id, "deleted": True}, as_json, f"Deleted model:{model_id}.")
 
 
 # -- entry point and exit codes --------------------------------------------------------------------

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import random
+import tarfile
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -17,6 +20,8 @@ API_PREFIX = "/api/v1"
 USER_AGENT = "starverse-python/0.1"
 # Worth retrying: the platform restarting, overloaded or asking us to slow down, or a duplicate in flight.
 RETRY_STATUSES = {409, 429, 500, 502, 503, 504}
+# The platform checks an uploaded model in full before it answers (weights' shapes, the tokenizer).
+UPLOAD_READ_TIMEOUT_S = 900.0
 
 
 class Client:
@@ -63,20 +68,29 @@ class Client:
         json: Any = None,
         params: dict | None = None,
         idempotency_key: str | None = None,
+        files: dict | None = None,
+        data: dict | None = None,
+        timeout: httpx.Timeout | None = None,
     ) -> Any:
         """Send a request and return its JSON; raise a typed error for an error answer.
 
         Safe requests (GET) and requests with an Idempotency-Key are retried on connection errors,
         429, 409 and 5xx with exponential backoff and the same key; others only when the connection
-        failed before anything was sent.
+        failed before anything was sent. `files` ({field: (name, open file, type)}) and `data` make a
+        multipart body; the files are streamed, from their start on every attempt.
         """
         url = path if path.startswith("http") else f"{API_PREFIX}/{path.lstrip('/')}"
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
         retryable = method == "GET" or idempotency_key is not None
+        body = {"files": files, "data": data} if files else {"json": json}
+        if timeout is not None:
+            body["timeout"] = timeout
         for attempt in range(self.retries + 1):
             last = attempt == self.retries
+            for _, file, *_ in (files or {}).values():
+                file.seek(0)
             try:
-                response = self.http.request(method, url, json=json, params=clean(params), headers=headers)
+                response = self.http.request(method, url, params=clean(params), headers=headers, **body)
             except httpx.ConnectError as error:
                 if last:
                     raise errors.APIConnectionError(f"Can't reach {self.url}: {error}") from error
@@ -178,6 +192,56 @@ class Client:
     def job_metrics(self, job_id: int, since_step: int = 0) -> dict:
         return self.get(f"jobs/{int(job_id)}/metrics/", since_step=since_step)
 
+    # -- models -------------------------------------------------------------------------------------
+
+    def models(self) -> list[dict]:
+        """The built-in models and your uploads; a job trains one by its `reference`."""
+        return self.get("models/")
+
+    def model(self, model_id: int) -> dict:
+        """One of your uploads, with its config.json and shape."""
+        return self.get(f"models/{int(model_id)}/")
+
+    def find_model(self, name: str) -> dict:
+        """The model a job would train by this name (llama-tiny, model:7, org/name), checked by the platform.
+
+        A Hugging Face Hub id is found only in the platform's Hugging Face cache (it downloads nothing);
+        a name it can't train raises ValidationError saying what would do.
+        """
+        return self.get("models/", name=name)[0]
+
+    def upload_model(self, path: str | Path, name: str | None = None) -> dict:
+        """Upload a Hugging Face model folder (config.json, safetensors weights, tokenizer) or an archive of one.
+
+        A folder is packed into a .tar.gz in a temporary file (links are stored as the files they point
+        to) and streamed; a file (.tar.gz, .tgz, .tar, .zip) is sent as it is. Returns the model: train it
+        by its `reference` (model:<id>). The platform checks it in full first; a refusal is a
+        ValidationError naming the problem, one over the size limit an APIError with status 413.
+        """
+        source = Path(path).expanduser()
+        if source.is_dir():
+            folder_name = source.resolve().name or "model"
+            with tempfile.TemporaryDirectory(prefix="starverse-upload-") as scratch:
+                archive = pack_folder(source, Path(scratch) / f"{folder_name}.tar.gz")
+                return self.send_model(archive, name or folder_name)
+        if not source.is_file():
+            raise FileNotFoundError(f"No model folder or archive at {source}.")
+        return self.send_model(source, name)
+
+    def send_model(self, archive: Path, name: str | None) -> dict:
+        with open(archive, "rb") as file:
+            return self.request(
+                "POST",
+                "models/",
+                files={"file": (archive.name, file, "application/octet-stream")},
+                data={"name": name} if name else None,
+                timeout=httpx.Timeout(self.http.timeout.connect, read=UPLOAD_READ_TIMEOUT_S),
+            )
+
+    def delete_model(self, model_id: int) -> None:
+        """Delete one of your uploads (refused, 409, while a job that hasn't ended trains it)."""
+        self.request("DELETE", f"models/{int(model_id)}/")
+
     # -- spot bids ----------------------------------------------------------------------------------
 
     def bids(self, status: str | None = None, job: int | None = None) -> list[dict]:
@@ -210,6 +274,22 @@ def create_token(url: str, username: str, password: str, *, name: str = "starver
     """Exchange a username (or e-mail) and password for a new API token (its secret is in `token`)."""
     with Client(url, need_key=False, **kwargs) as client:
         return client.post("tokens/", {"username": username, "password": password, "name": name})
+
+
+def upload_model(path: str | Path, name: str | None = None, *, client: Client | None = None) -> dict:
+    """Upload a Hugging Face model folder or archive with the configured platform; see Client.upload_model."""
+    if client is not None:
+        return client.upload_model(path, name)
+    with Client() as configured:
+        return configured.upload_model(path, name)
+
+
+def pack_folder(folder: Path, archive: Path) -> Path:
+    """The folder's contents in a .tar.gz (fast compression: weights hardly compress), links resolved."""
+    with tarfile.open(archive, "w:gz", compresslevel=1, dereference=True) as tar:
+        for child in sorted(folder.iterdir()):
+            tar.add(child, arcname=child.name)
+    return archive
 
 
 def new_key() -> str:

@@ -83,13 +83,32 @@ class Plan:
 
 @dataclass
 class ModelConfig:
-    """A model by name: llama-tiny, llama-2-7b, llama-2-13b, llama-2-70b or meta-llama/Llama-2-70b-hf."""
+    """A model by the name a job's `model` takes: llama-tiny, llama-2-7b, llama-2-13b, llama-2-70b, model:<id>
+    (one of your uploads) or a Hugging Face Hub id the platform's Hugging Face cache holds."""
 
     name: str
 
     @classmethod
-    def from_pretrained(cls, name: str) -> ModelConfig:
+    def from_pretrained(cls, name: str, *, client: Client | None = None) -> ModelConfig:
+        """The model a job will train, by name; nothing is downloaded, here or on the platform.
+
+        - A built-in model (llama-tiny, llama-2-7b, llama-2-13b, llama-2-70b) or one of your uploads,
+          "model:<id>" (what `Client.upload_model` and `starverse model upload DIR` answer), is taken as it is.
+        - A Hugging Face Hub id ("org/name") trains only if the platform's Hugging Face cache holds it.
+          With a client at hand (`client=`, or the cluster of an enclosing `cluster.mixed_mesh()`), the
+          platform is asked now (GET /api/v1/models/?name=...) and a ValidationError says what to do
+          (upload the folder and use its model:<id>); without one, the platform's 400 when the job is
+          quoted does. A Hub id is never swapped for a built-in model of the same architecture.
+        """
+        client = client or (_current_cluster[-1].client if _current_cluster else None)
+        if client is not None and is_hub_id(name):
+            client.find_model(name)
         return cls(name=name)
+
+
+def is_hub_id(name: str) -> bool:
+    """Whether a model name is a Hugging Face Hub id (org/name) rather than a platform name."""
+    return "/" in name and not name.startswith("model:")
 
 
 @dataclass

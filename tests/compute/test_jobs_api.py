@@ -48,15 +48,16 @@ def test_a_quote_returns_the_plan_and_the_single_type_baseline(api_as, alice, on
     assert plan["baseline"] and plan["speedup_vs_baseline"] > 1
 
 
-def test_the_article_alias_is_planned_exactly_like_the_built_in_model(api_as, alice, online_fleet):
+def test_a_hub_id_is_never_quietly_replaced_by_a_catalog_model(api_as, alice, online_fleet, tmp_path, monkeypatch):
+    """Not in the platform's Hugging Face cache: a 400 naming the id and how to upload it, nothing launched."""
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "empty-hf-home"))
     api = api_as(alice)
-
-    def quote(model):
-        return api.post("/api/v1/quotes/", {**SPEC, "model": model, "max_budget": "100000"}, format="json")
-
-    alias, canonical = quote("meta-llama/Llama-2-70b-hf"), quote("llama-2-70b")
-    assert (alias.status_code, alias.json()) == (canonical.status_code, canonical.json())
-    assert "Unknown model" not in str(alias.json())
+    for path in ("/api/v1/quotes/", "/api/v1/jobs/"):
+        answer = api.post(path, {**SPEC, "model": "meta-llama/Llama-2-70b-hf", "max_budget": "100000"}, format="json")
+        assert answer.status_code == 400
+        message = answer.json()["errors"]["model"][0]
+        assert "'meta-llama/Llama-2-70b-hf'" in message and "starverse model upload" in message
+    assert not Job.objects.exists()
 
 
 @pytest.mark.parametrize(

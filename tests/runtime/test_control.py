@@ -55,8 +55,8 @@ def test_checkpoint_and_stop_requests_are_honoured_by_all_ranks_at_the_same_step
     for step in (asked_at, stopped_at):
         shards = sorted(p.name for p in (tmp_path / "checkpoints" / f"step-{step}" / "ds").glob("*optim_states.pt"))
         assert len(shards) == 2, shards  # both ranks saved at that very step
-    # "export": false from rank 0 reached every rank: nobody gathered weights for model.pt.
-    assert not (tmp_path / "checkpoints" / f"step-{stopped_at}" / "model.pt").exists()
+    # "export": false from rank 0 reached every rank: nobody gathered weights to export.
+    assert not (tmp_path / "checkpoints" / f"step-{stopped_at}" / "model").exists()
 
 
 def test_a_rank_that_fails_exits_non_zero_with_its_traceback(tmp_path):

@@ -1,4 +1,6 @@
-"""Uploaded datasets are checked on upload; all data is addressed by global sample index."""
+"""Uploaded datasets are checked on upload; all data is addressed by global sample index.
+
+Each kind's line-by-line rules are in test_records.py; these are the upload's file-level checks."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import pytest
 import torch
 
 from workers.modelspecs import resolve_model
-from workers.runtime.data import ByteCorpus, SyntheticCorpus, open_corpus, shard
+from workers.runtime.data import SyntheticCorpus, open_corpus, shard
 from workers.runtime.datasets import DatasetError, read_corpus, validate_dataset_file
 
 LIMIT = 1 << 20
@@ -22,20 +24,31 @@ def write(tmp_path, name: str, content: bytes):
     return path
 
 
-def test_a_text_file_is_accepted_with_its_non_blank_lines_counted(tmp_path):
+def test_a_text_file_is_accepted_with_a_record_per_non_blank_line(tmp_path):
     path = write(tmp_path, "corpus.txt", "first line\n\nsecond line é\nthird\n".encode())
-    assert validate_dataset_file(path, LIMIT) == ("text", 3)
+    assert validate_dataset_file(path, LIMIT) == (
+        "text",
+        [{"text": t} for t in ["first line", "second line é", "third"]],
+    )
 
 
-def test_a_jsonl_file_is_accepted_with_its_records_counted(tmp_path):
+def test_a_jsonl_file_is_accepted_with_its_records(tmp_path):
     lines = [json.dumps({"text": "hello"}), "", json.dumps({"text": "world", "id": 2})]
     path = write(tmp_path, "data.jsonl", "\n".join(lines).encode())
-    assert validate_dataset_file(path, LIMIT) == ("jsonl", 2)
+    assert validate_dataset_file(path, LIMIT) == ("jsonl", [{"text": "hello"}, {"text": "world", "id": 2}])
 
 
 def test_jsonl_is_recognised_without_its_extension(tmp_path):
     path = write(tmp_path, "upload.bin", b'{"text": "a"}\n{"text": "b"}\n')
-    assert validate_dataset_file(path, LIMIT) == ("jsonl", 2)
+    assert validate_dataset_file(path, LIMIT) == ("jsonl", [{"text": "a"}, {"text": "b"}])
+
+
+def test_chat_and_completion_files_are_accepted(tmp_path):
+    chat = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}
+    path = write(tmp_path, "chat.jsonl", json.dumps(chat).encode())
+    assert validate_dataset_file(path, LIMIT) == ("chat", [chat])
+    path = write(tmp_path, "pairs.jsonl", b'{"prompt": "2+2=", "completion": "4"}\n')
+    assert validate_dataset_file(path, LIMIT) == ("completion", [{"prompt": "2+2=", "completion": "4"}])
 
 
 @pytest.mark.parametrize("content", [b"", b"  \n\n\t\n"])
@@ -56,13 +69,13 @@ def test_a_file_that_is_not_utf8_is_refused(tmp_path):
 
 def test_a_malformed_jsonl_line_is_refused_by_number(tmp_path):
     content = b'{"text": "ok"}\n\n{"text": "broken"\n'
-    with pytest.raises(DatasetError, match="Line 3 is not valid JSON"):
+    with pytest.raises(DatasetError, match="Line 3: not valid JSON"):
         validate_dataset_file(write(tmp_path, "bad.jsonl", content), LIMIT)
 
 
 def test_a_jsonl_record_without_text_is_refused_by_number(tmp_path):
-    content = b'{"text": "ok"}\n{"prompt": "no text field"}\n'
-    with pytest.raises(DatasetError, match='Line 2 must be a JSON object with a string "text"'):
+    content = b'{"text": "ok"}\n{"body": "no text field"}\n'
+    with pytest.raises(DatasetError, match='Line 2: a record needs a "text" field'):
         validate_dataset_file(write(tmp_path, "bad.jsonl", content), LIMIT)
 
 
@@ -86,34 +99,20 @@ def test_jsonl_is_trained_on_its_texts_only(tmp_path):
     assert read_corpus(path) == b"ab\ncd"
 
 
-def test_bytes_become_token_ids_in_windows_of_seq_len_plus_one(tmp_path):
-    corpus = ByteCorpus(bytes(range(100)), vocab=512, seq_len=8, seed=1)
-    batch = corpus.batch(0, corpus.windows)
-    assert batch.shape == (corpus.windows, 9)
-    starts = sorted(int(row[0]) for row in batch)
-    assert starts == [8 * w for w in range(corpus.windows)]  # each window once per epoch
-    assert all(torch.equal(row, torch.arange(int(row[0]), int(row[0]) + 9)) for row in batch)
-
-
-def test_a_text_shorter_than_a_sample_is_repeated():
-    batch = ByteCorpus(b"abc", vocab=512, seq_len=8, seed=1).batch(0, 2)
-    assert batch.shape == (2, 9)
-    assert bytes(batch[0, :3].tolist()) == b"abc"
-
-
 def test_synthetic_samples_depend_only_on_their_global_index():
     corpus = SyntheticCorpus(vocab=512, seq_len=16, seed=7)
-    whole = corpus.batch(0, 8)
-    assert torch.equal(corpus.batch(3, 5), whole[3:])
-    assert torch.equal(SyntheticCorpus(512, 16, 7).batch(5, 1), whole[5:6])
-    assert not torch.equal(SyntheticCorpus(512, 16, 8).batch(0, 8), whole)
+    whole, mask = corpus.batch(0, 8)
+    assert mask.all()
+    assert torch.equal(corpus.batch(3, 5)[0], whole[3:])
+    assert torch.equal(SyntheticCorpus(512, 16, 7).batch(5, 1)[0], whole[5:6])
+    assert not torch.equal(SyntheticCorpus(512, 16, 8).batch(0, 8)[0], whole)
     assert int(whole.max()) < 512 and int(whole.min()) >= 0
 
 
 def test_open_corpus_reads_an_uploaded_file(tmp_path):
     path = write(tmp_path, "corpus.txt", b"hello world\n" * 20)
-    batch = open_corpus(str(path), resolve_model("llama-tiny"), seed=1).batch(0, 2)
-    assert batch.shape == (2, 65)
+    ids, mask = open_corpus(str(path), resolve_model("llama-tiny"), seed=1).batch(0, 2)
+    assert ids.shape == mask.shape == (2, 65)
 
 
 def test_ranks_take_consecutive_slices_of_each_global_batch():

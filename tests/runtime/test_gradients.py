@@ -1,4 +1,8 @@
-"""Uneven micro-batches give exactly the gradient of the whole global batch."""
+"""Uneven micro-batches, with uneven numbers of loss tokens, give exactly the gradient of the whole batch.
+
+Each rank weights its summed token loss by the global batch's number of target tokens (masked
+tokens left out), for full training and for a LoRA adapter alike.
+"""
 
 from __future__ import annotations
 
@@ -9,41 +13,50 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
+from tests.runtime.grad_worker import MaskedCorpus
 from workers.modelspecs import resolve_model
-from workers.runtime.data import SyntheticCorpus
-from workers.runtime.engine import build_model
+from workers.runtime.hfmodel import ModelSource, build_model, token_loss_sum
 from workers.runtime.local import REPO, LocalJob, job_launches
-from workers.runtime.model import token_loss_sum
 
 WORKER = Path(__file__).with_name("grad_worker.py")
 MICRO_BATCHES = [1, 2, 5]
-STAGES = (0, 2)
+CASES = (("full", 0), ("full", 2), ("lora", 0))
 SEED = 1234
+SPEC = resolve_model("llama-tiny")
 
 
-def reference_gradients() -> dict[str, torch.Tensor]:
-    """One process, the same 8 samples, the plain mean token loss."""
-    spec = resolve_model("llama-tiny")
-    model = build_model(spec, SEED)
-    batch = SyntheticCorpus(spec.vocab_size, spec.seq_len, SEED).batch(0, sum(MICRO_BATCHES))
-    (token_loss_sum(model, batch) / batch[:, 1:].numel()).backward()
-    return {name: p.grad for name, p in model.named_parameters()}
+def source(mode: str) -> ModelSource:
+    return ModelSource.from_launch({**SPEC.as_dict(), "mode": mode, "lora": {"r": 4, "alpha": 8, "dropout": 0.0}})
 
 
-def run_ranks(tmp_path: Path) -> None:
-    launches = job_launches(MICRO_BATCHES, tmp_path, model=resolve_model("llama-tiny").as_dict(), seed=SEED)
+def reference_gradients(mode: str) -> dict[str, torch.Tensor]:
+    """One process, the same 8 samples, the plain mean loss over their target tokens."""
+    model = build_model(source(mode), SEED)
+    ids, mask = MaskedCorpus(SPEC.vocab_size, SPEC.seq_len, SEED).batch(0, sum(MICRO_BATCHES))
+    loss_sum, tokens = token_loss_sum(model, ids, mask)
+    (loss_sum / tokens).backward()
+    return {name: p.grad for name, p in model.named_parameters() if p.requires_grad}
+
+
+@pytest.fixture(scope="module")
+def rank_gradients(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("grads")
+    launches = job_launches(MICRO_BATCHES, out, model=SPEC.as_dict(), seed=SEED)
     procs = []
     for launch in launches:
-        config = tmp_path / f"launch-{launch.rank}.json"
+        config = out / f"launch-{launch.rank}.json"
         config.write_text(json.dumps(dataclasses.asdict(launch)))
         env = {**os.environ, **LocalJob._dist_env(launch), "PYTHONPATH": str(REPO), "DS_ACCELERATOR": "cpu"}
-        cmd = [sys.executable, str(WORKER), str(config), str(tmp_path), ",".join(map(str, STAGES))]
+        cases = ",".join(f"{mode}:{stage}" for mode, stage in CASES)
+        cmd = [sys.executable, str(WORKER), str(config), str(out), cases]
         procs.append(subprocess.Popen(cmd, env=env, cwd=REPO, stderr=subprocess.PIPE, text=True))
     for proc in procs:
-        _, err = proc.communicate(timeout=120)
+        _, err = proc.communicate(timeout=180)
         assert proc.returncode == 0, err[-3000:]
+    return out
 
 
 def flat(grads: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -51,33 +64,33 @@ def flat(grads: dict[str, torch.Tensor]) -> torch.Tensor:
 
 
 def relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
-    return ((got - want).norm() / want.norm()).item()
+    """|got - want| / |want|; a zero reference (LoRA's A matrices while B is still zero) must be met exactly."""
+    return ((got - want).norm() / want.norm().clamp_min(1e-30)).item()
 
 
-def test_uneven_micro_batches_give_the_full_batch_gradient_at_zero_stages_0_and_2(tmp_path):
-    run_ranks(tmp_path)
-    want = reference_gradients()
-    for stage in STAGES:
-        for rank in range(len(MICRO_BATCHES)):
-            got = torch.load(tmp_path / f"grads-stage{stage}-rank{rank}.pt")
-            assert got.keys() == want.keys()
-            whole = relative_error(flat(got), flat(want))
-            worst = max(want, key=lambda name: relative_error(got[name], want[name]))
-            # fp32 sums over 512 tokens in another order: ~1e-7 overall, under 1e-6 per tensor.
-            assert whole < 1e-6, (stage, rank, whole)
-            assert relative_error(got[worst], want[worst]) < 2e-6, (stage, rank, worst)
+@pytest.mark.parametrize(("mode", "stage"), CASES)
+def test_uneven_micro_batches_give_the_whole_batch_gradient(rank_gradients, mode, stage):
+    want = reference_gradients(mode)
+    for rank in range(len(MICRO_BATCHES)):
+        got = torch.load(rank_gradients / f"grads-{mode}-stage{stage}-rank{rank}.pt")
+        assert got.keys() == want.keys()
+        whole = relative_error(flat(got), flat(want))
+        worst = max(want, key=lambda name: relative_error(got[name], want[name]))
+        # fp32 sums in another order: ~1e-7 overall, a few 1e-6 at most per tensor.
+        assert whole < 1e-6, (mode, stage, rank, whole)
+        assert relative_error(got[worst], want[worst]) < 5e-6, (mode, stage, rank, worst)
 
 
-def test_an_even_split_would_not_pass_this_check():
-    """The tolerance is meaningful: weighting ranks equally (mean of per-rank means) is off."""
-    spec = resolve_model("llama-tiny")
-    corpus = SyntheticCorpus(spec.vocab_size, spec.seq_len, SEED)
-    want = reference_gradients()
-    model = build_model(spec, SEED)
+def test_weighting_ranks_by_samples_instead_of_loss_tokens_would_not_pass_this_check():
+    """The tolerance is meaningful: the mean of per-rank mean losses is off when loss tokens differ."""
+    corpus = MaskedCorpus(SPEC.vocab_size, SPEC.seq_len, SEED)
+    want = reference_gradients("full")
+    model = build_model(source("full"), SEED)
     start = 0
     for count in MICRO_BATCHES:
-        batch = corpus.batch(start, count)
-        (token_loss_sum(model, batch) / batch[:, 1:].numel() / len(MICRO_BATCHES)).backward()
+        ids, mask = corpus.batch(start, count)
+        loss_sum, tokens = token_loss_sum(model, ids, mask)
+        (loss_sum / tokens * count / sum(MICRO_BATCHES)).backward()
         start += count
     got = {name: p.grad for name, p in model.named_parameters()}
     assert max(relative_error(got[name], want[name]) for name in want) > 1e-3

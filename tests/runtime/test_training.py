@@ -13,10 +13,9 @@ from pathlib import Path
 from statistics import mean
 
 import pytest
-import torch
 
+from workers.modelspecs import resolve_model
 from workers.runtime.local import metrics
-from workers.runtime.model import LlamaModel, spec_from_dict
 
 from .conftest import TINY, run_job
 
@@ -88,16 +87,19 @@ def test_checkpoints_are_reported_and_published_whole(jobs):
     assert (root / "step-15" / "universal" / "zero").is_dir()  # converted for job B
 
 
-def test_the_final_model_is_a_plain_state_dict_with_its_config(jobs):
+def test_the_final_model_is_a_hugging_face_model_with_its_config(jobs):
+    from transformers import AutoModelForCausalLM
+
     _, b = jobs
     done = [e for e in b.events(0) if e["event"] == "done"]
     assert done[0]["step"] == 60 and not done[0]["stopped"]
     final = Path(done[0]["path"])
     assert final.name == "step-60"
-    config = json.loads((final / "config.json").read_text())
-    model = LlamaModel(spec_from_dict(config))
-    model.load_state_dict(torch.load(final / "model.pt", weights_only=True), strict=True)
-    assert config["parameters"] == TINY_PARAMETERS and config["step"] == 60
-
-
-TINY_PARAMETERS = spec_from_dict(TINY).parameters
+    model = AutoModelForCausalLM.from_pretrained(final / "model")
+    assert type(model).__name__ == "LlamaForCausalLM"
+    assert sum(p.numel() for p in model.parameters()) == resolve_model("llama-tiny").parameters
+    assert sorted(p.name for p in (final / "model").iterdir()) == [
+        "config.json",
+        "generation_config.json",
+        "model.safetensors",
+    ]

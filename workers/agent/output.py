@@ -32,6 +32,7 @@ EVENT_FIELDS = {
         "t",
     ),
     ReportKind.CHECKPOINT: ("step", "path", "seconds", "stopping", "t"),
+    ReportKind.EVAL: ("step", "eval_loss", "eval_tokens", "t"),
 }
 DONE = "done"
 

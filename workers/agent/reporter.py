@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 Key = tuple[int, int]  # (job_id, epoch)
 MAX_QUEUE = 5000
 MAX_BATCH = 1000
-_DROP_ORDER = (ReportKind.LOG, ReportKind.METRIC, ReportKind.CHECKPOINT)
+_DROP_ORDER = (ReportKind.LOG, ReportKind.METRIC, ReportKind.EVAL, ReportKind.CHECKPOINT)
 
 
 class Reporter:

@@ -81,11 +81,15 @@ class PollSerializer(serializers.Serializer):
 
 
 class ReportItemSerializer(serializers.Serializer):
-    kind = serializers.ChoiceField(choices=[ReportKind.METRIC, ReportKind.LOG, ReportKind.CHECKPOINT, ReportKind.EXIT])
+    kind = serializers.ChoiceField(
+        choices=[ReportKind.METRIC, ReportKind.LOG, ReportKind.CHECKPOINT, ReportKind.EVAL, ReportKind.EXIT]
+    )
     rank = serializers.IntegerField(min_value=0, max_value=4096)
     t = serializers.FloatField(required=False)
     step = serializers.IntegerField(min_value=0, required=False)
-    loss = serializers.FloatField(required=False)
+    loss = serializers.FloatField(required=False, allow_null=True)
+    eval_loss = serializers.FloatField(required=False, allow_null=True)
+    eval_tokens = serializers.IntegerField(min_value=0, required=False)
     tokens = serializers.IntegerField(min_value=0, required=False)
     tokens_total = serializers.IntegerField(min_value=0, required=False)
     tokens_per_s = serializers.FloatField(min_value=0, required=False)
@@ -103,6 +107,7 @@ class ReportItemSerializer(serializers.Serializer):
         ReportKind.METRIC: ("step", "loss"),
         ReportKind.LOG: ("line",),
         ReportKind.CHECKPOINT: ("step", "path"),
+        ReportKind.EVAL: ("step", "eval_loss"),
         ReportKind.EXIT: ("code",),
     }
 

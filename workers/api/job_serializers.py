@@ -12,10 +12,11 @@ from rest_framework import serializers
 
 from base.api.fields import MoneyField, MoneyInputField
 from base.money import format_amount, to_micros
-from workers.choices import Policy
-from workers.models import ChipType, Dataset, Job, JobEvent, JobLogLine, JobMigration
-from workers.modelspecs import UnknownModel, resolve_model
+from workers.choices import Policy, TrainingMode
+from workers.hfconfig import lora_settings
+from workers.models import ChipType, Dataset, Job, JobEval, JobEvent, JobLogLine, JobMigration
 from workers.planner import Plan
+from workers.services.models import ModelUnavailable, resolve_model_source
 from workers.spec import JobSpec
 
 MONEY_KEYS = ("price_per_hour", "price_per_million_tokens", "total_cost")
@@ -40,15 +41,51 @@ def _money_as_decimals(shown: dict) -> dict:
     return shown
 
 
+class LoraSerializer(serializers.Serializer):
+    """A LoRA adapter's settings; what is left out takes the defaults shown."""
+
+    r = serializers.IntegerField(min_value=1, max_value=256, default=8, help_text="The adapter's rank")
+    alpha = serializers.IntegerField(min_value=1, max_value=4096, default=16, help_text="Scale: alpha / r")
+    dropout = serializers.FloatField(min_value=0, max_value=0.5, default=0.05)
+    target_modules = serializers.ListField(
+        child=serializers.CharField(max_length=40),
+        required=False,
+        min_length=1,
+        help_text="Linear layers to adapt by name (default: q/k/v/o_proj, gate/up/down_proj)",
+    )
+
+
 class JobSpecSerializer(serializers.Serializer):
     """What to train and under which policy and budget (shared by quotes and jobs)."""
 
     model = serializers.CharField(
-        max_length=80,
-        help_text="llama-tiny, llama-2-7b, llama-2-13b, llama-2-70b (or meta-llama/Llama-2-70b-hf)",
+        max_length=120,
+        help_text="A catalog model (llama-tiny, llama-2-7b, llama-2-13b, llama-2-70b: trained from scratch) or the "
+        "reference of a model you uploaded (model:<id>); a Hugging Face Hub id only when it is in the platform's "
+        "Hugging Face cache",
     )
     dataset = serializers.CharField(
         max_length=120, default="synthetic", help_text="'synthetic' or 'upload:<id>' of one of your datasets"
+    )
+    mode = serializers.ChoiceField(
+        choices=TrainingMode.choices, default=TrainingMode.FULL, help_text="full: every weight; lora: an adapter"
+    )
+    lora = LoraSerializer(required=False, allow_null=True, help_text="LoRA settings (mode 'lora' only)")
+    gradient_checkpointing = serializers.BooleanField(
+        default=False, help_text="Recompute activations in the backward pass: less memory, about a third slower"
+    )
+    eval_dataset = serializers.CharField(
+        max_length=120,
+        required=False,
+        allow_null=True,
+        allow_blank=True,
+        help_text="'upload:<id>' of one of your datasets to measure the held-out loss on",
+    )
+    eval_fraction = serializers.FloatField(
+        min_value=0, max_value=0.5, default=0, help_text="Or hold out this fraction of the dataset's records"
+    )
+    eval_every = serializers.IntegerField(
+        min_value=0, max_value=settings.JOB_MAX_STEPS, default=0, help_text="Steps between evals (0: at the end only)"
     )
     per_device_batch_size = serializers.IntegerField(min_value=1, max_value=settings.JOB_MAX_BATCH)
     max_steps = serializers.IntegerField(min_value=1, max_value=settings.JOB_MAX_STEPS)
@@ -77,27 +114,70 @@ class JobSpecSerializer(serializers.Serializer):
     )
 
     def validate(self, data):
+        self._validate_training(data)
         if data.get("spot") and data.get("bid") is None:
             raise serializers.ValidationError({"bid": ["A spot job needs a bid: the most it pays per chip-hour."]})
         if not data.get("spot") and data.get("bid") is not None:
             raise serializers.ValidationError({"bid": ["A bid only applies to spot jobs: set spot to true."]})
         return data
 
+    def _validate_training(self, data) -> None:
+        """LoRA settings fit the mode and the model; an eval schedule has something to evaluate."""
+        lora = data.get("lora")
+        if data.get("mode") != TrainingMode.LORA:
+            if lora:
+                raise serializers.ValidationError({"lora": ["LoRA settings apply only to mode 'lora'."]})
+        else:
+            data["lora"] = lora_settings(lora)
+            source = self.context.get("model_source")
+            known = set(source.shape.linears) if source else set()
+            unknown = sorted(set(data["lora"]["target_modules"]) - known)
+            if source and unknown:
+                raise serializers.ValidationError(
+                    {
+                        "lora": [
+                            f"Unknown target module(s) {', '.join(unknown)} for {source.name}; "
+                            f"its linear layers are {', '.join(sorted(known))}."
+                        ]
+                    }
+                )
+        if data.get("eval_dataset") and data.get("eval_fraction"):
+            raise serializers.ValidationError(
+                {"eval_fraction": ["Give an eval dataset or a held-out fraction, not both."]}
+            )
+        if data.get("eval_every") and not (data.get("eval_dataset") or data.get("eval_fraction")):
+            raise serializers.ValidationError(
+                {"eval_every": ["Nothing to evaluate: give an eval_dataset or an eval_fraction."]}
+            )
+
     def validate_model(self, value: str) -> str:
+        user = self.context["request"].user
         try:
-            return resolve_model(value).name
-        except UnknownModel as error:
+            source = resolve_model_source(value.strip(), owner=user)
+        except ModelUnavailable as error:
             raise serializers.ValidationError(str(error)) from None
+        self.context["model_source"] = source
+        return source.reference
+
+    def validate_eval_dataset(self, value: str | None) -> str | None:
+        if not value:
+            return None
+        return self._own_upload(value, "eval dataset")
 
     def validate_dataset(self, value: str) -> str:
         if value == "synthetic":
             return value
+        return self._own_upload(value, "dataset")
+
+    def _own_upload(self, value: str, what: str) -> str:
         user = self.context["request"].user
         # ASCII digits only: "²" and "٣" pass str.isdigit() but are no dataset id (int("²") raises).
         reference = UPLOAD_REFERENCE.match(value)
         if reference and Dataset.objects.filter(pk=int(reference[1]), owner=user).exists():
             return value
-        raise serializers.ValidationError(f"Unknown dataset '{value}': use 'synthetic' or 'upload:<id>' of yours.")
+        if what == "dataset":
+            raise serializers.ValidationError(f"Unknown dataset '{value}': use 'synthetic' or 'upload:<id>' of yours.")
+        raise serializers.ValidationError(f"Unknown {what} '{value}': use 'upload:<id>' of one of your datasets.")
 
     def validate_chip_counts(self, value):
         if value is None:
@@ -130,6 +210,12 @@ class JobSpecSerializer(serializers.Serializer):
             spot_bid_per_hour=to_micros(data["bid"]) if data.get("bid") is not None else None,
             allow_on_demand=data.get("allow_on_demand", True),
             allow_other_chips=data.get("allow_other_chips", True),
+            mode=data.get("mode", TrainingMode.FULL),
+            lora=data.get("lora"),
+            gradient_checkpointing=data.get("gradient_checkpointing", False),
+            eval_dataset_upload_id=int(data["eval_dataset"][7:]) if data.get("eval_dataset") else None,
+            eval_fraction=data.get("eval_fraction", 0.0),
+            eval_every=data.get("eval_every", 0),
         )
 
 
@@ -171,6 +257,10 @@ class JobSerializer(serializers.ModelSerializer):
     migrations = JobMigrationSerializer(many=True, read_only=True)
     plan = serializers.SerializerMethodField()
     progress = serializers.FloatField(read_only=True)
+    eval_dataset = serializers.SerializerMethodField(help_text="'upload:<id>' of the eval dataset, or null")
+
+    def get_eval_dataset(self, job: Job) -> str | None:
+        return f"upload:{job.eval_dataset_upload_id}" if job.eval_dataset_upload_id else None
 
     class Meta:
         model = Job
@@ -191,6 +281,12 @@ class JobSerializer(serializers.ModelSerializer):
             "bid",
             "allow_on_demand",
             "allow_other_chips",
+            "mode",
+            "lora",
+            "gradient_checkpointing",
+            "eval_dataset",
+            "eval_fraction",
+            "eval_every",
             "cost",
             "migrations",
             "epoch",
@@ -198,6 +294,7 @@ class JobSerializer(serializers.ModelSerializer):
             "progress",
             "loss",
             "first_loss",
+            "eval_loss",
             "tokens_per_s",
             "latest_checkpoint_step",
             "plan",
@@ -217,6 +314,13 @@ class JobSerializer(serializers.ModelSerializer):
         else:
             charged = job.allocations.aggregate(total=Sum("charged_total"))["total"]
         return format_amount(charged or 0)
+
+
+class JobEvalSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = JobEval
+        fields = ["step", "eval_loss", "eval_tokens", "epoch", "created_at"]
+        read_only_fields = fields
 
 
 class JobEventSerializer(serializers.ModelSerializer):

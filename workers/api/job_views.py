@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from django.db.models import Sum
-from django.http import FileResponse, Http404
+from django.http import FileResponse, Http404, StreamingHttpResponse
 from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import ErrorDetail, ValidationError
+from rest_framework.exceptions import ErrorDetail, NotFound, ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -32,6 +32,7 @@ from workers.services.datasets import DatasetRejected, store_dataset
 from workers.services.launch import LaunchRefused, fleet_refusal, launch, refusal_of
 from workers.services.lifecycle import cancel as cancel_job
 from workers.services.metrics import job_metrics
+from workers.services.model_download import MergedNotApplicable, ModelNotReady, model_download
 from workers.services.planning import quote
 from workers.spec import JobSpec
 
@@ -224,6 +225,30 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     def artifacts(self, request, pk=None):
         job = self.get_object()
         return Response([{**a.__dict__, "url": artifact_url(request, job, a.path)} for a in list_artifacts(job)])
+
+    @extend_schema(
+        summary="Download the trained model",
+        description=(
+            "The final (or stop) model in Hugging Face format as one tar: config.json, generation_config.json, "
+            "model.safetensors (sharded with an index when large), the tokenizer files and a README.md model card. "
+            "A LoRA job sends its peft adapter (adapter_config.json, adapter_model.safetensors); `merged=true` "
+            "sends the base model with the adapter merged in. 404 `model_not_ready` while none is exported."
+        ),
+        parameters=[OpenApiParameter("merged", bool, description="LoRA jobs: the merged full weights.")],
+        responses={(200, "application/x-tar"): OpenApiTypes.BINARY, **errors(400, *READ_ERRORS)},
+    )
+    @action(detail=True, url_path="model")
+    def model(self, request, pk=None):
+        merged = request.query_params.get("merged", "").lower() in ("1", "true", "yes")
+        try:
+            download = model_download(self.get_object(), merged=merged)
+        except MergedNotApplicable as error:
+            raise ValidationError({"merged": [str(error)]}, code="merged_not_applicable") from None
+        except ModelNotReady as error:
+            raise NotFound(str(error), code="model_not_ready") from None
+        response = StreamingHttpResponse(download.stream(), content_type="application/x-tar")
+        response["Content-Disposition"] = f'attachment; filename="{download.filename}"'
+        return response
 
     @extend_schema(
         summary="Download an artifact",

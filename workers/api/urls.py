@@ -1,12 +1,13 @@
 from django.urls import path, re_path
 from rest_framework.routers import DefaultRouter
 
-from workers.api import agent_views, job_views
+from workers.api import agent_views, job_views, model_views
 
 router = DefaultRouter(trailing_slash=True)
 router.include_root_view = False
 router.register("jobs", job_views.JobViewSet, basename="job")
 router.register("datasets", job_views.DatasetViewSet, basename="dataset")
+router.register("models", model_views.ModelViewSet, basename="model")
 
 urlpatterns = [
     path("quotes/", job_views.QuoteView.as_view(), name="api-quotes"),

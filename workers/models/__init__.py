@@ -1,9 +1,11 @@
 from workers.models.agents import AgentCommand, EnrollmentToken, hash_secret, new_node_token
 from workers.models.fleet import REFERENCE_CHIP, ChipType, Node, Pool
+from workers.models.hfmodels import UploadedModel
 from workers.models.jobs import (
     Allocation,
     Dataset,
     Job,
+    JobEval,
     JobEvent,
     JobLogLine,
     JobMetric,
@@ -20,6 +22,7 @@ __all__ = [
     "Dataset",
     "EnrollmentToken",
     "Job",
+    "JobEval",
     "JobEvent",
     "JobLogLine",
     "JobMigration",
@@ -30,6 +33,7 @@ __all__ = [
     "Node",
     "Pool",
     "RankExit",
+    "UploadedModel",
     "hash_secret",
     "new_node_token",
 ]

@@ -7,7 +7,7 @@ from django.db import models
 from django.db.models import Q
 
 from base.money import format_amount
-from workers.choices import AllocationMode, DatasetKind, JobEventKind, JobStatus, Policy
+from workers.choices import AllocationMode, DatasetKind, JobEventKind, JobStatus, Policy, TrainingMode
 from workers.models.fields import PlanField
 
 
@@ -16,7 +16,7 @@ class Dataset(models.Model):
 
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="datasets")
     name = models.CharField(max_length=120)
-    kind = models.CharField(max_length=8, choices=DatasetKind.choices)
+    kind = models.CharField(max_length=16, choices=DatasetKind.choices)
     file = models.FileField(upload_to="datasets/%Y/%m/")
     size_bytes = models.PositiveBigIntegerField()
     samples = models.PositiveIntegerField()
@@ -38,7 +38,7 @@ class Job(models.Model):
 
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs")
     name = models.CharField(max_length=120, blank=True)
-    model_name = models.CharField(max_length=80)
+    model_name = models.CharField(max_length=200)  # a catalog name, model:<id>, or a cached Hub id
     dataset = models.CharField(max_length=120, default="synthetic")
     dataset_upload = models.ForeignKey(Dataset, null=True, blank=True, on_delete=models.PROTECT, related_name="jobs")
     per_device_batch_size = models.PositiveIntegerField()
@@ -53,6 +53,16 @@ class Job(models.Model):
     spot_bid_per_hour = models.BigIntegerField(null=True, blank=True, help_text="micro-units per chip-hour")
     allow_on_demand = models.BooleanField(default=True)
     allow_other_chips = models.BooleanField(default=True)
+    # How it trains: every weight, or a LoRA adapter ({"r", "alpha", "dropout", "target_modules"}) on a frozen base.
+    mode = models.CharField(max_length=8, choices=TrainingMode.choices, default=TrainingMode.FULL)
+    lora = models.JSONField(null=True, blank=True)
+    gradient_checkpointing = models.BooleanField(default=False)
+    # Held-out loss: an eval dataset of the owner's, or a fraction of the training records; every N steps.
+    eval_dataset_upload = models.ForeignKey(
+        Dataset, null=True, blank=True, on_delete=models.PROTECT, related_name="eval_jobs"
+    )
+    eval_fraction = models.FloatField(default=0)
+    eval_every = models.PositiveIntegerField(default=0)
     # Chips an on-demand job is waiting for that spot allocations hold now: {slug: count}. The auction
     # takes them out of spot capacity, so the lowest bids are reclaimed first.
     waiting_for = models.JSONField(null=True, blank=True)
@@ -71,6 +81,7 @@ class Job(models.Model):
     tokens = models.PositiveBigIntegerField(default=0)
     loss = models.FloatField(null=True, blank=True)
     first_loss = models.FloatField(null=True, blank=True)
+    eval_loss = models.FloatField(null=True, blank=True)
     tokens_per_s = models.FloatField(null=True, blank=True)
     latest_checkpoint = models.CharField(max_length=500, blank=True)
     latest_checkpoint_step = models.PositiveIntegerField(null=True, blank=True)
@@ -177,7 +188,7 @@ class JobMetric(models.Model):
     epoch = models.PositiveIntegerField()
     rank = models.PositiveSmallIntegerField()
     step = models.PositiveIntegerField()
-    loss = models.FloatField()
+    loss = models.FloatField(null=True)  # None: the step's batch had no target tokens
     tokens_per_s = models.FloatField()
     step_time_s = models.FloatField(default=0)
     samples_seen = models.PositiveBigIntegerField(default=0)
@@ -192,7 +203,25 @@ class JobMetric(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"job {self.job_id} rank {self.rank} step {self.step}: loss {self.loss:.4f}"
+        return f"job {self.job_id} rank {self.rank} step {self.step}: loss {self.loss}"
+
+
+class JobEval(models.Model):
+    """The held-out loss after a step: mean cross-entropy over the eval records' target tokens."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="evals")
+    epoch = models.PositiveIntegerField()
+    step = models.PositiveIntegerField()
+    eval_loss = models.FloatField()
+    eval_tokens = models.PositiveBigIntegerField()
+    created_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["step"]
+        constraints = [models.UniqueConstraint(fields=["job", "step"], name="one_eval_per_job_step")]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} step {self.step}: eval loss {self.eval_loss:.4f}"
 
 
 class JobLogLine(models.Model):
@@ -214,7 +243,7 @@ class JobLogLine(models.Model):
 class MeasuredThroughput(models.Model):
     """What the platform has measured a chip type do on a model (tokens/s per chip)."""
 
-    model_name = models.CharField(max_length=80)
+    model_name = models.CharField(max_length=200)  # a catalog name, model:<id>, or a cached Hub id
     chip_type = models.ForeignKey("workers.ChipType", on_delete=models.CASCADE, related_name="+")
     simulated = models.BooleanField(default=False)
     tokens_per_s = models.FloatField()

@@ -4,8 +4,10 @@ Per rank, with N parameters, n data-parallel ranks, ZeRO stage z and micro-batch
 
     bytes = model_state(z, n) + gather_buffer(z) + m * activations_per_sample + RESERVED
 
-model_state: bf16 weights 2N, bf16 gradients 2N, Adam 12N (fp32 master weights, m and v);
-ZeRO-1 shards the 12N across the n ranks, ZeRO-2 also the gradients, ZeRO-3 also the weights:
+model_state: bf16 weights 2N, bf16 gradients 2T, Adam 12T (fp32 master weights, m and v) for the
+T parameters that train (T = N in full training, the adapter's size under LoRA, whose frozen base
+has neither gradients nor optimizer state); ZeRO-1 shards the 12T across the n ranks, ZeRO-2 also
+the gradients, ZeRO-3 also the weights. In full training:
 
     z=0: 16N      z=1: 4N + 12N/n      z=2: 2N + 14N/n      z=3: 16N/n
 
@@ -36,20 +38,21 @@ GIB = 1024**3
 RESERVED_BYTES = GIB
 WEIGHT_BYTES, GRAD_BYTES, ADAM_BYTES = 2, 2, 12
 ZERO_STAGES = (0, 1, 2, 3)
-_STATE_BYTES = WEIGHT_BYTES + GRAD_BYTES + ADAM_BYTES
-# Bytes per parameter that each stage spreads across the ranks instead of replicating.
-_SHARDED_BYTES = {0: 0, 1: ADAM_BYTES, 2: ADAM_BYTES + GRAD_BYTES, 3: _STATE_BYTES}
 
 
-def model_state_bytes(params: int, stage: int, ranks: int) -> float:
+def model_state_bytes(params: int, stage: int, ranks: int, trainable: int | None = None) -> float:
     """Weights, gradients and Adam states held by one rank at this ZeRO stage."""
-    sharded = _SHARDED_BYTES[stage]
-    return params * (_STATE_BYTES - sharded) + params * sharded / ranks
+    trainable = params if trainable is None else trainable
+    weights = WEIGHT_BYTES * params / (ranks if stage >= 3 else 1)
+    grads = GRAD_BYTES * trainable / (ranks if stage >= 2 else 1)
+    adam = ADAM_BYTES * trainable / (ranks if stage >= 1 else 1)
+    return weights + grads + adam
 
 
 @functools.cache
-def _parameters(model: ModelSpec) -> int:
-    return model.parameters  # a computed property: the search asks for it thousands of times
+def _parameters(model: ModelSpec) -> tuple[int, int]:
+    """(all, trainable): computed properties the search asks for thousands of times."""
+    return model.parameters, model.trainable
 
 
 @functools.cache
@@ -57,7 +60,7 @@ def gather_buffer_bytes(model: ModelSpec, stage: int) -> int:
     """ZeRO-3 materialises whole units of weights while they compute; other stages hold them anyway."""
     if stage < 3:
         return 0
-    per_layer = (_parameters(model) - 2 * model.vocab_size * model.hidden_size) // max(model.num_layers, 1)
+    per_layer = (_parameters(model)[0] - 2 * model.vocab_size * model.hidden_size) // max(model.num_layers, 1)
     largest_unit = max(per_layer, model.vocab_size * model.hidden_size)
     return 2 * WEIGHT_BYTES * largest_unit
 
@@ -74,7 +77,8 @@ def activation_bytes_per_sample(model: ModelSpec) -> int:
 
 def fixed_bytes(model: ModelSpec, stage: int, ranks: int) -> float:
     """Everything on a rank except its micro-batch's activations."""
-    return model_state_bytes(_parameters(model), stage, ranks) + gather_buffer_bytes(model, stage) + RESERVED_BYTES
+    params, trainable = _parameters(model)
+    return model_state_bytes(params, stage, ranks, trainable) + gather_buffer_bytes(model, stage) + RESERVED_BYTES
 
 
 def rank_bytes(model: ModelSpec, stage: int, ranks: int, micro_batch: int) -> float:

@@ -23,6 +23,10 @@ from workers.protocol import RankLaunch  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 STANDBY_READY = "standby ready"
+# A rank reads only local model files: nothing is ever fetched from the Hugging Face Hub. Set before
+# huggingface_hub is imported (it reads them once).
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
 def load_launch(path: str | Path) -> RankLaunch:
@@ -50,7 +54,11 @@ def standby() -> int:
     instead of the ~5 s these imports take. End of input (the agent is gone) ends it quietly.
     """
     import deepspeed  # noqa: F401
+    import peft  # noqa: F401
     import torch._dynamo  # noqa: F401  (torch.optim imports it on first use: half of the start-up)
+    import transformers.models.llama.modeling_llama  # noqa: F401  (the model classes load lazily: seconds)
+    import transformers.models.mistral.modeling_mistral  # noqa: F401
+    import transformers.models.qwen2.modeling_qwen2  # noqa: F401
 
     from workers.runtime import train  # noqa: F401
 

@@ -8,7 +8,11 @@ Layout of `checkpoint_dir`:
       ds/                   DeepSpeed's own checkpoint (tag "ds": model states + ZeRO shards)
       rng-<rank>.pt         each rank's RNG states
       universal/            added on demand: the topology-free form (see `universal.py`)
-      model.pt, config.json the plain weights the user takes home (final and stop checkpoints)
+      model/, adapter/      the weights the user takes home, in Hugging Face format (final and
+                            stop checkpoints; `export.py`)
+
+A LoRA job's DeepSpeed checkpoint holds only the adapter and its optimizer state: the frozen base
+weights come from the model's own files on every start.
 
 Every rank writes into `.tmp-step-<n>-e<epoch>/`; after a barrier rank 0 writes meta.json,
 fsyncs, renames the directory into place and only then moves `latest`, so a reader never sees
@@ -31,9 +35,10 @@ import torch.distributed as dist
 
 from workers.modelspecs import ModelSpec
 from workers.protocol import RankLaunch
+from workers.runtime import export as hf_export
 from workers.runtime import universal
 from workers.runtime.engine import Placement
-from workers.runtime.model import spec_from_dict
+from workers.runtime.hfmodel import ModelSource, spec_from_dict
 
 FORMAT = "starverse-checkpoint/1"
 DS_TAG = "ds"
@@ -49,6 +54,7 @@ class TrainState:
     step: int = 0
     samples_seen: int = 0
     loss: float | None = None
+    eval_loss: float | None = None
 
 
 @dataclass(frozen=True)
@@ -79,14 +85,20 @@ def save(engine, launch: RankLaunch, placement: Placement, state: TrainState, ex
         root.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(tmp, ignore_errors=True)
     dist.barrier()
-    engine.save_checkpoint(str(tmp), tag=DS_TAG, client_state=universal.client_state(), save_latest=False)
+    engine.save_checkpoint(
+        str(tmp),
+        tag=DS_TAG,
+        client_state=universal.client_state(),
+        save_latest=False,
+        exclude_frozen_parameters=True,  # LoRA: the base model is the user's files, never copied
+    )
     torch.save(rng_state(placement), tmp / f"rng-{placement.rank}.pt")
     weights = full_fp32_state_dict(engine) if export else None
     dist.barrier()
     if placement.rank == 0:
         spec = spec_from_dict(launch.model)
         if weights is not None:
-            export_model(tmp, weights, spec, state)
+            hf_export.export(tmp, engine.module, weights, ModelSource.from_launch(launch.model))
         _write_json(tmp / META, _meta(launch, placement, spec, state))
         _fsync_tree(tmp)
         _publish(tmp, final)
@@ -125,13 +137,15 @@ def prepare(plan: ResumePlan | None, placement: Placement, workers: int = 1) -> 
     dist.barrier()
 
 
-def load(engine, plan: ResumePlan, placement: Placement) -> TrainState:
+def load(engine, plan: ResumePlan, placement: Placement, *, lora: bool = False) -> TrainState:
     """Restore weights, optimizer and RNG; returns the state to continue from (step + 1 next)."""
     if plan.mode == UNIVERSAL_PLAIN:
         universal.load_into_plain(engine, plan.step_dir / universal.TAG)
     else:
         tag = DS_TAG if plan.mode == NATIVE else universal.TAG
-        path, _ = engine.load_checkpoint(str(plan.step_dir), tag=tag, load_lr_scheduler_states=False)
+        path, _ = engine.load_checkpoint(
+            str(plan.step_dir), tag=tag, load_lr_scheduler_states=False, load_module_strict=not lora
+        )
         if path is None:
             raise RuntimeError(f"DeepSpeed found no checkpoint under {plan.step_dir / tag}")
     restore_rng(plan.step_dir / f"rng-{placement.rank}.pt", placement)
@@ -154,27 +168,10 @@ def full_fp32_state_dict(engine) -> dict[str, torch.Tensor]:
     from deepspeed.utils import safe_get_full_fp32_param
 
     weights = {}
-    for name, param in engine.module.named_parameters():
+    for name, param in engine.module.named_parameters():  # frozen ones (a LoRA base) are held whole
         full = safe_get_full_fp32_param(param)
         weights[name] = (param.detach() if full is None else full).float().cpu().clone()
     return weights
-
-
-def export_model(directory: Path, weights: dict[str, torch.Tensor], spec: ModelSpec, state: TrainState) -> None:
-    """model.pt (a plain state_dict for `LlamaModel(spec)`) and config.json beside it."""
-    torch.save(weights, directory / "model.pt")
-    config = {
-        "architecture": "LlamaModel",
-        "module": "workers.runtime.model",
-        **spec.as_dict(),
-        "parameters": spec.parameters,
-        "dtype": "float32",
-        "step": state.step,
-        "samples_seen": state.samples_seen,
-        "tokens_seen": state.samples_seen * spec.seq_len,
-        "loss": state.loss,
-    }
-    _write_json(directory / "config.json", config)
 
 
 def rng_state(placement: Placement) -> dict:

@@ -3,25 +3,36 @@
 Every sample is a function of its global index alone, so any rank can build any slice and a
 resume on another mix (other world size, other micro-batches) continues from the recorded
 number of samples consumed without repeating or skipping one. Nothing is downloaded.
+
+A dataset file is read as records (workers.runtime.records: text, {"text"}, chat, prompt/completion),
+each tokenized with the model's own tokenizer into ids and a loss mask (assistant and completion
+tokens only), and packed into windows.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 import torch
 
 from workers.modelspecs import ModelSpec
-from workers.runtime.datasets import read_corpus
+from workers.runtime.datasets import local_path
 
 SYNTHETIC = "synthetic"
 
 
 class Corpus(Protocol):
-    """A source of (count, seq_len + 1) blocks of token ids starting at a global index."""
+    """Blocks of seq_len + 1 token ids with their loss masks, addressed by global sample index."""
 
-    def batch(self, start: int, count: int) -> torch.Tensor: ...
+    def batch(self, start: int, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(ids int64, mask bool), both (count, seq_len + 1); mask[i, t]: id t of row i is a training target."""
+        ...
+
+    def loss_tokens(self, start: int, count: int) -> int:
+        """How many targets samples [start, start + count) train on: the loss's denominator."""
+        ...
 
 
 def shard(samples_seen: int, micro_batches: list[int], rank: int) -> tuple[int, int]:
@@ -32,11 +43,98 @@ def shard(samples_seen: int, micro_batches: list[int], rank: int) -> tuple[int, 
     return samples_seen + sum(micro_batches[:rank]), micro_batches[rank]
 
 
-def open_corpus(dataset: str, spec: ModelSpec, seed: int) -> Corpus:
-    """The built-in synthetic corpus, or an uploaded text/JSONL file tokenized byte by byte."""
+@dataclass(frozen=True)
+class TrainingData:
+    """The training corpus and, when the job asked for one, the examples its eval loss is measured on."""
+
+    corpus: Corpus
+    eval_examples: list[tuple[list[int], list[bool]]] | None
+
+
+def open_data(
+    dataset: str,
+    spec: ModelSpec,
+    seed: int,
+    *,
+    tokenizer_path: str | None = None,
+    eval_dataset: str | None = None,
+    eval_fraction: float = 0.0,
+) -> TrainingData:
+    """The synthetic corpus, or a dataset file in the model's own tokens (byte-level for catalog models).
+
+    The eval set is `eval_dataset`, or a deterministic held-out `eval_fraction` of the dataset's records
+    (which training then never sees).
+    """
     if dataset == SYNTHETIC:
-        return SyntheticCorpus(spec.vocab_size, spec.seq_len, seed)
-    return ByteCorpus(read_corpus(dataset), spec.vocab_size, spec.seq_len, seed)
+        corpus = SyntheticCorpus(spec.vocab_size, spec.seq_len, seed)
+        held_out = None
+        if eval_dataset == SYNTHETIC or eval_fraction:
+            held_out = [_as_example(corpus.batch(EVAL_SYNTHETIC_FROM + i, 1)) for i in range(EVAL_SYNTHETIC_SAMPLES)]
+        if eval_dataset and eval_dataset != SYNTHETIC:
+            held_out = _eval_file(eval_dataset, spec, tokenizer_path)
+        return TrainingData(corpus, held_out)
+    from workers.runtime import records
+
+    tokenizer = records.load_tokenizer(tokenizer_path, spec.vocab_size)
+    kind, rows = records.read_records(local_path(dataset))
+    held_out = None
+    if eval_fraction and not eval_dataset:
+        rows, eval_rows = records.split_holdout(rows, eval_fraction, seed)
+        held_out = records.eval_examples([records.encode_record(r, kind, tokenizer) for r in eval_rows], spec.seq_len)
+    corpus = TokenCorpus(*records.pack((records.encode_record(r, kind, tokenizer) for r in rows), spec.seq_len), seed)
+    if eval_dataset:
+        held_out = _eval_file(eval_dataset, spec, tokenizer_path)
+    return TrainingData(corpus, held_out)
+
+
+def open_corpus(dataset: str, spec: ModelSpec, seed: int) -> Corpus:
+    """The training corpus alone (tests and benchmarks)."""
+    return open_data(dataset, spec, seed).corpus
+
+
+# Synthetic eval samples: walks of the same chain from indices training never reaches.
+EVAL_SYNTHETIC_SAMPLES, EVAL_SYNTHETIC_FROM = 16, 1 << 40
+
+
+def _eval_file(path: str, spec: ModelSpec, tokenizer_path: str | None) -> list[tuple[list[int], list[bool]]]:
+    from workers.runtime import records
+
+    tokenizer = records.load_tokenizer(tokenizer_path, spec.vocab_size)
+    kind, rows = records.read_records(local_path(path))
+    return records.eval_examples([records.encode_record(r, kind, tokenizer) for r in rows], spec.seq_len)
+
+
+def _as_example(block: tuple[torch.Tensor, torch.Tensor]) -> tuple[list[int], list[bool]]:
+    ids, mask = block
+    return ids[0].tolist(), mask[0].tolist()
+
+
+class TokenCorpus:
+    """A packed dataset: windows of seq_len + 1 ids with masks, shuffled once per epoch.
+
+    Global index i is window perm_e[i mod n] of epoch e = i // n, perm_e seeded by (seed, e), so any
+    rank can build any slice and a resume on another mix continues exactly where training stood.
+    """
+
+    def __init__(self, ids: np.ndarray, mask: np.ndarray, seed: int) -> None:
+        self.ids, self.mask, self.seed = torch.from_numpy(ids), torch.from_numpy(mask), seed
+        self.windows = self.ids.shape[0]
+        self.targets = self.mask[:, 1:].sum(1).tolist()
+        self._perm_epoch, self._perm = -1, torch.arange(self.windows)
+
+    def batch(self, start: int, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+        rows = [self._window_index(i) for i in range(start, start + count)]
+        return self.ids[rows], self.mask[rows]
+
+    def loss_tokens(self, start: int, count: int) -> int:
+        return sum(self.targets[self._window_index(i)] for i in range(start, start + count))
+
+    def _window_index(self, index: int) -> int:
+        epoch, offset = divmod(index, self.windows)
+        if epoch != self._perm_epoch:
+            self._perm = torch.randperm(self.windows, generator=_sample_generator(self.seed, -1 - epoch))
+            self._perm_epoch = epoch
+        return int(self._perm[offset])
 
 
 def _sample_generator(seed: int, index: int) -> torch.Generator:
@@ -64,7 +162,7 @@ class SyntheticCorpus:
         self.next = np.take_along_axis(targets, choice, axis=1)
         self.vocab, self.length, self.resolution, self.seed = vocab, seq_len + 1, resolution, seed
 
-    def batch(self, start: int, count: int) -> torch.Tensor:
+    def batch(self, start: int, count: int) -> tuple[torch.Tensor, torch.Tensor]:
         tokens = np.empty((count, self.length), dtype=np.int64)
         bins = np.empty((count, self.length - 1), dtype=np.int64)
         for row, index in enumerate(range(start, start + count)):
@@ -73,37 +171,7 @@ class SyntheticCorpus:
             bins[row] = rng.integers(self.resolution, size=self.length - 1)
         for t in range(1, self.length):
             tokens[:, t] = self.next[tokens[:, t - 1], bins[:, t - 1]]
-        return torch.from_numpy(tokens)
+        return torch.from_numpy(tokens), torch.ones(tokens.shape, dtype=torch.bool)
 
-
-class ByteCorpus:
-    """A byte-tokenized text, cut into windows of seq_len + 1 ids, shuffled once per epoch.
-
-    Ids are the UTF-8 bytes (taken modulo the vocabulary when it has fewer than 256 entries).
-    Windows overlap by one token so every byte is a prediction target once per epoch. Global
-    index i is window perm_e[i mod n] of epoch e = i // n, perm_e seeded by (seed, e).
-    """
-
-    def __init__(self, data: bytes, vocab: int, seq_len: int, seed: int) -> None:
-        ids = torch.frombuffer(bytearray(data), dtype=torch.uint8).long() % vocab
-        self.length, self.seed = seq_len + 1, seed
-        if ids.numel() < self.length:
-            ids = ids.repeat(self.length // ids.numel() + 1)
-        self.ids = ids
-        self.windows = max(1, (ids.numel() - 1) // seq_len)
-        self._perm_epoch, self._perm = -1, torch.arange(self.windows)
-
-    def batch(self, start: int, count: int) -> torch.Tensor:
-        rows = [self._window(self._window_index(i)) for i in range(start, start + count)]
-        return torch.stack(rows)
-
-    def _window_index(self, index: int) -> int:
-        epoch, offset = divmod(index, self.windows)
-        if epoch != self._perm_epoch:
-            self._perm = torch.randperm(self.windows, generator=_sample_generator(self.seed, -1 - epoch))
-            self._perm_epoch = epoch
-        return int(self._perm[offset])
-
-    def _window(self, window: int) -> torch.Tensor:
-        begin = min(window * (self.length - 1), self.ids.numel() - self.length)
-        return self.ids[begin : begin + self.length]
+    def loss_tokens(self, start: int, count: int) -> int:
+        return count * (self.length - 1)

@@ -14,9 +14,8 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from workers.modelspecs import ModelSpec
 from workers.protocol import RankLaunch
-from workers.runtime.model import LlamaModel
+from workers.runtime.hfmodel import ModelSource, build_model
 
 GRADIENT_CLIPPING = 1.0  # set explicitly: DeepSpeed changed its default in 0.19.3
 DEFAULT_TIMEOUT_S = 1800
@@ -89,12 +88,6 @@ def deepspeed_config(launch: RankLaunch, placement: Placement, load_universal: b
     return config
 
 
-def build_model(spec: ModelSpec, seed: int) -> LlamaModel:
-    """The same initial weights on every rank (DeepSpeed also broadcasts rank 0's)."""
-    torch.manual_seed(seed)
-    return LlamaModel(spec)
-
-
 def make_optimizer(model: torch.nn.Module, launch: RankLaunch) -> torch.optim.Optimizer:
     """torch's AdamW, handed to DeepSpeed.
 
@@ -103,20 +96,20 @@ def make_optimizer(model: torch.nn.Module, launch: RankLaunch) -> torch.optim.Op
     """
     extra = launch.extra
     return torch.optim.AdamW(
-        model.parameters(),
+        [p for p in model.parameters() if p.requires_grad],  # LoRA: the adapter only
         lr=launch.learning_rate,
         betas=(float(extra.get("beta1", 0.9)), float(extra.get("beta2", 0.95))),
         weight_decay=float(extra.get("weight_decay", 0.01)),
     )
 
 
-def build_engine(launch: RankLaunch, spec: ModelSpec, placement: Placement, load_universal: bool = False):
+def build_engine(launch: RankLaunch, source: ModelSource, placement: Placement, load_universal: bool = False):
     """deepspeed.initialize over the already-joined process group; returns the engine."""
     import deepspeed
 
     if not placement.cuda and not launch.extra.get("shm_comm", False):
         _skip_shm_comm_op()
-    model = build_model(spec, launch.seed).to(placement.device)
+    model = build_model(source, launch.seed).to(placement.device)
     optimizer = make_optimizer(model, launch)
     config = deepspeed_config(launch, placement, load_universal)
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config, dist_init_required=False)

@@ -45,6 +45,10 @@ class EventStream:
         """`stopping`: the last checkpoint before the ranks stop (the one a reclaim notice asked for)."""
         self.emit("checkpoint", step=step, path=path, seconds=round(seconds, 4), stopping=stopping)
 
+    def eval(self, step: int, eval_loss: float | None, eval_tokens: int) -> None:
+        """The held-out loss after `step`: mean cross-entropy over the eval records' target tokens."""
+        self.emit("eval", step=step, eval_loss=eval_loss, eval_tokens=eval_tokens)
+
     def done(self, step: int, loss: float | None, **extra: Any) -> None:
         self.emit("done", step=step, loss=loss, **extra)
 

@@ -1,9 +1,14 @@
 """One rank's training loop: heterogeneous data parallelism over DeepSpeed.
 
 Rank r trains on its own micro-batch `micro_batches[r]` each step. Its loss is the SUM of its
-token losses × world_size / global token count, so when DeepSpeed averages gradients over the
-ranks the result is exactly the gradient of the mean loss over the whole global batch, however
-unevenly the batch is split.
+target tokens' losses × world_size / the global batch's number of target tokens (masked tokens,
+such as a chat's user turns, left out), so when DeepSpeed averages gradients over the ranks the
+result is exactly the gradient of the mean loss over the whole global batch, however unevenly
+the batch (and its loss tokens) is split. Every rank knows the global count without talking to
+the others: the data is addressed by global sample index.
+
+With an eval set, every `eval_every` steps and at the end the ranks split its records, each
+record scored on its own, and sum: eval loss = mean cross-entropy over all their target tokens.
 """
 
 from __future__ import annotations
@@ -21,23 +26,41 @@ from workers.protocol import RankLaunch
 from workers.runtime import checkpoint
 from workers.runtime.checkpoint import TrainState
 from workers.runtime.control import ControlFile, Request
-from workers.runtime.data import Corpus, open_corpus, shard
+from workers.runtime.data import TrainingData, open_data, shard
 from workers.runtime.engine import Placement, build_engine, check_launch, init_distributed
 from workers.runtime.events import EventStream
-from workers.runtime.model import spec_from_dict, token_loss_sum
+from workers.runtime.hfmodel import ModelSource, spec_from_dict, token_loss_sum
 from workers.runtime.pacing import Pacer
 
 
-def scaled_loss(loss_sum: torch.Tensor, world_size: int, global_tokens: int) -> torch.Tensor:
+def scaled_loss(loss_sum: torch.Tensor, world_size: int, global_loss_tokens: int) -> torch.Tensor:
     """What this rank backpropagates: averaging it over ranks gives the global-batch mean."""
-    return loss_sum * (world_size / global_tokens)
+    return loss_sum * (world_size / max(global_loss_tokens, 1))
 
 
-def forward_backward(engine, batch: torch.Tensor, world_size: int, global_tokens: int) -> torch.Tensor:
+def forward_backward(engine, batch: tuple[torch.Tensor, torch.Tensor], world_size: int, global_loss_tokens: int):
     """Forward and backward (DeepSpeed reduces the gradients); returns the token-loss sum."""
-    loss_sum = token_loss_sum(engine, batch)
-    engine.backward(scaled_loss(loss_sum, world_size, global_tokens))
+    ids, mask = batch
+    loss_sum, _ = token_loss_sum(engine, ids, mask)
+    engine.backward(scaled_loss(loss_sum, world_size, global_loss_tokens))
     return loss_sum.detach()
+
+
+def evaluate(model: torch.nn.Module, examples: list, placement: Placement) -> tuple[float | None, int]:
+    """Collective: (mean target-token cross-entropy over the eval records, target tokens), each record alone."""
+    totals = torch.zeros(2, dtype=torch.float64, device=placement.device)
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        for ids, mask in examples[placement.rank :: placement.world_size]:
+            ids_t = torch.tensor([ids], dtype=torch.long, device=placement.device)
+            mask_t = torch.tensor([mask], dtype=torch.bool, device=placement.device)
+            loss, tokens = token_loss_sum(model, ids_t, mask_t)
+            totals += torch.stack([loss.double(), torch.tensor(float(tokens), dtype=torch.float64)]).to(totals)
+    model.train(was_training)
+    dist.all_reduce(totals)
+    loss_sum, tokens = totals.tolist()
+    return (loss_sum / tokens if tokens else None), int(tokens)
 
 
 def start_boundary(loss_sum: torch.Tensor, request: Request | None):
@@ -83,16 +106,17 @@ class Trainer:
         state: TrainState,
         *,
         events: EventStream,
-        corpus: Corpus,
+        data: TrainingData,
         resumed: Path | None = None,
     ) -> None:
         self.launch, self.placement, self.engine, self.state = launch, placement, engine, state
-        self.events, self.corpus = events, corpus
+        self.events, self.corpus, self.eval_examples = events, data.corpus, data.eval_examples
         self.spec = spec_from_dict(launch.model)
+        self.source = ModelSource.from_launch(launch.model)
+        self.evaluated_at = -1
         self.pacer = Pacer(launch.paced_tokens_per_s)
         self.control = ControlFile(launch.run_dir, launch.epoch) if placement.rank == 0 else None
         self.global_batch = sum(launch.micro_batches)
-        self.global_tokens = self.global_batch * self.spec.seq_len
         self.saved = (state.step, False) if resumed else (-1, False)  # (step, exported)
         self.last_path: str | None = str(resumed) if resumed else None
 
@@ -101,13 +125,29 @@ class Trainer:
         request = Request()
         while self.state.step < self.launch.max_steps and not request.stop:
             request = self.step()
+            if self._eval_due():
+                self.evaluate()
             if request.checkpoint or self._due():
                 final = self.state.step >= self.launch.max_steps
                 self.save(export=(request.stop and request.export) or final, stopping=request.stop)
+        if not request.stop and self.eval_examples and self.evaluated_at != self.state.step:
+            self.evaluate()
         if not request.stop and self.saved != (self.state.step, True):
             self.save(export=True)
-        self.events.done(self.state.step, self.state.loss, path=self.last_path, stopped=request.stop)
+        self.events.done(
+            self.state.step, self.state.loss, path=self.last_path, stopped=request.stop, eval_loss=self.state.eval_loss
+        )
         return self.state
+
+    def evaluate(self) -> None:
+        loss, tokens = evaluate(self.engine.module, self.eval_examples, self.placement)
+        self.state.eval_loss, self.evaluated_at = loss, self.state.step
+        if self.placement.rank == 0:
+            self.events.eval(self.state.step, loss, tokens)
+
+    def _eval_due(self) -> bool:
+        every = self.launch.eval_every
+        return bool(self.eval_examples) and bool(every) and self.state.step % every == 0
 
     def step(self) -> Request:
         """One paced training step; returns the decision all ranks take at its boundary.
@@ -117,8 +157,10 @@ class Trainer:
         """
         started = time.perf_counter()
         first, count = shard(self.state.samples_seen, self.launch.micro_batches, self.placement.rank)
-        batch = self.corpus.batch(first, count).to(self.placement.device)
-        loss_sum = forward_backward(self.engine, batch, self.placement.world_size, self.global_tokens)
+        ids, mask = self.corpus.batch(first, count)
+        batch = (ids.to(self.placement.device), mask.to(self.placement.device))
+        global_loss_tokens = self.corpus.loss_tokens(self.state.samples_seen, self.global_batch)
+        loss_sum = forward_backward(self.engine, batch, self.placement.world_size, global_loss_tokens)
         pending = start_boundary(loss_sum, self.control.poll() if self.control else None)
         self.engine.step()
         if self.placement.cuda:
@@ -128,7 +170,8 @@ class Trainer:
         total, request = finish_boundary(pending)
         elapsed = time.perf_counter() - started
         samples_seen = self.state.samples_seen + self.global_batch
-        self.state = TrainState(self.state.step + 1, samples_seen, total / self.global_tokens)
+        loss = total / global_loss_tokens if global_loss_tokens else None
+        self.state = TrainState(self.state.step + 1, samples_seen, loss, self.state.eval_loss)
         self._report(tokens, elapsed)
         return request
 
@@ -157,8 +200,15 @@ class Trainer:
 def run(launch: RankLaunch, events: EventStream) -> TrainState:
     """Join the job, build or restore the engine, train, leave the process group."""
     check_launch(launch)
-    spec = spec_from_dict(launch.model)
-    corpus = open_corpus(launch.dataset, spec, launch.seed)  # a bad dataset fails before any rendezvous
+    spec, source = spec_from_dict(launch.model), ModelSource.from_launch(launch.model)
+    data = open_data(  # a bad dataset fails before any rendezvous
+        launch.dataset,
+        spec,
+        launch.seed,
+        tokenizer_path=source.path,
+        eval_dataset=launch.eval_dataset,
+        eval_fraction=launch.eval_fraction,
+    )
     clock = _PhaseClock()
     placement = init_distributed(launch)
     clock.mark("process group")
@@ -167,14 +217,14 @@ def run(launch: RankLaunch, events: EventStream) -> TrainState:
         checkpoint.prepare(plan, placement, int(launch.extra.get("convert_workers", 1)))
         clock.mark("convert")
         universal = plan is not None and plan.mode == checkpoint.UNIVERSAL
-        engine = build_engine(launch, spec, placement, load_universal=universal)
+        engine = build_engine(launch, source, placement, load_universal=universal)
         clock.mark("engine")
-        state = checkpoint.load(engine, plan, placement) if plan else TrainState()
+        state = checkpoint.load(engine, plan, placement, lora=source.is_lora) if plan else TrainState()
         clock.mark("load")
         resumed = f"resumed {plan.mode} from {plan.step_dir} at step {state.step}" if plan else "fresh start"
         _log(f"rank {placement.rank}/{placement.world_size} on {placement.device}: {resumed}; {clock}")
         resumed = plan.step_dir if plan else None
-        return Trainer(launch, placement, engine, state, events=events, corpus=corpus, resumed=resumed).run()
+        return Trainer(launch, placement, engine, state, events=events, data=data, resumed=resumed).run()
     finally:
         dist.destroy_process_group()
 

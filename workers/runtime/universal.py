@@ -86,7 +86,9 @@ def _write_from_plain(source: Path, out: Path) -> None:
 
     states = torch.load(source / MODEL_STATES, map_location="cpu", weights_only=False)
     module, optimizer = states["module"], states["optimizer"]
-    names = list(module.keys())  # state_dict order is parameter order: the model has no saved buffers
+    # state_dict order is parameter order (the model saves no buffers, and a LoRA job's frozen base is
+    # excluded from its checkpoints), so optimizer index i is module key i.
+    names = list(module.keys())
     masters = [t for group in optimizer.get("fp32_groups", []) for t in group]
     adam = optimizer.get("optimizer_state_dict", optimizer)
     for group in adam["param_groups"]:
@@ -123,7 +125,8 @@ def load_into_plain(engine, folder: Path) -> None:
     masters = [p for group in getattr(wrapper, "fp32_groups", []) for p in group]
     adam = wrapper.optimizer if masters else wrapper
     common = torch.load(folder / "zero" / "optimizer_state.pt", map_location="cpu", weights_only=False)
-    for index, (name, param) in enumerate(engine.module.named_parameters()):
+    trained = [(name, param) for name, param in engine.module.named_parameters() if param.requires_grad]
+    for index, (name, param) in enumerate(trained):
         master = masters[index] if masters else param
         _load_param(folder / "zero" / name, master, adam.state[master])
         if masters:

@@ -8,7 +8,7 @@ from pathlib import Path
 from workers.models import Job
 from workers.services.placement import checkpoint_dir
 
-TAKE_HOME = {"model.pt", "config.json"}
+TAKE_HOME = {"model", "adapter"}  # the Hugging Face folders an exported checkpoint holds
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,7 @@ def list_artifacts(job: Job) -> list[Artifact]:
         for p in root.rglob("*")
         if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts)
     )
-    final = f"step-{job.max_steps}"
+    final = Path(job.latest_checkpoint).name if job.latest_checkpoint else f"step-{job.max_steps}"
     return [Artifact(str(p.relative_to(root)), p.stat().st_size, _kind(p.relative_to(root), final)) for p in files]
 
 
@@ -45,8 +45,8 @@ def artifact_file(job: Job, relative: str) -> Path | None:
 
 
 def _kind(relative: Path, final_step: str) -> str:
-    """The last step's plain weights are what the user takes home; the rest is resumable state."""
+    """The newest export's Hugging Face folders are what the user takes home; the rest is resumable state."""
     top = relative.parts[0]
-    if top == final_step and relative.name in TAKE_HOME:
+    if top == final_step and len(relative.parts) > 2 and relative.parts[1] in TAKE_HOME:
         return "final model"
     return "checkpoint" if top.startswith("step-") else "other"

@@ -19,12 +19,16 @@ from billing.services.holds import HoldRefused, check_hold, lock_credit
 from market.services.commitments import commitments
 from market.services.reservations import end_job_reservations
 from workers.choices import AllocationMode, JobStatus
+from workers.hfconfig import lora_settings
 from workers.models import Allocation, Job, Node
-from workers.modelspecs import resolve_model
+from workers.modelspecs import LORA
 from workers.planner import Plan, Rank
 from workers.protocol import CommandType, RankLaunch
 from workers.services import commands, lifecycle, spot
 from workers.services.fleet import free_chips
+from workers.services.models import resolve_model_source
+from workers.services.planning import model_spec
+from workers.spec import JobSpec
 
 
 class CapacityChanged(Exception):
@@ -93,6 +97,7 @@ def rank_launches(job: Job, plan: Plan, nodes: dict[int, Node]) -> list[tuple[in
     ranks = plan.ranks
     master = nodes[ranks[0].node_pk]
     micro_batches = [rank.micro_batch for rank in ranks]
+    model = launch_model(job)
     device_index: dict[int, int] = defaultdict(int)
     launches = []
     for index, rank in enumerate(ranks):
@@ -109,8 +114,11 @@ def rank_launches(job: Job, plan: Plan, nodes: dict[int, Node]) -> list[tuple[in
                     world_size=len(ranks),
                     master_addr=master.address or "127.0.0.1",
                     master_port=master_port(job),
-                    model=resolve_model(job.model_name).as_dict(),
+                    model=model,
                     dataset=dataset_location(job),
+                    eval_dataset=job.eval_dataset_upload.file.path if job.eval_dataset_upload_id else None,
+                    eval_fraction=job.eval_fraction,
+                    eval_every=job.eval_every,
                     micro_batches=micro_batches,
                     max_steps=job.max_steps,
                     zero_stage=plan.zero_stage,
@@ -126,6 +134,19 @@ def rank_launches(job: Job, plan: Plan, nodes: dict[int, Node]) -> list[tuple[in
             )
         )
     return launches
+
+
+def launch_model(job: Job) -> dict:
+    """The launch file's `model`: the planner's spec plus where the network comes from and how it trains."""
+    spec = JobSpec.of_job(job)
+    source = resolve_model_source(job.model_name)
+    return {
+        **model_spec(spec).as_dict(),
+        "config": source.config,
+        "path": str(source.path) if source.path else None,
+        "lora": lora_settings(job.lora) if job.mode == LORA else None,
+        "gradient_checkpointing": job.gradient_checkpointing,
+    }
 
 
 def master_port(job: Job) -> int:

@@ -12,10 +12,12 @@ from django.conf import settings
 from billing.services.pricing import current_offers
 from workers import planner
 from workers.choices import AgentStatus
+from workers.hfconfig import lora_settings
 from workers.models import Node
-from workers.modelspecs import resolve_model
+from workers.modelspecs import LORA, ModelSpec, spec_from_config
 from workers.services import spot
 from workers.services.fleet import free_chips, schedulable_nodes
+from workers.services.models import resolve_model_source
 from workers.services.throughput import measured_history
 from workers.spec import JobSpec
 
@@ -70,9 +72,30 @@ def throughput_model(model_name: str) -> planner.ThroughputModel:
     return planner.ThroughputModel(measured=measured, simulation_scale=1 / settings.SIMULATION_SLOWDOWN)
 
 
+def model_spec(spec: JobSpec) -> ModelSpec:
+    """What the planner sizes: the model's exact parameter count, and under LoRA the adapter's.
+
+    The reference was checked against its owner when the job was made (raises ModelUnavailable).
+    """
+    source = resolve_model_source(spec.model_name)
+    trainable = None
+    if spec.mode == LORA:
+        lora = lora_settings(spec.lora)
+        trainable = source.shape.lora_parameters(int(lora["r"]), lora["target_modules"])
+    return spec_from_config(
+        spec.model_name,
+        source.config,
+        source.seq_len,
+        parameters=source.shape.parameters,
+        trainable=trainable,
+        mode=spec.mode,
+        description=source.description,
+    )
+
+
 def plan_request(spec: JobSpec) -> planner.PlanRequest:
     return planner.PlanRequest(
-        model=resolve_model(spec.model_name),
+        model=model_spec(spec),
         per_device_batch_size=spec.per_device_batch_size,
         max_steps=spec.max_steps,
         policy=spec.policy,

@@ -12,7 +12,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from workers.choices import JobEventKind, JobStatus
-from workers.models import Allocation, Job, JobLogLine, JobMetric, Node, RankExit
+from workers.models import Allocation, Job, JobEval, JobLogLine, JobMetric, Node, RankExit
 from workers.protocol import ReportKind
 from workers.services import lifecycle
 from workers.services.allocations import release_leaving_chips
@@ -80,6 +80,8 @@ def _apply(job: Job, node: Node, items: list[dict], now) -> None:
     for item in items:
         if item["kind"] == ReportKind.CHECKPOINT:
             _record_checkpoint(job, item, now)
+        elif item["kind"] == ReportKind.EVAL:
+            _record_eval(job, item, now)
         elif item["kind"] == ReportKind.EXIT:
             _record_exit(job, item, now)
             if job.migrations.filter(from_epoch=job.epoch).exists():
@@ -128,6 +130,26 @@ def _aggregate_tokens_per_s(job: Job) -> float:
         .values_list("tokens_per_s", flat=True)
     )
     return float(sum(latest))
+
+
+def _record_eval(job: Job, item: dict, now) -> None:
+    """A held-out loss; the newest step's is the job's eval_loss (a resumed placement may repeat a step)."""
+    if item.get("eval_loss") is None:
+        return
+    JobEval.objects.update_or_create(
+        job=job,
+        step=item["step"],
+        defaults={
+            "epoch": job.epoch,
+            "eval_loss": item["eval_loss"],
+            "eval_tokens": item.get("eval_tokens") or 0,
+            "created_at": _time(item, now),
+        },
+    )
+    newest = job.evals.order_by("-step").values_list("eval_loss", flat=True).first()
+    if newest != job.eval_loss:
+        job.eval_loss = newest
+        job.save(update_fields=["eval_loss", "updated_at"])
 
 
 def _record_checkpoint(job: Job, item: dict, now) -> None:

@@ -1,0 +1,99 @@
+"""The Models page: the built-in models and one's own Hugging Face models, with an upload form and delete buttons."""
+
+from __future__ import annotations
+
+from django import forms
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.csrf import csrf_exempt, csrf_protect
+from django.views.decorators.http import require_POST
+from django_htmx.http import HttpResponseClientRedirect
+
+from workers.models import UploadedModel
+from workers.modelspecs import CATALOG
+from workers.services.models import (
+    ModelFileError,
+    ModelInUse,
+    ModelTooLarge,
+    ModelUploadLimit,
+    delete_model,
+    store_model,
+)
+
+
+class ModelUploadForm(forms.Form):
+    """An archive of a Hugging Face model folder; store_model checks its content."""
+
+    # Empty files pass here so that store_model, shared with the API, says what is wrong.
+    file = forms.FileField(
+        label="Model archive",
+        allow_empty_file=True,
+        widget=forms.ClearableFileInput(attrs={"accept": ".tar.gz,.tgz,.tar,.zip"}),
+        help_text="The model folder as .tar.gz, .tgz, .tar or .zip: config.json, safetensors weights, tokenizer.",
+    )
+    name = forms.CharField(
+        label="Name (optional)",
+        max_length=120,
+        required=False,
+        strip=True,
+        help_text="Defaults to the archive's name.",
+    )
+
+
+@csrf_exempt  # checked by csrf_protect below, once the upload limit is in place
+@login_required
+def models(request: HttpRequest) -> HttpResponse:
+    """The page; a POST uploads a model, refused as it streams in once it passes MODEL_MAX_BYTES."""
+    if request.method == "POST":
+        request.upload_handlers.insert(0, ModelUploadLimit(request))
+        try:
+            request.FILES  # noqa: B018 - parse the body now, under the limit
+        except ModelTooLarge as error:
+            refused = ModelUploadForm(data={}, files={})
+            refused.errors["file"] = refused.error_class([str(error)])
+            return page(request, refused, status=413)
+    return upload_or_list(request)
+
+
+@csrf_protect
+def upload_or_list(request: HttpRequest) -> HttpResponse:
+    form = ModelUploadForm(request.POST, request.FILES) if request.method == "POST" else ModelUploadForm()
+    if request.method == "POST" and form.is_valid():
+        upload = form.cleaned_data["file"]
+        try:
+            model = store_model(request.user, upload, form.cleaned_data["name"])
+        except ModelFileError as error:
+            form.add_error("file", str(error))
+        else:
+            messages.success(
+                request,
+                f"Stored “{model.name}”: a {model.architecture} model of {model.parameters:,} parameters. "
+                f"Train it as {model.reference}.",
+            )
+            return redirect("models")
+    return page(request, form, status=400 if form.errors else 200)
+
+
+def page(request: HttpRequest, form: ModelUploadForm, status: int) -> HttpResponse:
+    context = {
+        "form": form,
+        "catalog": CATALOG.values(),
+        "uploads": UploadedModel.objects.filter(owner=request.user),
+    }
+    return render(request, "portal/training/models.html", context, status=status)
+
+
+@require_POST
+@login_required
+def model_delete(request: HttpRequest, pk: int) -> HttpResponse:
+    model = get_object_or_404(UploadedModel, pk=pk, owner=request.user)
+    try:
+        delete_model(request.user, model)
+    except ModelInUse as error:
+        messages.error(request, str(error))
+    else:
+        messages.success(request, f"Deleted “{model.name}” ({model.reference}).")
+    return HttpResponseClientRedirect(reverse("models")) if request.htmx else redirect("models")

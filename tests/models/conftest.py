@@ -1,0 +1,77 @@
+"""Tiny Hugging Face model folders (built once per run) and the archives users would upload of them."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.hfmodels import make_model_dir
+
+
+@pytest.fixture(scope="session")
+def model_dirs(tmp_path_factory) -> dict[str, Path]:
+    """A complete tiny Llama and Qwen2 folder (config.json, model.safetensors, tokenizer with a chat template)."""
+    root = tmp_path_factory.mktemp("hfmodels")
+    return {family: make_model_dir(root / family, family) for family in ("llama", "qwen2")}
+
+
+@pytest.fixture(scope="session")
+def real_parameters(model_dirs) -> dict[str, int]:
+    """The parameter count of each folder's model as transformers loads it."""
+    from transformers import AutoModelForCausalLM
+
+    return {
+        family: sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(str(folder)).parameters())
+        for family, folder in model_dirs.items()
+    }
+
+
+def copy_model(source: Path, target: Path, *, drop: tuple[str, ...] = (), config: dict | None = None) -> Path:
+    """A copy of a model folder without some files, or with some config.json settings changed."""
+    shutil.copytree(source, target)
+    for name in drop:
+        (target / name).unlink()
+    if config:
+        settings = json.loads((target / "config.json").read_text())
+        (target / "config.json").write_text(json.dumps({**settings, **config}))
+    return target
+
+
+def pack(folder: Path, archive: Path, *, top: str | None = None) -> Path:
+    """The folder's files in an archive whose kind its name says (.tar.gz, .tgz, .tar or .zip), under `top` if given."""
+    names = sorted(p for p in folder.rglob("*") if p.is_file())
+    prefix = f"{top}/" if top else ""
+    if archive.name.endswith(".zip"):
+        with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as bundle:
+            for path in names:
+                bundle.write(path, prefix + path.relative_to(folder).as_posix())
+    else:
+        mode = "w:gz" if archive.name.endswith((".tar.gz", ".tgz")) else "w"
+        with tarfile.open(archive, mode) as tar:
+            for path in names:
+                tar.add(path, arcname=prefix + path.relative_to(folder).as_posix())
+    return archive
+
+
+def tar_with(archive: Path, folder: Path, *extra: tarfile.TarInfo, data: bytes = b"") -> Path:
+    """A .tar.gz of a valid folder plus crafted members (links, devices, escaping names); files hold `data`."""
+    with tarfile.open(archive, "w:gz") as tar:
+        for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+            tar.add(path, arcname=path.relative_to(folder).as_posix())
+        for member in extra:
+            if member.isreg():
+                member.size = len(data)
+            tar.addfile(member, io.BytesIO(data) if member.isreg() else None)
+    return archive
+
+
+def member(name: str, kind: bytes = tarfile.REGTYPE, *, link: str = "") -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname = kind, link
+    return info

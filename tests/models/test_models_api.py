@@ -1,0 +1,259 @@
+"""POST|GET /api/v1/models/ and GET|DELETE /api/v1/models/{id}/: users' own Hugging Face models.
+
+A good upload is stored with its exact parameter count; every bad one gets a 4xx naming the problem,
+with nothing stored (no row, no file under MEDIA_ROOT/models).
+"""
+
+from __future__ import annotations
+
+import stat
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from portal.models import TokenScope
+from tests.conftest import token_client
+from tests.models.conftest import copy_model, member, pack, tar_with
+from workers.choices import JobStatus
+from workers.models import Job, UploadedModel
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def media(settings, tmp_path) -> Path:
+    settings.MEDIA_ROOT = tmp_path / "media"
+    return settings.MEDIA_ROOT
+
+
+@pytest.fixture(scope="module")
+def archives(model_dirs, tmp_path_factory) -> dict[str, Path]:
+    """Good and bad archives of the tiny models, made once for this module."""
+    root = tmp_path_factory.mktemp("archives")
+    llama = model_dirs["llama"]
+
+    def variant(name: str, **changes) -> Path:
+        return copy_model(llama, root / name, **changes)
+
+    tokenizer_files = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
+    not_an_archive = root / "notes.tar.gz"
+    not_an_archive.write_text("config.json and the weights are attached")
+    return {
+        "llama": pack(llama, root / "tiny-llama.tar.gz", top="tiny-llama"),
+        "qwen2": pack(model_dirs["qwen2"], root / "tiny-qwen2.zip"),
+        "pickle": tar_with(root / "pickle.tar.gz", llama, member("pytorch_model.bin"), data=b"\x80\x04."),
+        "gpt2": pack(
+            variant("gpt2", config={"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"]}), root / "g.tgz"
+        ),
+        "shapes": pack(variant("shapes", config={"intermediate_size": 96}), root / "shapes.tar"),
+        "no-tokenizer": pack(variant("no-tokenizer", drop=tokenizer_files), root / "no-tokenizer.zip"),
+        "no-config": pack(variant("no-config", drop=("config.json",)), root / "no-config.tar.gz"),
+        "dot-dot": tar_with(root / "dot-dot.tar.gz", llama, member("../../evil.txt"), data=b"x"),
+        "absolute": tar_with(root / "absolute.tar.gz", llama, member("/tmp/evil.txt"), data=b"x"),
+        "symlink": tar_with(root / "symlink.tar.gz", llama, member("notes", tarfile.SYMTYPE, link="/etc/passwd")),
+        "not-an-archive": not_an_archive,
+    }
+
+
+def upload(api, archive: Path, **fields):
+    with open(archive, "rb") as file:
+        return api.post("/api/v1/models/", {"file": file, **fields}, format="multipart")
+
+
+def stored_files(media: Path) -> list[Path]:
+    return sorted(p for p in (media / "models").rglob("*") if p.is_file())
+
+
+@pytest.fixture
+def api(alice):
+    return token_client(alice)
+
+
+# -- good uploads ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_a_tiny_model_is_stored_with_its_exact_parameter_count(api, alice, archives, real_parameters, media, family):
+    answer = upload(api, archives[family], name=f"my {family}")
+
+    assert answer.status_code == 201, answer.json()
+    body = answer.json()
+    model = UploadedModel.objects.get(owner=alice)
+    assert body["id"] == model.pk
+    assert body["reference"] == f"model:{model.pk}"
+    assert body["name"] == f"my {family}"
+    assert body["architecture"] == family
+    assert body["parameters"] == real_parameters[family]
+    assert body["size_bytes"] == model.size_bytes > 0
+    assert body["created_at"]
+    assert model.path.parent == media / "models" / str(alice.pk)
+    assert (model.path / "config.json").is_file() and (model.path / "model.safetensors").is_file()
+
+
+def test_an_uploaded_model_is_private_files_in_private_folders(api, archives, media):
+    assert upload(api, archives["llama"]).status_code == 201
+
+    modes = {stat.S_IMODE(p.stat().st_mode) for p in (media / "models").rglob("*")}
+    assert modes == {0o600, 0o700}
+    assert stat.S_IMODE((media / "models").stat().st_mode) == 0o700
+
+
+def test_the_name_defaults_to_the_archive_name(api, archives):
+    assert upload(api, archives["llama"]).json()["name"] == "tiny-llama"
+
+
+def test_the_list_has_the_catalog_and_only_your_uploads(api, alice, bob, archives):
+    mine = upload(api, archives["llama"]).json()
+    upload(token_client(bob), archives["qwen2"])
+
+    listed = api.get("/api/v1/models/").json()
+
+    catalog = [entry for entry in listed if entry["source"] == "catalog"]
+    assert {entry["reference"] for entry in catalog} >= {"llama-tiny", "llama-2-7b", "llama-2-70b"}
+    tiny = next(entry for entry in catalog if entry["reference"] == "llama-tiny")
+    assert tiny["parameters"] == 164_672 and tiny["description"] and tiny["id"] is None
+    uploads = [entry for entry in listed if entry["source"] == "upload"]
+    assert [entry["reference"] for entry in uploads] == [mine["reference"]]
+
+
+def test_a_model_is_shown_with_its_config_and_shape_to_its_owner_only(api, bob, archives):
+    model = upload(api, archives["llama"]).json()
+    url = f"/api/v1/models/{model['id']}/"
+
+    shown = api.get(url).json()
+
+    assert shown["config"]["model_type"] == "llama"
+    assert shown["shape"]["parameters"] == model["parameters"] and "q_proj" in shown["shape"]["linears"]
+    bobs = token_client(bob)
+    assert bobs.get(url).status_code == 404
+    assert bobs.delete(url).status_code == 404
+    assert UploadedModel.objects.filter(pk=model["id"]).exists()
+
+
+def test_deleting_a_model_removes_it_and_its_files(api, archives, media, django_capture_on_commit_callbacks):
+    model = upload(api, archives["llama"]).json()
+
+    with django_capture_on_commit_callbacks(execute=True):
+        assert api.delete(f"/api/v1/models/{model['id']}/").status_code == 204
+
+    assert not UploadedModel.objects.exists()
+    assert stored_files(media) == []
+
+
+def test_a_model_a_job_still_trains_cannot_be_deleted_until_the_job_ends(api, alice, archives, media):
+    model = upload(api, archives["llama"]).json()
+    job = Job.objects.create(
+        owner=alice, model_name=model["reference"], per_device_batch_size=4, max_steps=10,
+        max_budget_per_hour=28_000_000, status=JobStatus.RUNNING,
+    )  # fmt: skip
+
+    refused = api.delete(f"/api/v1/models/{model['id']}/")
+
+    assert refused.status_code == 409
+    assert f"used by job {job.pk} (running)" in refused.json()["detail"]
+    assert stored_files(media)
+    Job.objects.filter(pk=job.pk).update(status=JobStatus.SUCCEEDED)
+    assert api.delete(f"/api/v1/models/{model['id']}/").status_code == 204
+
+
+# -- bad uploads: a 4xx naming the problem, nothing stored -----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("archive", "code", "says"),
+    [
+        ("pickle", "pickle_weights", "safe_serialization=True"),
+        ("gpt2", "unsupported_model", "Unsupported model architecture 'gpt2'"),
+        ("shapes", "weights_mismatch", "has shape [128, 64]; config.json implies [96, 64]"),
+        ("no-tokenizer", "missing_tokenizer", "No tokenizer"),
+        ("no-config", "missing_config", "No config.json"),
+        ("dot-dot", "unsafe_archive", "outside the model folder"),
+        ("absolute", "unsafe_archive", "absolute path"),
+        ("symlink", "unsafe_archive", "is a link"),
+        ("not-an-archive", "not_an_archive", "not a .tar.gz, .tgz, .tar or .zip archive"),
+    ],
+)
+def test_a_bad_upload_is_refused_naming_the_problem_with_nothing_stored(api, archives, media, archive, code, says):
+    answer = upload(api, archives[archive])
+
+    assert answer.status_code == 400
+    body = answer.json()
+    assert body["code"] == code
+    assert says in body["errors"]["file"][0]
+    assert not UploadedModel.objects.exists()
+    assert stored_files(media) == []
+
+
+def test_an_upload_over_the_size_limit_is_refused_as_it_streams_in(api, archives, media, settings):
+    settings.MODEL_MAX_BYTES = 10_000
+
+    answer = upload(api, archives["llama"])
+
+    assert answer.status_code == 413
+    assert "the limit is 10,000 bytes" in answer.json()["detail"]
+    assert not UploadedModel.objects.exists() and stored_files(media) == []
+
+
+def test_an_archive_that_unpacks_past_the_size_limit_is_refused(api, media, settings, tmp_path):
+    settings.MODEL_MAX_BYTES = 1024 * 1024
+    bomb = tmp_path / "bomb.zip"
+    with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as bundle:
+        bundle.writestr("model.safetensors", bytes(8 * 1024 * 1024))
+
+    answer = upload(api, bomb)
+
+    assert answer.status_code == 413
+    assert "unpacks to more than that" in answer.json()["detail"]
+    assert stored_files(media) == []
+
+
+def test_an_upload_without_a_file_names_the_field(api):
+    answer = api.post("/api/v1/models/", {"name": "nothing"}, format="multipart")
+
+    assert answer.status_code == 400
+    assert answer.json()["code"] == "required" and "archive" in answer.json()["errors"]["file"][0]
+
+
+def test_an_unknown_field_is_refused_by_name(api, archives):
+    with open(archives["llama"], "rb") as file:
+        answer = api.post("/api/v1/models/", {"file": file, "nmae": "typo"}, format="multipart")
+
+    assert answer.status_code == 400
+    assert answer.json()["code"] == "unknown_field" and "nmae" in answer.json()["errors"]
+    assert not UploadedModel.objects.exists()
+
+
+def test_a_read_only_token_cannot_upload(alice, archives):
+    assert upload(token_client(alice, scope=TokenScope.READ_ONLY), archives["llama"]).status_code == 403
+
+
+# -- checking one model by name --------------------------------------------------------------------
+
+
+def test_a_name_is_checked_against_what_the_platform_can_train(api, bob, archives, monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "empty-hf-home"))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    mine = upload(api, archives["llama"]).json()
+    bobs = upload(token_client(bob), archives["qwen2"]).json()
+
+    assert api.get("/api/v1/models/", {"name": "llama-tiny"}).json()[0]["source"] == "catalog"
+    assert api.get("/api/v1/models/", {"name": mine["reference"]}).json() == [mine]
+    for name, says in [
+        (bobs["reference"], f"no model {bobs['reference']} among yours"),
+        ("meta-llama/Llama-2-7b-hf", "isn't in this platform's Hugging Face cache"),
+        ("gpt-5", "Unknown model 'gpt-5'"),
+    ]:
+        answer = api.get("/api/v1/models/", {"name": name})
+        assert answer.status_code == 400
+        assert answer.json()["code"] == "model_unavailable"
+        assert says in answer.json()["errors"]["name"][0]
+
+
+def test_the_schema_documents_the_models_endpoints(api):
+    paths = api.get("/api/v1/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json").json()["paths"]
+
+    assert {"get", "post"} <= set(paths["/api/v1/models/"])
+    assert {"get", "delete"} <= set(paths["/api/v1/models/{id}/"])
+    assert "413" in paths["/api/v1/models/"]["post"]["responses"]

@@ -1,0 +1,159 @@
+"""Chat and prompt/completion datasets: refused line by line at upload (API), and previewed on the
+datasets page in a model's tokens with the loss mask shown (trained on / context only)."""
+
+from __future__ import annotations
+
+import json
+import re
+from html import unescape
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.urls import reverse
+
+from tests.conftest import token_client
+from tests.hfmodels import make_tokenizer, tiny_config
+from workers.models import Dataset, UploadedModel
+
+pytestmark = pytest.mark.django_db
+
+CHAT = {
+    "messages": [
+        {"role": "user", "content": "the chip runs"},
+        {"role": "assistant", "content": "runs chip the"},
+    ]
+}
+TOKEN = re.compile(r'<span class="token (token-trained|token-context)"[^>]*>([^<]*)</span>')
+
+
+@pytest.fixture(autouse=True)
+def storage(settings, tmp_path):
+    settings.MEDIA_ROOT = tmp_path / "media"
+
+
+@pytest.fixture
+def alice_client(client, alice):
+    client.force_login(alice)
+    return client
+
+
+def jsonl(*records) -> bytes:
+    return "\n".join(r if isinstance(r, str) else json.dumps(r) for r in records).encode()
+
+
+def upload_api(user, name: str, content: bytes):
+    return token_client(user).post("/api/v1/datasets/", {"file": SimpleUploadedFile(name, content)}, format="multipart")
+
+
+def stored(user, name: str, content: bytes) -> Dataset:
+    response = upload_api(user, name, content)
+    assert response.status_code == 201, response.json()
+    return Dataset.objects.get(pk=response.json()["id"])
+
+
+def preview_tokens(client, dataset: Dataset, **params) -> list[tuple[str, bool]]:
+    """(text, trained) of every token chip on the preview, in order."""
+    response = client.get(reverse("datasets"), {"preview": dataset.pk, **params})
+    assert response.status_code == 200, response.content.decode()
+    return [(unescape(text), kind == "token-trained") for kind, text in TOKEN.findall(response.content.decode())]
+
+
+# Upload
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (jsonl(CHAT, '{"messages": [}'), "Line 2: not valid JSON"),
+        (jsonl(CHAT, {"title": "x"}), 'Line 2: a record needs a "text" field, a "messages" list'),
+        (jsonl(CHAT, {"messages": [{"role": "user", "content": 3}]}), 'Line 2: "messages" must be a list'),
+        (
+            jsonl(CHAT, {"messages": [{"role": "robot", "content": "hi"}]}),
+            'Line 2: message 1 has the unknown role "robot"',
+        ),
+        (jsonl(CHAT, CHAT, {"messages": [{"role": "user", "content": "hi"}]}), 'Line 3: no "assistant" message'),
+        (jsonl(CHAT, {"prompt": "q", "completion": "a"}), "Line 2: a {&quot;prompt&quot;"),
+        (jsonl({"prompt": "q", "completion": "a"}, {"prompt": "q"}), 'Line 2: missing "completion"'),
+        (jsonl({"prompt": "q", "completion": None}), 'Line 1: "completion" must be a string, not null'),
+    ],
+)
+def test_a_malformed_line_is_refused_by_number_and_nothing_is_stored(alice, content, message):
+    response = upload_api(alice, "data.jsonl", content)
+    assert response.status_code == 400
+    assert unescape(message) in response.json()["errors"]["file"][0]
+    assert not Dataset.objects.exists()
+
+
+def test_chat_and_completion_datasets_are_stored_with_their_kind_and_record_count(alice):
+    chat = stored(alice, "chat.jsonl", jsonl(CHAT, "", CHAT, CHAT))
+    pairs = stored(alice, "pairs.jsonl", jsonl({"prompt": "2+2=", "completion": "4"}))
+    assert (chat.kind, chat.samples, chat.get_kind_display()) == ("chat", 3, "Chat")
+    assert (pairs.kind, pairs.samples) == ("completion", 1)
+
+
+# Preview
+
+
+def test_a_chat_preview_greys_everything_but_the_assistant_turn(alice_client, alice):
+    dataset = stored(alice, "chat.jsonl", jsonl(CHAT))
+    tokens = preview_tokens(alice_client, dataset)
+    assert "".join(text for text, trained in tokens if trained) == "runs·chip·the↵<eos>"
+    assert "".join(text for text, trained in tokens if not trained) == "user:·the·chip·runs↵assistant:·"
+    html = alice_client.get(reverse("datasets"), {"preview": dataset.pk}).content.decode()
+    assert "trained on" in html and "context only" in html
+    assert '<option value="byte" selected>byte-level (catalog models)</option>' in html
+
+
+def test_a_preview_shows_the_first_five_records_and_256_tokens_of_each(alice_client, alice):
+    dataset = stored(alice, "long.txt", "\n".join(f"{i}" + "x" * 300 for i in range(8)).encode())
+    html = alice_client.get(reverse("datasets"), {"preview": dataset.pk}).content.decode()
+    assert html.count('data-testid="preview-record"') == 5
+    assert len(TOKEN.findall(html)) == 5 * 256
+    assert html.count("first 256 tokens shown") == 5
+
+
+def test_a_preview_in_an_uploaded_models_tokens_uses_its_chat_template(alice_client, alice, settings):
+    folder = settings.MEDIA_ROOT / "models" / "tiny"
+    tokenizer = make_tokenizer(folder)
+    model = UploadedModel.objects.create(
+        owner=alice,
+        name="my tiny llama",
+        architecture="llama",
+        parameters=1,
+        size_bytes=1,
+        config=tiny_config(vocab_size=len(tokenizer)),
+        shape={},
+        has_chat_template=True,
+        directory="models/tiny",
+    )
+    dataset = stored(alice, "chat.jsonl", jsonl(CHAT))
+    html = alice_client.get(reverse("datasets"), {"preview": dataset.pk}).content.decode()
+    assert f'<option value="{model.reference}">my tiny llama</option>' in html
+    tokens = preview_tokens(alice_client, dataset, tokenizer=model.reference)
+    assert "".join(text for text, trained in tokens if trained) == "runs·chip·the<|end|>↵"
+    assert tokens[0] == ("<|user|>", False)
+
+
+def test_a_preview_with_a_tokenizer_that_is_not_yours_is_refused_naming_it(alice_client, alice, bob):
+    dataset = stored(alice, "chat.jsonl", jsonl(CHAT))
+    theirs = UploadedModel.objects.create(
+        owner=bob, name="bob's", architecture="llama", parameters=1, size_bytes=1, config={}, shape={}, directory="x"
+    )
+    for choice in [theirs.reference, "gpt-4", "model:99999999999999999999"]:
+        response = alice_client.get(reverse("datasets"), {"preview": dataset.pk, "tokenizer": choice})
+        assert response.status_code == 400
+        assert f"Unknown tokenizer &#x27;{choice}&#x27;" in response.content.decode()
+
+
+@pytest.mark.parametrize("preview", ["other", "abc", "99999999999999999999"])
+def test_only_your_own_datasets_can_be_previewed(alice_client, bob, preview):
+    theirs = stored(bob, "chat.jsonl", jsonl(CHAT))
+    pk = theirs.pk if preview == "other" else preview
+    assert alice_client.get(reverse("datasets"), {"preview": pk}).status_code == 404
+
+
+def test_each_listed_dataset_links_to_its_preview(alice_client, alice):
+    dataset = stored(alice, "chat.jsonl", jsonl(CHAT))
+    html = alice_client.get(reverse("datasets")).content.decode()
+    assert f'href="{reverse("datasets")}?preview={dataset.pk}#preview"' in html
+    assert 'data-testid="dataset-preview"' not in html

@@ -1,0 +1,495 @@
+"""Dataset records in the model's own tokens: parsing, tokenizers, loss masks, packing, eval examples.
+
+A dataset file is UTF-8 with one record per non-blank line, of one kind:
+- "text": plain text; every non-blank line is a record {"text": line}.
+- "jsonl": {"text": str}.
+- "chat": {"messages": [{"role": "system" | "user" | "assistant", "content": str}, ...]}, with at
+  least one assistant message.
+- "completion": {"prompt": str, "completion": str}.
+
+Each record becomes token ids and a loss mask (True: a token the model is trained to predict): every
+token of a text, the completion of a prompt, the assistant turns of a chat. The platform validates
+uploads and previews tokenization with this module, so it imports no torch, and transformers only
+inside the functions that load or use a model's tokenizer.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import random
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+TEXT, JSONL, CHAT, COMPLETION = "text", "jsonl", "chat", "completion"
+KINDS = (TEXT, JSONL, CHAT, COMPLETION)
+ROLES = ("system", "user", "assistant")
+JSONL_SUFFIXES = {".jsonl", ".ndjson"}
+TEXT_SUFFIXES = {".txt", ".text", ".md"}
+DEFAULT_MAX_BYTES = 1 << 30
+
+# How each kind of record looks, for error messages.
+SHAPES = {
+    TEXT: "plain text",
+    JSONL: '{"text"}',
+    CHAT: '{"messages"}',
+    COMPLETION: '{"prompt", "completion"}',
+}
+MESSAGES_SHAPE = '"messages" must be a list of {"role", "content"} objects'
+
+Encoded = tuple[list[int], list[bool]]
+Span = tuple[int, int]
+
+
+class DatasetError(ValueError):
+    """A dataset the runtime cannot train on; the message says why in the user's terms."""
+
+
+# Reading and validating
+
+
+def read_records(
+    path: str | os.PathLike, kind: str | None = None, max_bytes: int = DEFAULT_MAX_BYTES
+) -> tuple[str, list[dict]]:
+    """Every record of a dataset file and its kind, each line validated.
+
+    The kind is `kind` when given, else plain text for .txt/.text/.md names, else (JSON lines) the
+    kind of the first record's keys. The first bad line raises DatasetError naming its number.
+    """
+    path = Path(path)
+    text = read_text(path, max_bytes)
+    lines = text.split("\n")
+    if _check_kind(kind) == TEXT or (kind is None and not _looks_like_json_lines(path, lines)):
+        return TEXT, _text_records(_numbered(lines))
+    kind, records = _json_records(_numbered(lines), kind)
+    _check_something_to_train_on(kind, records)
+    return kind, records
+
+
+def first_records(path: str | os.PathLike, kind: str, count: int) -> list[dict]:
+    """The first `count` records of a stored dataset of known kind, reading no further (previews)."""
+    with open(path, "rb") as file:
+        lines = (line.decode("utf-8", errors="replace") for line in file)
+        if _check_kind(kind) == TEXT:
+            return _text_records(_numbered(lines), count)
+        return _json_records(_numbered(lines), kind, count)[1]
+
+
+def read_text(path: Path, max_bytes: int) -> str:
+    """The file as text, after the checks that need no parsing."""
+    if not path.is_file():
+        raise DatasetError(f"Dataset file '{path}' does not exist.")
+    size = path.stat().st_size
+    if size > max_bytes:
+        raise DatasetError(f"Dataset is too large: {_mib(size)} MiB; the limit is {_mib(max_bytes)} MiB.")
+    data = path.read_bytes()
+    if not data.strip():
+        raise DatasetError("Dataset is empty.")
+    nul = data.find(b"\x00")
+    if nul >= 0:
+        raise DatasetError(f"Dataset looks binary: it contains a NUL byte at offset {nul}.")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DatasetError(f"Dataset is not UTF-8 text: invalid byte at offset {exc.start}.") from None
+
+
+def _check_kind(kind: str | None) -> str | None:
+    if kind is not None and kind not in KINDS:
+        raise DatasetError(f"Unknown dataset kind '{kind}': use one of {', '.join(KINDS)}.")
+    return kind
+
+
+def _looks_like_json_lines(path: Path, lines: list[str]) -> bool:
+    """JSON lines for .jsonl/.ndjson names or a first line that opens an object; plain text otherwise."""
+    suffix = path.suffix.lower()
+    if suffix in JSONL_SUFFIXES or suffix in TEXT_SUFFIXES:
+        return suffix in JSONL_SUFFIXES
+    first = next((line for line in lines if line.strip()), "")
+    return first.lstrip().startswith("{")
+
+
+def _numbered(lines: Iterable[str]) -> Iterator[tuple[int, str]]:
+    """(line number, line without its end) for the non-blank lines; lines end at \\n only."""
+    for number, line in enumerate(lines, start=1):
+        line = line.rstrip("\r\n")
+        if line.strip():
+            yield number, line
+
+
+def _text_records(lines: Iterable[tuple[int, str]], limit: int | None = None) -> list[dict]:
+    records = []
+    for _, line in lines:
+        if len(records) == limit:
+            break
+        records.append({"text": line})
+    return records
+
+
+def _json_records(
+    lines: Iterable[tuple[int, str]], kind: str | None, limit: int | None = None
+) -> tuple[str, list[dict]]:
+    """(kind, records): every line parsed and checked; all of one kind, the first line's unless forced."""
+    records: list[dict] = []
+    first_line = 0
+    for number, line in lines:
+        if len(records) == limit:
+            break
+        record = _parse_object(number, line)
+        found = _record_kind(number, record)
+        if kind is None:
+            kind, first_line = found, number
+        elif found != kind and first_line:
+            raise DatasetError(
+                f"Line {number}: a {SHAPES[found]} record in a dataset of {SHAPES[kind]} records (as line "
+                f"{first_line}); mixed kinds: every record must be of one kind."
+            )
+        elif found != kind:
+            raise DatasetError(f"Line {number}: a {SHAPES[found]} record where {SHAPES[kind]} records were asked for.")
+        _VALIDATORS[kind](number, record)
+        records.append(record)
+    if kind is None:
+        raise DatasetError("Dataset is empty.")
+    return kind, records
+
+
+def _parse_object(number: int, line: str) -> dict:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise DatasetError(f"Line {number}: not valid JSON: {exc.msg} (column {exc.colno}).") from None
+    if not isinstance(record, dict):
+        raise DatasetError(f"Line {number}: must be a JSON object, not {_json_type(record)}.")
+    return record
+
+
+def _record_kind(number: int, record: dict) -> str:
+    """A record's kind from its keys: "messages" (chat), "prompt"/"completion", else "text"."""
+    if "messages" in record:
+        return CHAT
+    if "prompt" in record or "completion" in record:
+        return COMPLETION
+    if "text" in record:
+        return JSONL
+    keys = ", ".join(f'"{key}"' for key in list(record)[:5]) or "none"
+    raise DatasetError(
+        f'Line {number}: a record needs a "text" field, a "messages" list, or "prompt" and "completion" '
+        f"fields; its keys are {keys}."
+    )
+
+
+def _require_string(number: int, record: dict, key: str) -> None:
+    if key not in record:
+        raise DatasetError(f'Line {number}: missing "{key}".')
+    if not isinstance(record[key], str):
+        raise DatasetError(f'Line {number}: "{key}" must be a string, not {_json_type(record[key])}.')
+
+
+def _validate_text(number: int, record: dict) -> None:
+    _require_string(number, record, "text")
+
+
+def _validate_completion(number: int, record: dict) -> None:
+    _require_string(number, record, "prompt")
+    _require_string(number, record, "completion")
+
+
+def _validate_chat(number: int, record: dict) -> None:
+    messages = record["messages"]
+    if not isinstance(messages, list):
+        raise DatasetError(f"Line {number}: {MESSAGES_SHAPE}, not {_json_type(messages)}.")
+    if not messages:
+        raise DatasetError(f'Line {number}: "messages" is empty.')
+    for index, message in enumerate(messages, start=1):
+        if not (
+            isinstance(message, dict)
+            and isinstance(message.get("role"), str)
+            and isinstance(message.get("content"), str)
+        ):
+            raise DatasetError(f"Line {number}: {MESSAGES_SHAPE} (message {index} is not).")
+        if message["role"] not in ROLES:
+            raise DatasetError(
+                f'Line {number}: message {index} has the unknown role "{message["role"]}"; '
+                'use "system", "user" or "assistant".'
+            )
+    if not any(message["role"] == "assistant" for message in messages):
+        raise DatasetError(f'Line {number}: no "assistant" message; a chat record trains on its assistant turns.')
+
+
+_VALIDATORS: dict[str, Callable[[int, dict], None]] = {
+    JSONL: _validate_text,
+    CHAT: _validate_chat,
+    COMPLETION: _validate_completion,
+}
+
+
+def _check_something_to_train_on(kind: str, records: list[dict]) -> None:
+    """At least one record has non-blank text where the loss is."""
+    if kind == CHAT:
+        trained = (m["content"] for r in records for m in r["messages"] if m["role"] == "assistant")
+        what = "assistant message"
+    else:
+        field = "completion" if kind == COMPLETION else "text"
+        trained, what = (r[field] for r in records), f'record\'s "{field}"'
+    if not any(text.strip() for text in trained):
+        raise DatasetError(f"Dataset has nothing to train on: every {what} is empty.")
+
+
+def _json_type(value: Any) -> str:
+    names = {dict: "an object", list: "a list", str: "a string", bool: "true/false", type(None): "null"}
+    return names.get(type(value), "a number")
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):.1f}"
+
+
+# Tokenizers
+
+
+class ByteTokenizer:
+    """The catalog models' tokenizer (they are trained from scratch without one): UTF-8 bytes as ids.
+
+    Ids are the bytes modulo the vocabulary, and the end of a sequence is the last id, vocab_size - 1
+    (255 is never a UTF-8 byte, and larger vocabularies leave it unused). No chat template: chats get
+    the plain "role: content" layout.
+    """
+
+    chat_template = None
+    bos_token_id = None
+
+    def __init__(self, vocab_size: int) -> None:
+        if vocab_size < 2:
+            raise DatasetError(f"A byte-level vocabulary needs at least 2 ids, not {vocab_size}.")
+        self.vocab_size = vocab_size
+        self.eos_token_id = vocab_size - 1
+
+    def __len__(self) -> int:
+        return self.vocab_size
+
+    def encode(self, text: str) -> list[int]:
+        return (self._bytes(text) % self.vocab_size).tolist()
+
+    def encode_with_offsets(self, text: str) -> tuple[list[int], np.ndarray]:
+        """Ids and, for each, the [start, end) of the character of `text` it comes from (a character
+        takes up to 4 bytes: each byte but a continuation byte starts the next character)."""
+        data = self._bytes(text)
+        chars = np.cumsum((data & 0xC0) != 0x80) - 1
+        return (data % self.vocab_size).tolist(), np.stack([chars, chars + 1], axis=1)
+
+    @staticmethod
+    def _bytes(text: str) -> np.ndarray:
+        return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int64)
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Text of the ids: bytes that aren't UTF-8 shown as \\xNN, the end of a sequence as <eos>."""
+        out, pending = io.StringIO(), bytearray()
+        for token in ids:
+            if token != self.eos_token_id and token < 256:
+                pending.append(token)
+                continue
+            out.write(pending.decode("utf-8", errors="backslashreplace"))
+            pending.clear()
+            out.write("<eos>" if token == self.eos_token_id else f"<{token}>")
+        out.write(pending.decode("utf-8", errors="backslashreplace"))
+        return out.getvalue()
+
+
+def load_tokenizer(path: str | os.PathLike | None, vocab_size: int):
+    """The tokenizer of the model directory at `path` (local files only), or for a catalog model
+    (`path` None) a ByteTokenizer; refused when its ids wouldn't fit the model's vocabulary."""
+    if path is None:
+        return ByteTokenizer(vocab_size)
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    except (OSError, ValueError) as exc:
+        raise DatasetError(f"Can't load the tokenizer of the model in '{path}': {exc}") from None
+    if len(tokenizer) > vocab_size:
+        raise DatasetError(
+            f"The model's tokenizer has {len(tokenizer):,} tokens but its vocabulary only {vocab_size:,} embeddings."
+        )
+    return tokenizer
+
+
+# Encoding: ids and loss masks
+
+
+def encode_record(record: dict, kind: str, tokenizer) -> Encoded:
+    """A record's token ids and loss mask (True: the token is a training target).
+
+    text/jsonl: every token, closed by the end-of-sequence token so packed documents stay apart.
+    completion: the prompt is context; the completion and a closing end-of-sequence are trained.
+    chat: rendered with the tokenizer's chat template; the assistant messages and their end-of-turn
+    markers are trained. Without a template (byte-level) a chat is laid out as "role: content" lines
+    and closed by an end-of-sequence, trained when the chat ends with an assistant turn.
+    """
+    if kind in (TEXT, JSONL):
+        ids, mask = _encode_spans(tokenizer, record["text"], [(0, len(record["text"]))], add_special_tokens=True)
+        return _close(ids, mask, tokenizer, trained=True)
+    if kind == COMPLETION:
+        text = record["prompt"] + record["completion"]
+        ids, mask = _encode_spans(tokenizer, text, [(len(record["prompt"]), len(text))], add_special_tokens=True)
+        return _close(ids, mask, tokenizer, trained=True)
+    if kind == CHAT:
+        return _encode_chat(record["messages"], tokenizer)
+    raise DatasetError(f"Unknown dataset kind '{kind}': use one of {', '.join(KINDS)}.")
+
+
+def _encode_chat(messages: list[dict], tokenizer) -> Encoded:
+    """Assistant spans found by rendering prefixes: the conversation up to message i with a generation
+    prompt ends where message i's content starts; up to and including message i, where its turn ends."""
+    template = getattr(tokenizer, "chat_template", None)
+    render = _template_renderer(tokenizer) if template else _plain_layout
+    if template and messages[0]["role"] == "assistant":
+        raise DatasetError(
+            "The conversation opens with an assistant message; the chat template needs a system or user "
+            "message before it."
+        )
+    whole = render(messages, False)
+    spans = []
+    for i, message in enumerate(messages):
+        if message["role"] != "assistant":
+            continue
+        before, through = render(messages[:i], True), render(messages[: i + 1], False)
+        if not (through.startswith(before) and whole.startswith(through)):
+            raise DatasetError(
+                f"The chat template is not prefix-stable: the conversation rendered up to message {i + 1} is "
+                "not the start of the whole conversation rendered, so its assistant tokens can't be found."
+            )
+        spans.append((len(before), len(through)))
+    ids, mask = _encode_spans(tokenizer, whole, spans, add_special_tokens=False)
+    if template:
+        return ids, mask
+    return _close(ids, mask, tokenizer, trained=messages[-1]["role"] == "assistant")
+
+
+def _template_renderer(tokenizer) -> Callable[[list[dict], bool], str]:
+    from jinja2 import TemplateError
+
+    def render(messages: list[dict], add_generation_prompt: bool) -> str:
+        try:
+            return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
+        except (TemplateError, ValueError, TypeError) as exc:
+            raise DatasetError(f"The model's chat template refused the conversation: {exc}") from None
+
+    return render
+
+
+def _plain_layout(messages: list[dict], add_generation_prompt: bool) -> str:
+    """The plain layout, one "role: content" line per message, for tokenizers without a chat template."""
+    lines = "".join(f"{message['role']}: {message['content']}\n" for message in messages)
+    return lines + ("assistant: " if add_generation_prompt else "")
+
+
+def _encode_spans(tokenizer, text: str, spans: list[Span], *, add_special_tokens: bool) -> Encoded:
+    """`text` tokenized whole; a token is trained when the characters it comes from overlap a span
+    (tokens the tokenizer adds itself, like a beginning-of-sequence, never are)."""
+    if isinstance(tokenizer, ByteTokenizer):
+        ids, offsets = tokenizer.encode_with_offsets(text)
+        added = [False] * len(ids)
+    else:
+        try:
+            encoding = tokenizer(
+                text,
+                add_special_tokens=add_special_tokens,
+                return_offsets_mapping=True,
+                return_special_tokens_mask=True,
+            )
+        except NotImplementedError:
+            raise DatasetError(
+                "The model's tokenizer can't map tokens to characters (it is not a fast tokenizer), "
+                "so its loss mask can't be built."
+            ) from None
+        ids, offsets = encoding["input_ids"], encoding["offset_mapping"]
+        added = [bool(flag) for flag in encoding["special_tokens_mask"]]
+    return list(ids), _in_spans(offsets, spans, added)
+
+
+def _in_spans(offsets: list[Span] | np.ndarray, spans: list[Span], added: list[bool]) -> list[bool]:
+    """Whether each token's characters [start, end) meet a span (an empty range counts as its start),
+    for tokens the tokenizer didn't add itself."""
+    bounds = np.asarray(offsets, dtype=np.int64).reshape(-1, 2)
+    starts, ends = bounds[:, 0], np.maximum(bounds[:, 1], bounds[:, 0] + 1)
+    inside = np.zeros(len(bounds), dtype=bool)
+    for span_start, span_end in spans:
+        inside |= (starts < span_end) & (ends > span_start)
+    return (inside & ~np.asarray(added, dtype=bool)).tolist()
+
+
+def _close(ids: list[int], mask: list[bool], tokenizer, *, trained: bool) -> Encoded:
+    """End the record with the end-of-sequence token (added unless the tokenizer already did)."""
+    eos = tokenizer.eos_token_id
+    if eos is None:
+        return ids, mask
+    if not ids or ids[-1] != eos:
+        ids, mask = [*ids, eos], [*mask, trained]
+    else:
+        mask = [*mask[:-1], trained]
+    return ids, mask
+
+
+# Windows for training and examples for evaluation
+
+
+def pack(encoded: Iterable[Encoded], seq_len: int) -> tuple[np.ndarray, np.ndarray]:
+    """(ids int64, mask bool), both (windows, seq_len + 1): the records in order as one stream, cut
+    into windows overlapping by one token (window i = stream[i*seq_len : i*seq_len + seq_len + 1]).
+
+    The last partial window is padded with id 0, masked out; a stream shorter than one window is
+    repeated to fill it.
+    """
+    if seq_len < 1:
+        raise DatasetError(f"The sequence length must be at least 1, not {seq_len}.")
+    parts = [(np.asarray(ids, dtype=np.int64), np.asarray(mask, dtype=bool)) for ids, mask in encoded]
+    ids = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, dtype=np.int64)
+    mask = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, dtype=bool)
+    if not mask.any():
+        raise DatasetError("Dataset has no token to train on: every loss mask is empty.")
+    length = seq_len + 1
+    if ids.size < length:
+        ids, mask = np.resize(ids, length), np.resize(mask, length)
+    windows = math.ceil((ids.size - 1) / seq_len)
+    padding = windows * seq_len + 1 - ids.size
+    ids = np.concatenate([ids, np.zeros(padding, dtype=np.int64)])
+    mask = np.concatenate([mask, np.zeros(padding, dtype=bool)])
+    index = np.arange(windows)[:, None] * seq_len + np.arange(length)[None, :]
+    return ids[index], mask[index]
+
+
+def eval_examples(encoded: Iterable[Encoded], seq_len: int) -> list[Encoded]:
+    """Each record on its own, cut to its first seq_len + 1 tokens, for a per-record eval loss.
+
+    Records with no target left (no masked-in token after the first) can't be scored and are left
+    out; none at all raises DatasetError.
+    """
+    examples = [(list(ids[: seq_len + 1]), list(mask[: seq_len + 1])) for ids, mask in encoded]
+    examples = [(ids, mask) for ids, mask in examples if any(mask[1:])]
+    if not examples:
+        raise DatasetError(
+            f"No evaluation record has a token to score within its first {seq_len + 1} tokens "
+            "(the sequence length plus one)."
+        )
+    return examples
+
+
+def split_holdout(records: list[dict], fraction: float, seed: int) -> tuple[list[dict], list[dict]]:
+    """(training records, held-out records): a `fraction` of the records chosen by `seed`, at least
+    one on each side; each side keeps the file's order."""
+    if not 0 < fraction < 1:
+        raise DatasetError(f"The held-out fraction must be between 0 and 1, not {fraction}.")
+    if len(records) < 2:
+        raise DatasetError(
+            f"Dataset is too small to hold records out for evaluation: it has {len(records)} "
+            f"record{'' if len(records) == 1 else 's'}; at least 2 are needed."
+        )
+    count = min(len(records) - 1, max(1, round(len(records) * fraction)))
+    held = set(random.Random(seed).sample(range(len(records)), count))
+    train = [record for i, record in enumerate(records) if i not in held]
+    return train, [record for i, record in enumerate(records) if i in held]

@@ -1,0 +1,308 @@
+"""Users' own Hugging Face models: storing an upload, deleting one, and resolving the model a job names.
+
+An upload is checked in full (workers.modelfiles) in a staging folder before anything is kept; only a
+valid model folder is moved into place (MEDIA_ROOT/models/<owner id>/<uuid>/, 0700) and recorded as
+an UploadedModel. A job names its model as a catalog name ("llama-tiny"), an upload ("model:7") or
+a Hugging Face Hub id ("org/name") that this platform's Hugging Face cache already holds:
+`resolve_model_source` turns any of them into what planning and the runtime need, and nothing is
+ever downloaded from the Hub.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from django.conf import settings
+from django.core.files.uploadhandler import FileUploadHandler
+from django.db import transaction
+
+from workers import hfconfig
+from workers.choices import JobStatus
+from workers.hfconfig import ModelShape
+from workers.modelfiles import Limits, ModelFileError, ModelTooLarge, check_model_dir, extract_archive, too_large
+from workers.models import Job, UploadedModel
+from workers.modelspecs import CATALOG
+
+MODELS_FOLDER = "models"
+STAGING_FOLDER = ".incoming"
+MODEL_REFERENCE = re.compile(r"^model:([0-9]{1,18})$")
+HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
+ARCHIVE_SUFFIX = re.compile(r"(\.tar\.gz|\.tgz|\.tar|\.zip)$", re.IGNORECASE)
+# Sequence length of a job on a user's model unless it asks for another: the model's context, at most this.
+DEFAULT_SEQ_LEN = 2048
+# What a multipart body may carry beside the file itself (boundaries, headers, the name field).
+MULTIPART_ALLOWANCE = 1024 * 1024
+
+
+class ModelUnavailable(ValueError):
+    """A model name this platform can't train; the message says which names would do."""
+
+
+class ModelInUse(Exception):
+    """A model an unfinished job trains; it can't be deleted before the job ends."""
+
+    def __init__(self, model: UploadedModel, job: Job):
+        super().__init__(
+            f"Model {model.reference} is used by job {job.pk} ({job.get_status_display().lower()}); "
+            "cancel the job or wait for it to end, then delete the model."
+        )
+        self.job = job
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """A model a job can train: its config, where its files are (None: built from the config), its shape."""
+
+    name: str
+    reference: str
+    config: dict
+    path: Path | None
+    shape: ModelShape
+    seq_len: int
+    source: str  # "catalog", "upload" or "hub"
+    description: str
+    has_chat_template: bool = False  # the catalog's models have no tokenizer (bytes are their tokens)
+
+
+def upload_limits() -> Limits:
+    return Limits(
+        max_archive_bytes=settings.MODEL_MAX_BYTES,
+        max_extracted_bytes=settings.MODEL_MAX_BYTES,
+        max_members=settings.MODEL_MAX_FILES,
+    )
+
+
+class ModelUploadLimit(FileUploadHandler):
+    """Refuses a model upload over MODEL_MAX_BYTES while it streams in (put it first among a request's handlers).
+
+    A declared length over the limit is refused before a byte is read; a body without one is refused
+    at the chunk that passes the limit. Either raises ModelTooLarge out of the request's parsing.
+    """
+
+    def handle_raw_input(self, input_data, META, content_length, boundary, encoding=None):
+        limit = settings.MODEL_MAX_BYTES
+        if content_length and content_length > limit + MULTIPART_ALLOWANCE:
+            raise too_large(f"The upload is {content_length:,} bytes", limit)
+
+    def receive_data_chunk(self, raw_data, start):
+        limit = settings.MODEL_MAX_BYTES
+        if start + len(raw_data) > limit:
+            raise too_large("The upload is over the limit", limit)
+        return raw_data
+
+    def file_complete(self, file_size):
+        return None  # the next handler keeps the file
+
+
+def store_model(owner, upload, name: str = "") -> UploadedModel:
+    """Check an uploaded archive in full and keep it as the owner's model; raises ModelFileError.
+
+    Nothing is left behind on a refusal or a failure: the staging folder goes, and the kept folder too
+    if its row can't be written.
+    """
+    limits = upload_limits()
+    if upload.size is not None and upload.size > limits.max_archive_bytes:
+        raise too_large(f"The upload is {upload.size:,} bytes", limits.max_archive_bytes)
+    staging = Path(tempfile.mkdtemp(dir=private_folder(Path(MODELS_FOLDER) / STAGING_FOLDER)))
+    try:
+        archive = archive_on_disk(upload, staging, limits.max_archive_bytes)
+        unpacked = staging / "unpacked"
+        unpacked.mkdir(mode=0o700)
+        folder = extract_archive(archive, unpacked, limits)
+        checked = check_model_dir(folder)
+        relative = Path(MODELS_FOLDER) / str(owner.pk) / uuid.uuid4().hex
+        private_folder(relative.parent)
+        target = Path(settings.MEDIA_ROOT) / relative
+        folder.chmod(0o700)
+        folder.rename(target)
+        try:
+            return UploadedModel.objects.create(
+                owner=owner,
+                name=(name.strip() or default_name(upload.name))[:120],
+                architecture=checked.architecture,
+                parameters=checked.parameters,
+                size_bytes=checked.size_bytes,
+                config=checked.config,
+                shape=checked.shape,
+                has_chat_template=checked.has_chat_template,
+                directory=relative.as_posix(),
+            )
+        except BaseException:
+            shutil.rmtree(target, ignore_errors=True)
+            raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def archive_on_disk(upload, staging: Path, limit: int) -> Path:
+    """The upload as a file: the temporary file Django streamed it to, or a copy of it made chunk by chunk."""
+    if hasattr(upload, "temporary_file_path"):
+        return Path(upload.temporary_file_path())
+    copy = staging / "upload"
+    written = 0
+    with open(copy, "xb") as file:
+        for chunk in upload.chunks():
+            written += len(chunk)
+            if written > limit:
+                raise too_large("The upload is over the limit", limit)
+            file.write(chunk)
+    return copy
+
+
+def private_folder(relative: Path) -> Path:
+    """MEDIA_ROOT/relative, each folder made 0700 as it is created."""
+    folder = Path(settings.MEDIA_ROOT)
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for part in relative.parts:
+        folder = folder / part
+        if not folder.is_dir():
+            folder.mkdir(mode=0o700, exist_ok=True)
+            folder.chmod(0o700)  # whatever the umask
+    return folder
+
+
+def default_name(file_name: str | None) -> str:
+    return ARCHIVE_SUFFIX.sub("", Path(file_name or "").name) or "model"
+
+
+def delete_model(owner, model: UploadedModel) -> None:
+    """Delete one of the owner's models and its folder; raises ModelInUse while an unfinished job trains it."""
+    with transaction.atomic():
+        locked = UploadedModel.objects.select_for_update().get(pk=model.pk, owner=owner)
+        job = jobs_training(locked).first()
+        if job is not None:
+            raise ModelInUse(locked, job)
+        folder = locked.path
+        locked.delete()
+        transaction.on_commit(lambda: shutil.rmtree(folder, ignore_errors=True))
+
+
+def jobs_training(model: UploadedModel):
+    """The unfinished jobs that name the model, oldest first."""
+    return Job.objects.filter(model_name=model.reference).exclude(status__in=JobStatus.finished()).order_by("id")
+
+
+# -- resolving the model a job names ---------------------------------------------------------------
+
+
+def resolve_model_source(name: str, owner=None) -> ModelSource:
+    """The model a job names: a catalog name, 'model:<id>' (the owner's, when an owner is given) or a Hub id
+    in this platform's Hugging Face cache. Raises ModelUnavailable saying what would do."""
+    name = name.strip()
+    if name in CATALOG:
+        return catalog_source(name)
+    if reference := MODEL_REFERENCE.match(name):
+        return upload_source(int(reference[1]), owner)
+    if HUB_ID.match(name) and ".." not in name and "--" not in name:
+        return hub_source(name)
+    raise ModelUnavailable(
+        f"Unknown model '{name}'. Use a built-in model ({', '.join(CATALOG)}), one of your uploads "
+        "(model:<id>), or a Hugging Face Hub id (org/name) that this platform's Hugging Face cache holds."
+    )
+
+
+def catalog_source(name: str) -> ModelSource:
+    model = CATALOG[name]
+    return ModelSource(
+        name=model.name,
+        reference=model.name,
+        config=dict(model.config),
+        path=None,
+        shape=hfconfig.model_shape(model.config),
+        seq_len=model.seq_len,
+        source="catalog",
+        description=model.description,
+    )
+
+
+def upload_source(pk: int, owner=None) -> ModelSource:
+    models = UploadedModel.objects.filter(pk=pk)
+    if owner is not None:
+        models = models.filter(owner=owner)
+    model = models.first()
+    if model is None:
+        if owner is None:
+            raise ModelUnavailable(f"There is no model model:{pk}.")
+        raise ModelUnavailable(f"There is no model model:{pk} among yours; see yours with GET /api/v1/models/.")
+    return ModelSource(
+        name=model.name,
+        reference=model.reference,
+        config=model.config,
+        path=model.path,
+        shape=ModelShape.from_dict(model.shape),
+        seq_len=default_seq_len(model.config),
+        source="upload",
+        description=f"Your {model.architecture} model “{model.name}”, {model.parameters:,} parameters",
+        has_chat_template=model.has_chat_template,
+    )
+
+
+def hub_source(repo_id: str) -> ModelSource:
+    folder = hub_snapshot(repo_id)
+    if folder is None:
+        raise ModelUnavailable(
+            f"Model '{repo_id}' is a Hugging Face Hub id and isn't in this platform's Hugging Face cache; nothing "
+            "is downloaded from the Hub. Upload the model folder (`starverse model upload DIR`, POST "
+            "/api/v1/models/ or the Models page) and use its reference (model:<id>)."
+        )
+    try:
+        checked = check_model_dir(folder)
+    except ModelFileError as error:
+        unusable = f"Model '{repo_id}' in this platform's Hugging Face cache can't be trained: {error}"
+        raise ModelUnavailable(unusable) from None
+    return ModelSource(
+        name=repo_id,
+        reference=repo_id,
+        config=checked.config,
+        path=folder,
+        shape=ModelShape.from_dict(checked.shape),
+        seq_len=default_seq_len(checked.config),
+        source="hub",
+        description=f"{repo_id} from this platform's Hugging Face cache, {checked.parameters:,} parameters",
+        has_chat_template=checked.has_chat_template,
+    )
+
+
+def hub_snapshot(repo_id: str) -> Path | None:
+    """The cached snapshot of the repository's main revision, or None; the network is never used."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HFValidationError, IncompleteSnapshotError, LocalEntryNotFoundError
+
+    try:
+        folder = snapshot_download(repo_id, local_files_only=True, cache_dir=hub_cache_folder())
+    except (LocalEntryNotFoundError, IncompleteSnapshotError, HFValidationError):
+        return None
+    return Path(folder)
+
+
+def hub_cache_folder() -> Path:
+    """The Hugging Face cache the environment names now (huggingface_hub reads HF_HOME once, at import)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    cache_home = os.environ.get("XDG_CACHE_HOME") or "~/.cache"
+    home = os.environ.get("HF_HOME") or os.path.join(cache_home, "huggingface")
+    return Path(home).expanduser() / "hub"
+
+
+def default_seq_len(config: dict) -> int:
+    context = config.get("max_position_embeddings")
+    return min(context, DEFAULT_SEQ_LEN) if isinstance(context, int) and context > 0 else DEFAULT_SEQ_LEN
+
+
+__all__ = [
+    "ModelFileError",
+    "ModelInUse",
+    "ModelSource",
+    "ModelTooLarge",
+    "ModelUnavailable",
+    "ModelUploadLimit",
+    "delete_model",
+    "resolve_model_source",
+    "store_model",
+]
