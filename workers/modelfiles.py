@@ -48,6 +48,8 @@ TRAINABLE_DTYPES = ("BF16", "F16", "F32", "F64")
 MAX_HEADER_BYTES = 100 * 1024 * 1024  # the safetensors library's own bound
 MAX_CONFIG_BYTES = 1024 * 1024
 COPY_CHUNK = 1024 * 1024
+# What an archive may hold beside file content: headers, names, a zip's directory.
+MAX_METADATA_BYTES = 64 * 1024 * 1024
 SHOWN_PROBLEMS = 5
 # Folders and files that archivers add beside the content (macOS Finder's "Compress").
 ARCHIVER_LITTER = ("__MACOSX", ".DS_Store")
@@ -114,7 +116,7 @@ def extract_archive(archive: Path, destination: Path, limits: Limits) -> Path:
     if kind == "zip":
         extract_zip(archive, destination, budget)
     else:
-        extract_tar(archive, "r|gz" if kind == "tar.gz" else "r|", destination, budget)
+        extract_tar(archive, kind == "tar.gz", destination, budget)
     entries = list(destination.iterdir())
     if len(entries) == 1 and entries[0].is_dir():
         return entries[0]
@@ -139,6 +141,11 @@ def too_large(what: str, limit: int) -> ModelTooLarge:
     return ModelTooLarge(message, code="model_too_large")
 
 
+def too_many_files(limit: int) -> ModelFileError:
+    message = f"The archive has more than {limit:,} files; a model folder needs a few dozen."
+    return ModelFileError(message, code="too_many_files")
+
+
 @dataclass
 class Budget:
     """Members and bytes unpacked so far, refused past the limits as they are counted."""
@@ -150,10 +157,7 @@ class Budget:
     def member(self) -> None:
         self.members += 1
         if self.members > self.limits.max_members:
-            raise ModelFileError(
-                f"The archive has more than {self.limits.max_members:,} files; a model folder needs a few dozen.",
-                code="too_many_files",
-            )
+            raise too_many_files(self.limits.max_members)
 
     def add(self, count: int) -> None:
         self.written += count
@@ -218,10 +222,35 @@ def write_member(source: BinaryIO, destination: Path, relative: PurePosixPath, b
             target_file.write(chunk)
 
 
-def extract_tar(archive: Path, mode: str, destination: Path, budget: Budget) -> None:
+class MeteredTarStream:
+    """The decompressed tar stream, refused once what isn't file content (headers, names) passes MAX_METADATA_BYTES.
+
+    tarfile reads a long name or a PAX header into memory whole; a header that claims gigabytes would
+    otherwise be read before any limit on files is reached.
+    """
+
+    def __init__(self, raw: BinaryIO, budget: Budget):
+        self.raw, self.budget, self.read_bytes = raw, budget, 0
+
+    def read(self, size: int = -1) -> bytes:
+        chunk = self.raw.read(size)
+        self.read_bytes += len(chunk)
+        # File content is copied in COPY_CHUNK pieces as soon as it is read, so it trails by at most one piece.
+        if self.read_bytes - self.budget.written > MAX_METADATA_BYTES + COPY_CHUNK:
+            raise ModelFileError(
+                f"The archive's headers and names are over {MAX_METADATA_BYTES:,} bytes; it is refused. {PACK_IT}",
+                code="invalid_archive",
+            )
+        return chunk
+
+
+def extract_tar(archive: Path, compressed: bool, destination: Path, budget: Budget) -> None:
     """Stream the tar once, member by member: each is checked before a byte of it is written."""
     try:
-        with tarfile.open(archive, mode) as tar:
+        with (
+            (gzip.open if compressed else open)(archive, "rb") as raw,
+            tarfile.open(fileobj=MeteredTarStream(raw, budget), mode="r|") as tar,
+        ):
             for member in tar:
                 budget.member()
                 relative = member_path(member.name)
@@ -251,6 +280,7 @@ def extract_tar(archive: Path, mode: str, destination: Path, budget: Budget) -> 
 
 def extract_zip(archive: Path, destination: Path, budget: Budget) -> None:
     """Check every member of the zip's directory first, then unpack, counting the bytes actually inflated."""
+    check_zip_directory(archive, budget.limits)
     try:
         with zipfile.ZipFile(archive) as bundle:
             members = bundle.infolist()
@@ -286,6 +316,22 @@ def extract_zip(archive: Path, destination: Path, budget: Budget) -> None:
         raise ModelFileError(
             f"The archive is damaged or not a zip archive ({error}). {PACK_IT}", code="invalid_archive"
         ) from None
+
+
+def check_zip_directory(archive: Path, limits: Limits) -> None:
+    """Refuse a zip whose directory declares too many members or too many bytes, before zipfile reads it all
+    into memory (it builds every member's entry at once)."""
+    with open(archive, "rb") as file:
+        end = zipfile._EndRecData(file)  # the end-of-directory record, zip64 included, as ZipFile reads it
+    if end is None:
+        return  # not a zip after all: ZipFile says so
+    if end[zipfile._ECD_ENTRIES_TOTAL] > limits.max_members:
+        raise too_many_files(limits.max_members)
+    if end[zipfile._ECD_SIZE] > MAX_METADATA_BYTES:
+        raise ModelFileError(
+            f"The archive's directory is over {MAX_METADATA_BYTES:,} bytes; it is refused. {PACK_IT}",
+            code="invalid_archive",
+        )
 
 
 # -- the model folder ------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ JOB_COLUMNS = (
     "spot_bid_per_hour",
     "allow_on_demand",
     "allow_other_chips",
+    "seq_len",
     "mode",
     "lora",
     "gradient_checkpointing",
@@ -59,6 +60,7 @@ class JobSpec:
     spot_bid_per_hour: int | None = None
     allow_on_demand: bool = True
     allow_other_chips: bool = True
+    seq_len: int | None = None  # tokens per sample; None: the model's default
     mode: str = "full"  # or "lora": an adapter on the frozen model
     lora: Mapping[str, Any] | None = None  # r, alpha, dropout, target_modules
     gradient_checkpointing: bool = False

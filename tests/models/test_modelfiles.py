@@ -13,7 +13,7 @@ from safetensors.torch import load_file, save_file
 
 from tests.hfmodels import make_model_dir
 from tests.models.conftest import copy_model, member, pack, tar_with
-from workers import hfconfig
+from workers import hfconfig, modelfiles
 from workers.modelfiles import Limits, ModelFileError, ModelTooLarge, check_model_dir, extract_archive
 
 DEFAULT_LIMITS = Limits()
@@ -157,12 +157,26 @@ def test_a_zip_bomb_stops_at_the_unpacked_limit(tmp_path):
     assert written <= 3 * 1024 * 1024
 
 
-def test_an_archive_of_too_many_files_is_refused(model_dirs, tmp_path):
-    archive = pack(model_dirs["llama"], tmp_path / "m.tar.gz")
+@pytest.mark.parametrize("archive_name", ["m.tar.gz", "m.zip"])
+def test_an_archive_of_too_many_files_is_refused(model_dirs, tmp_path, archive_name):
+    archive = pack(model_dirs["llama"], tmp_path / archive_name)
 
     error = refusal(unpack, archive, tmp_path, Limits(max_members=3))
 
-    assert "more than 3 files" in str(error)
+    assert "more than 3 files" in str(error) and error.code == "too_many_files"
+    assert not any((tmp_path / "unpacked").iterdir())
+
+
+def test_a_tar_header_claiming_more_than_the_metadata_limit_is_refused_before_it_is_read(
+    model_dirs, tmp_path, monkeypatch
+):
+    monkeypatch.setattr(modelfiles, "MAX_METADATA_BYTES", 1024 * 1024)
+    long_name = member("x" * (3 * 1024 * 1024))  # a PAX header of 3 MiB, read whole by tarfile
+    archive = tar_with(tmp_path / "m.tar.gz", model_dirs["llama"], long_name, data=b"x")
+
+    error = refusal(unpack, archive, tmp_path)
+
+    assert "headers and names are over 1,048,576 bytes" in str(error)
 
 
 # -- config.json -----------------------------------------------------------------------------------

@@ -130,6 +130,8 @@ def test_a_model_is_shown_with_its_config_and_shape_to_its_owner_only(api, bob, 
     assert bobs.get(url).status_code == 404
     assert bobs.delete(url).status_code == 404
     assert UploadedModel.objects.filter(pk=model["id"]).exists()
+    for unknown in ["99999999999999999999999", "abc", "²"]:
+        assert api.get(f"/api/v1/models/{unknown}/").status_code == 404
 
 
 def test_deleting_a_model_removes_it_and_its_files(api, archives, media, django_capture_on_commit_callbacks):

@@ -98,6 +98,7 @@ def test_the_delete_button_deletes_ones_own_model_only(browser, bob, archives, d
     others.force_login(bob)
 
     assert others.post(url).status_code == 404
+    assert browser.post("/models/99999999999999999999999/delete/").status_code == 404
     with django_capture_on_commit_callbacks(execute=True):
         deleted = browser.post(url, HTTP_HX_REQUEST="true")
 

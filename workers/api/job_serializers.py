@@ -67,6 +67,13 @@ class JobSpecSerializer(serializers.Serializer):
     dataset = serializers.CharField(
         max_length=120, default="synthetic", help_text="'synthetic' or 'upload:<id>' of one of your datasets"
     )
+    seq_len = serializers.IntegerField(
+        min_value=8,
+        max_value=32768,
+        required=False,
+        allow_null=True,
+        help_text="Tokens per training sample (default: the model's, at most 2048)",
+    )
     mode = serializers.ChoiceField(
         choices=TrainingMode.choices, default=TrainingMode.FULL, help_text="full: every weight; lora: an adapter"
     )
@@ -123,13 +130,17 @@ class JobSpecSerializer(serializers.Serializer):
 
     def _validate_training(self, data) -> None:
         """LoRA settings fit the mode and the model; an eval schedule has something to evaluate."""
-        lora = data.get("lora")
+        lora, source = data.get("lora"), self.context.get("model_source")
+        context = source.config.get("max_position_embeddings") if source else None
+        if data.get("seq_len") and isinstance(context, int) and data["seq_len"] > context:
+            raise serializers.ValidationError(
+                {"seq_len": [f"{source.name} reads at most {context} tokens (max_position_embeddings)."]}
+            )
         if data.get("mode") != TrainingMode.LORA:
             if lora:
                 raise serializers.ValidationError({"lora": ["LoRA settings apply only to mode 'lora'."]})
         else:
             data["lora"] = lora_settings(lora)
-            source = self.context.get("model_source")
             known = set(source.shape.linears) if source else set()
             unknown = sorted(set(data["lora"]["target_modules"]) - known)
             if source and unknown:
@@ -210,6 +221,7 @@ class JobSpecSerializer(serializers.Serializer):
             spot_bid_per_hour=to_micros(data["bid"]) if data.get("bid") is not None else None,
             allow_on_demand=data.get("allow_on_demand", True),
             allow_other_chips=data.get("allow_other_chips", True),
+            seq_len=data.get("seq_len"),
             mode=data.get("mode", TrainingMode.FULL),
             lora=data.get("lora"),
             gradient_checkpointing=data.get("gradient_checkpointing", False),
@@ -281,6 +293,7 @@ class JobSerializer(serializers.ModelSerializer):
             "bid",
             "allow_on_demand",
             "allow_other_chips",
+            "seq_len",
             "mode",
             "lora",
             "gradient_checkpointing",

@@ -54,6 +54,7 @@ class Job(models.Model):
     allow_on_demand = models.BooleanField(default=True)
     allow_other_chips = models.BooleanField(default=True)
     # How it trains: every weight, or a LoRA adapter ({"r", "alpha", "dropout", "target_modules"}) on a frozen base.
+    seq_len = models.PositiveIntegerField(null=True, blank=True, help_text="Tokens per sample; empty: the model's")
     mode = models.CharField(max_length=8, choices=TrainingMode.choices, default=TrainingMode.FULL)
     lora = models.JSONField(null=True, blank=True)
     gradient_checkpointing = models.BooleanField(default=False)

@@ -85,7 +85,7 @@ def model_spec(spec: JobSpec) -> ModelSpec:
     return spec_from_config(
         spec.model_name,
         source.config,
-        source.seq_len,
+        spec.seq_len or source.seq_len,
         parameters=source.shape.parameters,
         trainable=trainable,
         mode=spec.mode,

@@ -1,0 +1,199 @@
+"""The user's own Hugging Face model, end to end over the API on the simulated fleet.
+
+Upload a tiny Qwen2 (safetensors, BPE tokenizer with a chat template) and chat data; fine-tune it with
+LoRA across three chip types, move it mid-run (a node reclaimed for maintenance), download the adapter
+and the merged weights, load both with transformers/peft, and recompute the held-out loss from the
+files: it fell, and equals the platform's `eval_loss`. A full fine-tune of a tiny Llama follows.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.core.management import call_command
+
+from tests.conftest import token_client
+from tests.e2e.stack import platform_stack, wait_until
+from tests.hfmodels import chat_records, make_model_dir
+from workers.choices import AgentStatus, JobStatus
+from workers.models import Job, JobMigration, MigrationReason, Node
+from workers.runtime import records
+from workers.services import lifecycle
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+FLEET = [("m-4090", "rtx-4090"), ("m-v5e", "tpu-v5e"), ("m-910b", "ascend-910b")]
+SEQ = 48
+
+
+@pytest.fixture
+def fleet(live_server, settings, tmp_path, alice, fund):
+    settings.MEDIA_ROOT = tmp_path / "data" / "media"  # the worker's (STARVERSE_DATA_DIR) media folder
+    call_command("seed_catalog", stdout=io.StringIO())
+    fund(alice, "1000")
+    with platform_stack(live_server, settings, tmp_path) as stack:
+        for hostname, chip in FLEET:
+            stack.add_agent(hostname, chip)
+        wait_until(
+            lambda: Node.objects.filter(hostname__startswith="m-", agent_status=AgentStatus.ONLINE).count() == 3,
+            60,
+            "the agents to enroll",
+            stack,
+        )
+        yield stack
+
+
+def tar_of(folder: Path) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        archive.add(folder, arcname=folder.name)
+    return buffer.getvalue()
+
+
+def post_file(api, path: str, name: str, filename: str, data: bytes) -> dict:
+    response = api.post(path, {"name": name, "file": SimpleUploadedFile(filename, data)}, format="multipart")
+    assert response.status_code == 201, response.content
+    return response.json()
+
+
+def jsonl(rows: list[dict]) -> bytes:
+    return "\n".join(json.dumps(row) for row in rows).encode()
+
+
+def download(api, job_id: int, target: Path, merged: bool = False) -> Path:
+    response = api.get(f"/api/v1/jobs/{job_id}/model/" + ("?merged=true" if merged else ""))
+    assert response.status_code == 200, response.content
+    with tarfile.open(fileobj=io.BytesIO(b"".join(response.streaming_content))) as archive:
+        archive.extractall(target, filter="data")
+    (folder,) = target.iterdir()
+    return folder
+
+
+def held_out_loss(model, tokenizer_dir: Path, eval_file: Path) -> float:
+    """Mean cross-entropy over the eval records' assistant tokens, each record on its own."""
+    tokenizer = records.load_tokenizer(str(tokenizer_dir), model.config.vocab_size)
+    kind, rows = records.read_records(eval_file)
+    total, count = 0.0, 0
+    model.eval()
+    with torch.no_grad():
+        for ids, mask in records.eval_examples([records.encode_record(r, kind, tokenizer) for r in rows], SEQ):
+            ids_t, mask_t = torch.tensor([ids]), torch.tensor([mask])
+            logits = model(input_ids=ids_t[:, :-1]).logits
+            targets = ids_t[:, 1:].masked_fill(~mask_t[:, 1:], -100)
+            total += F.cross_entropy(logits[0].float(), targets[0], ignore_index=-100, reduction="sum").item()
+            count += int(mask_t[:, 1:].sum())
+    return total / count
+
+
+def wait_finished(job_id: int, stack) -> Job:
+    return wait_until(
+        lambda: Job.objects.filter(pk=job_id, status__in=JobStatus.finished()).first(), 420, "the job to end", stack
+    )
+
+
+def test_a_users_model_is_fine_tuned_moved_downloaded_and_loads(fleet, alice, tmp_path):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    api = token_client(alice)
+    source = make_model_dir(tmp_path / "qwen-tiny", "qwen2")
+    model = post_file(api, "/api/v1/models/", "qwen-tiny", "qwen-tiny.tar.gz", tar_of(source))
+    assert model["architecture"] == "qwen2" and model["reference"].startswith("model:")
+    train = post_file(api, "/api/v1/datasets/", "chat", "chat.jsonl", jsonl(chat_records(300, seed=1)))
+    eval_rows = chat_records(24, seed=2)
+    (tmp_path / "eval.jsonl").write_bytes(jsonl(eval_rows))
+    held_out = post_file(api, "/api/v1/datasets/", "chat-eval", "eval.jsonl", jsonl(eval_rows))
+
+    spec = {
+        "model": model["reference"],
+        "dataset": f"upload:{train['id']}",
+        "eval_dataset": f"upload:{held_out['id']}",
+        "eval_every": 20,
+        "mode": "lora",
+        "lora": {"r": 8, "alpha": 32, "dropout": 0.0},
+        "seq_len": SEQ,
+        "per_device_batch_size": 4,
+        "max_steps": 120,
+        "policy": "fastest",
+        "max_budget": "100",
+    }
+    response = api.post("/api/v1/jobs/", spec, format="json")
+    assert response.status_code == 201, response.json()
+    job_id = response.json()["id"]
+    wait_until(
+        lambda: Job.objects.filter(pk=job_id, latest_checkpoint_step__isnull=False, step__gte=25).exists(),
+        300,
+        "a periodic checkpoint",
+        fleet,
+    )
+    job = Job.objects.get(pk=job_id)
+    assert {rank.chip for rank in job.plan.ranks} == {"rtx-4090", "tpu-v5e", "ascend-910b"}
+    v5e = Node.objects.get(hostname="m-v5e")
+    Node.objects.filter(pk=v5e.pk).update(agent_status=AgentStatus.DRAINING)
+    assert lifecycle.reclaim(job_id, MigrationReason.MAINTENANCE, "test maintenance", nodes=[v5e], notice_seconds=30)
+
+    job = wait_finished(job_id, fleet)
+    assert job.status == JobStatus.SUCCEEDED, f"{job.status}: {job.status_reason}\n{fleet.logs()}"
+    migration = JobMigration.objects.get(job=job)
+    assert migration.status == "resumed" and migration.resume_step == migration.checkpoint_step + 1
+    assert {rank.chip for rank in job.plan.ranks} == {"rtx-4090", "ascend-910b"}
+    evals = list(job.evals.values_list("step", "eval_loss"))
+    assert [step for step, _ in evals] == [20, 40, 60, 80, 100, 120]
+
+    adapter_dir = download(api, job_id, tmp_path / "adapter")
+    assert {"adapter_config.json", "adapter_model.safetensors", "README.md", "tokenizer.json"} <= {
+        p.name for p in adapter_dir.iterdir()
+    }
+    base = AutoModelForCausalLM.from_pretrained(source)
+    untrained = held_out_loss(base, source, tmp_path / "eval.jsonl")
+    tuned = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(source), adapter_dir)
+    recomputed = held_out_loss(tuned, adapter_dir, tmp_path / "eval.jsonl")
+    assert recomputed == pytest.approx(job.eval_loss, rel=1e-4)
+    assert job.eval_loss < untrained - 0.5, (untrained, evals)
+
+    merged_dir = download(api, job_id, tmp_path / "merged", merged=True)
+    merged = AutoModelForCausalLM.from_pretrained(merged_dir)
+    assert held_out_loss(merged, merged_dir, tmp_path / "eval.jsonl") == pytest.approx(job.eval_loss, rel=1e-3)
+    card = (merged_dir / "README.md").read_text()
+    assert model["reference"] in card and "LoRA" in card and "Cost: ¥" in card
+
+
+def test_a_full_fine_tune_of_an_uploaded_llama_holds_out_a_fraction(fleet, alice, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    api = token_client(alice)
+    source = make_model_dir(tmp_path / "llama-tiny-hf", "llama")
+    model = post_file(api, "/api/v1/models/", "llama-tiny-hf", "llama.tar.gz", tar_of(source))
+    completions = [
+        {"prompt": " ".join(r["messages"][0]["content"].split()), "completion": r["messages"][1]["content"]}
+        for r in chat_records(300, seed=3)
+    ]
+    train = post_file(api, "/api/v1/datasets/", "pairs", "pairs.jsonl", jsonl(completions))
+    spec = {
+        "model": model["reference"],
+        "dataset": f"upload:{train['id']}",
+        "eval_fraction": 0.1,
+        "seq_len": SEQ,
+        "per_device_batch_size": 4,
+        "max_steps": 60,
+        "policy": "fastest",
+        "max_budget": "100",
+    }
+    response = api.post("/api/v1/jobs/", spec, format="json")
+    assert response.status_code == 201, response.json()
+    job = wait_finished(response.json()["id"], fleet)
+    assert job.status == JobStatus.SUCCEEDED, f"{job.status}: {job.status_reason}\n{fleet.logs()}"
+    assert len({rank.chip for rank in job.plan.ranks}) >= 2
+    assert job.eval_loss is not None and job.loss < job.first_loss
+    folder = download(api, job.pk, tmp_path / "full")
+    tuned = AutoModelForCausalLM.from_pretrained(folder)
+    assert sum(p.numel() for p in tuned.parameters()) == model["parameters"]
+    merged = api.get(f"/api/v1/jobs/{job.pk}/model/?merged=true")
+    assert merged.status_code == 400 and "LoRA" in str(merged.json())
