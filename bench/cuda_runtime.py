@@ -60,6 +60,8 @@ STOP_MARGIN_STEPS = 1000  # max_steps beyond the measured ones: the control file
 
 @dataclasses.dataclass(frozen=True)
 class Gpu:
+    """A visible CUDA device: its name (which tells its peak FLOPS) and its memory."""
+
     name: str
     memory_gib: float
 
@@ -126,7 +128,7 @@ def train(job: LocalJob, args) -> None:
     deadline = time.monotonic() + args.timeout
     job.start()
     while not args.checkpoint and time.monotonic() < deadline:
-        if any(proc.poll() for proc in job.procs):  # a rank failed: the others would wait for it in NCCL
+        if any(proc.poll() is not None for proc in job.procs):  # one ended early: the others would wait in NCCL
             job.kill()
             break
         if max(metrics(job.events(0)), default=0) >= args.steps:

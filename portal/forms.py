@@ -8,7 +8,7 @@ from django import forms
 
 from portal.models.tokens import TokenScope
 from workers.api.job_serializers import JobSpecSerializer
-from workers.choices import Policy
+from workers.choices import Policy, TrainingMode
 from workers.models import ChipType, Dataset, UploadedModel
 from workers.modelspecs import CATALOG
 from workers.spec import JobSpec
@@ -46,6 +46,18 @@ class TrainingForm(forms.Form):
 
     model = SpecField(initial="llama-tiny", widget=forms.Select)
     dataset = SpecField(initial="synthetic", widget=forms.Select)
+    mode = SpecField(
+        label="Training",
+        initial=TrainingMode.FULL,
+        widget=forms.Select(choices=TrainingMode.choices),
+        help_text="Full: every weight trains. LoRA: a small adapter on the frozen model (far less memory).",
+    )
+    eval_dataset = SpecField(
+        label="Held-out data (optional)",
+        widget=forms.Select,
+        help_text="The loss on data the model never trains on, measured every N steps and at the end.",
+    )
+    eval_every = SpecField(label="Eval every N steps", initial="0", widget=forms.NumberInput(attrs={"min": "0"}))
     policy = SpecField(
         initial=Policy.COST_PERFORMANCE,
         widget=forms.Select(choices=Policy.choices),
@@ -102,6 +114,7 @@ class TrainingForm(forms.Form):
             (dataset.reference, f"{dataset.name} · {dataset.samples:,} samples ({dataset.reference})")
             for dataset in Dataset.objects.filter(owner=request.user)
         ]
+        self.fields["eval_dataset"].widget.choices = [("", "none")] + self.fields["dataset"].widget.choices[1:]
         self.chip_types = list(ChipType.objects.all())
         for chip in self.chip_types:
             self.fields[chip_field(chip.slug)] = SpecField(
@@ -129,6 +142,7 @@ class TrainingForm(forms.Form):
 
     def spec_data(self, data: dict) -> dict:
         spec = {key: data.get(key, "") for key in SPEC_KEYS}
+        spec = {key: value for key, value in spec.items() if value != "" or key not in OPTIONAL_KEYS}
         if data.get("spot"):
             spec.update({key: data.get(key) for key in SPOT_KEYS})
             spec["bid"] = spec["bid"] or None
@@ -150,7 +164,19 @@ class TrainingForm(forms.Form):
         return self.spec.job_spec()
 
 
-SPEC_KEYS = ("model", "dataset", "policy", "max_budget", "max_steps", "per_device_batch_size", "name")
+SPEC_KEYS = (
+    "model",
+    "dataset",
+    "mode",
+    "eval_dataset",
+    "eval_every",
+    "policy",
+    "max_budget",
+    "max_steps",
+    "per_device_batch_size",
+    "name",
+)
+OPTIONAL_KEYS = ("mode", "eval_dataset", "eval_every")  # left empty: the API's defaults
 SPOT_KEYS = ("spot", "bid", "allow_on_demand", "allow_other_chips")
 
 

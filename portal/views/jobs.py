@@ -8,7 +8,15 @@ from datetime import datetime
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.http import FileResponse, Http404, HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
+from django.http import (
+    FileResponse,
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseBadRequest,
+    JsonResponse,
+    StreamingHttpResponse,
+)
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.cache import never_cache
@@ -16,11 +24,20 @@ from django.views.decorators.http import require_POST
 
 from base.money import format_price
 from portal.views.training import format_duration, format_rate, summarize_plan
-from workers.choices import AllocationMode, JobStatus
+from workers.choices import AllocationMode, JobStatus, TrainingMode
 from workers.models import ChipType, Job
 from workers.services import metrics
 from workers.services.artifacts import artifact_file, list_artifacts
 from workers.services.lifecycle import cancel as cancel_job
+from workers.services.model_download import (
+    ADAPTER_DIR,
+    MODEL_DIR,
+    MergedNotApplicable,
+    ModelNotReady,
+    exported_step,
+    load_lines,
+    model_download,
+)
 
 JOBS_PAGE_SIZE = 20
 LOG_TAIL = 100
@@ -112,6 +129,19 @@ def job_context(job: Job, now: datetime | None = None) -> dict:
         "event_count": job.events.count() if len(events) == EVENT_LIMIT else len(events),
         "logs": list(reversed(job.log_lines.order_by("-id")[:LOG_TAIL])),
         "artifacts": list_artifacts(job),
+        "model": model_links(job),
+    }
+
+
+def model_links(job: Job) -> dict | None:
+    """The Download model box: what can be downloaded and the three lines that load it."""
+    if exported_step(job) is None:
+        return None
+    lora = job.mode == TrainingMode.LORA
+    return {
+        "lora": lora,
+        "load": "\n".join(load_lines(job, ADAPTER_DIR if lora else MODEL_DIR)),
+        "load_merged": "\n".join(load_lines(job, MODEL_DIR)) if lora else "",
     }
 
 
@@ -154,6 +184,19 @@ def job_cancel(request: HttpRequest, pk: int) -> HttpResponse:
         return render(request, "partials/training/job_live.html", job_context(job))
     messages.success(request, f"Job {job.pk}: {job.get_status_display().lower()}.")
     return redirect("job", job.pk)
+
+
+@login_required
+def job_model(request: HttpRequest, pk: int) -> StreamingHttpResponse:
+    """The trained model as one tar (`?merged=1`: a LoRA job's merged weights), as the API's `model/`."""
+    job = owned_job(request, pk)
+    try:
+        download = model_download(job, merged=request.GET.get("merged") in ("1", "true"))
+    except (ModelNotReady, MergedNotApplicable) as error:
+        raise Http404(str(error)) from None
+    response = StreamingHttpResponse(download.stream(), content_type="application/x-tar")
+    response["Content-Disposition"] = f'attachment; filename="{download.filename}"'
+    return response
 
 
 @login_required

@@ -17,6 +17,7 @@ urlpatterns = [
     path("jobs/<int:pk>/metrics.json", jobs.job_metrics, name="job_metrics"),
     path("jobs/<int:pk>/cancel/", jobs.job_cancel, name="job_cancel"),
     path("jobs/<int:pk>/artifacts/<path:path>", jobs.job_artifact, name="job_artifact"),
+    path("jobs/<int:pk>/model.tar", jobs.job_model, name="job_model"),
     path("datasets/", datasets.datasets, name="datasets"),
     path("models/", models.models, name="models"),
     path("models/<int:pk>/delete/", models.model_delete, name="model_delete"),

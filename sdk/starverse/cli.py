@@ -446,6 +446,19 @@ def model_list(as_json: JsonFlag = False) -> None:
     emit(data, as_json, model_table(data))
 
 
+@model_app.command("download")
+def model_download(
+    job_id: Annotated[int, typer.Argument(help="The job whose trained model to download.")],
+    directory: Annotated[Path, typer.Argument(help="Where to unpack it (created).")],
+    merged: Annotated[bool, typer.Option(help="LoRA jobs: the base model with the adapter merged in.")] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Download a job's model in Hugging Face format (AutoModelForCausalLM.from_pretrained loads it)."""
+    folder = client().download_model(job_id, directory, merged=merged)
+    files = sorted(path.name for path in folder.iterdir())
+    emit({"job": job_id, "path": str(folder), "files": files}, as_json, f"Saved to {folder}: {', '.join(files)}")
+
+
 @model_app.command("delete")
 def model_delete(model_id: int, as_json: JsonFlag = False) -> None:
     """Delete one of your models (refused while a job that hasn't ended trains it)."""

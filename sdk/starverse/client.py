@@ -24,6 +24,9 @@ RETRY_STATUSES = {409, 429, 500, 502, 503, 504}
 UPLOAD_READ_TIMEOUT_S = 900.0
 
 
+DOWNLOAD_TIMEOUT = httpx.Timeout(30.0, read=600.0)  # a model is gigabytes: allow slow reads
+
+
 class Client:
     """One platform, one token. Every method returns the API's JSON (dicts and lists)."""
 
@@ -237,6 +240,32 @@ class Client:
                 data={"name": name} if name else None,
                 timeout=httpx.Timeout(self.http.timeout.connect, read=UPLOAD_READ_TIMEOUT_S),
             )
+
+    def download_model(self, job_id: int, target: str | Path, *, merged: bool = False) -> Path:
+        """Download a job's trained model and unpack it into `target` (created); returns the model folder.
+
+        The folder holds config.json, the safetensors weights, the tokenizer and a README.md model card
+        (for a LoRA job the peft adapter, or with `merged` the base model with the adapter merged in), so
+        `AutoModelForCausalLM.from_pretrained(folder)` loads it. The archive streams to a temporary file
+        first; members that would land outside `target` are refused.
+        """
+        target = Path(target).expanduser()
+        target.mkdir(parents=True, exist_ok=True)
+        params = {"merged": "true"} if merged else None
+        with tempfile.TemporaryFile() as scratch:
+            url = f"{API_PREFIX}/jobs/{int(job_id)}/model/"
+            with self.http.stream("GET", url, params=params, timeout=DOWNLOAD_TIMEOUT) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    self.answer(response)
+                for chunk in response.iter_bytes(1 << 20):
+                    scratch.write(chunk)
+            scratch.seek(0)
+            with tarfile.open(fileobj=scratch) as archive:
+                names = {member.name.split("/", 1)[0] for member in archive.getmembers()}
+                archive.extractall(target, filter="data")
+        (folder,) = names
+        return target / folder
 
     def delete_model(self, model_id: int) -> None:
         """Delete one of your uploads (refused, 409, while a job that hasn't ended trains it)."""

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 from starverse.client import Client, new_key
@@ -213,6 +214,10 @@ class Run:
 
     def logs(self, after: int = 0) -> list[dict]:
         return self.client.job_logs(self.id, after=after)
+
+    def download_model(self, path: str | Path, *, merged: bool = False) -> Path:
+        """The trained model, unpacked under `path` in Hugging Face format; returns its folder."""
+        return self.client.download_model(self.id, path, merged=merged)
 
     def wait(self, poll: float = 2.0, on_update: Callable[[Run], None] | None = None) -> Run:
         """Poll until the run ends; transient errors (retried by the client) don't stop the wait."""

@@ -69,6 +69,17 @@
     const maxStep = Number(root.dataset.maxSteps) || undefined;
     const loss = lineChart(document.getElementById("loss-chart"), "loss", color("--accent", "#4f46e5"), (v) => Number(v).toFixed(2), maxStep);
     const speed = lineChart(document.getElementById("speed-chart"), "tokens/s", color("--ok", "#15803d"), (v) => compact.format(v), maxStep);
+    // Held-out loss: a second line of points on the loss chart, sent whole with every answer.
+    loss.data.datasets.push({
+      label: "held-out loss",
+      data: [],
+      borderColor: color("--warn", "#b45309"),
+      backgroundColor: color("--warn", "#b45309"),
+      borderWidth: 2,
+      pointRadius: 3,
+      tension: 0,
+    });
+    loss.options.plugins.legend.display = false;
     const lossPoints = [];
     const speedPoints = [];
     let since = 0;
@@ -86,6 +97,12 @@
         append(lossPoints, entry.step, entry.loss);
         append(speedPoints, entry.step, entry.tokens_per_s);
         since = Math.max(since, entry.step);
+      }
+      const evals = (body.evals || []).map((entry) => ({ x: entry.step, y: entry.eval_loss }));
+      if (evals.length !== loss.data.datasets[1].data.length) {
+        loss.data.datasets[1].data = evals;
+        loss.update("none");
+        root.classList.add("has-data");
       }
       if (body.steps.length) {
         loss.data.datasets[0].data = lossPoints;

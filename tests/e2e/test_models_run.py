@@ -14,11 +14,14 @@ import tarfile
 from pathlib import Path
 
 import pytest
+import starverse
 import torch
 import torch.nn.functional as F
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.management import call_command
+from starverse import cli
 
+from portal.models import ApiToken
 from tests.conftest import token_client
 from tests.e2e.stack import platform_stack, wait_until
 from tests.hfmodels import chat_records, make_model_dir
@@ -165,12 +168,18 @@ def test_a_users_model_is_fine_tuned_moved_downloaded_and_loads(fleet, alice, tm
     assert model["reference"] in card and "LoRA" in card and "Cost: ¥" in card
 
 
-def test_a_full_fine_tune_of_an_uploaded_llama_holds_out_a_fraction(fleet, alice, tmp_path):
+def test_a_full_fine_tune_of_an_uploaded_llama_through_the_sdk_and_cli(
+    fleet, alice, tmp_path, live_server, monkeypatch
+):
+    """Upload with the SDK, train with a held-out fraction, download with the SDK and the CLI."""
     from transformers import AutoModelForCausalLM
 
     api = token_client(alice)
+    token = ApiToken.issue(alice)[1]
+    sdk = starverse.Client(live_server.url, token)
     source = make_model_dir(tmp_path / "llama-tiny-hf", "llama")
-    model = post_file(api, "/api/v1/models/", "llama-tiny-hf", "llama.tar.gz", tar_of(source))
+    model = sdk.upload_model(source)
+    assert model["name"] == "llama-tiny-hf" and model["architecture"] == "llama"
     completions = [
         {"prompt": " ".join(r["messages"][0]["content"].split()), "completion": r["messages"][1]["content"]}
         for r in chat_records(300, seed=3)
@@ -192,8 +201,17 @@ def test_a_full_fine_tune_of_an_uploaded_llama_holds_out_a_fraction(fleet, alice
     assert job.status == JobStatus.SUCCEEDED, f"{job.status}: {job.status_reason}\n{fleet.logs()}"
     assert len({rank.chip for rank in job.plan.ranks}) >= 2
     assert job.eval_loss is not None and job.loss < job.first_loss
-    folder = download(api, job.pk, tmp_path / "full")
+    run = starverse.Run(sdk, sdk.job(job.pk))
+    folder = run.download_model(tmp_path / "full")
     tuned = AutoModelForCausalLM.from_pretrained(folder)
     assert sum(p.numel() for p in tuned.parameters()) == model["parameters"]
+    assert {"model.safetensors", "config.json", "tokenizer.json", "README.md"} <= {p.name for p in folder.iterdir()}
+    monkeypatch.setenv("STARVERSE_URL", live_server.url)
+    monkeypatch.setenv("STARVERSE_API_KEY", token)
+    monkeypatch.setenv("STARVERSE_CONFIG", str(tmp_path / "no-config.toml"))
+    assert cli.main(["model", "download", str(job.pk), str(tmp_path / "cli"), "--json"]) == 0
+    assert (tmp_path / "cli" / folder.name / "model.safetensors").read_bytes() == (
+        folder / "model.safetensors"
+    ).read_bytes()
     merged = api.get(f"/api/v1/jobs/{job.pk}/model/?merged=true")
     assert merged.status_code == 400 and "LoRA" in str(merged.json())

@@ -2,7 +2,8 @@
 
 Job L trains a LoRA adapter on llama-tiny for 12 steps on 2 ranks without ZeRO, checkpointing at
 step 6. M resumes step 6 on 3 ranks under ZeRO 1 (converted to the universal form). With dropout
-off and the same global batch, it must reproduce L's losses step for step. The checkpoints hold only the adapter: the frozen base is never copied.
+off and the same global batch, it must reproduce L's losses step for step. The checkpoints hold
+only the adapter: the frozen base is never copied.
 """
 
 from __future__ import annotations

@@ -63,6 +63,9 @@ class StepDocSerializer(serializers.Serializer):
 class MetricsDocSerializer(serializers.Serializer):
     job = serializers.IntegerField()
     steps = serializers.ListField(child=serializers.DictField(), help_text="Per step: loss and tokens/s.")
+    evals = serializers.ListField(
+        child=serializers.DictField(), help_text="Every held-out loss so far: step, eval_loss, eval_tokens."
+    )
     ranks = serializers.ListField(child=serializers.DictField(), help_text="Per rank: chip, micro-batch, tokens/s.")
 
 

@@ -51,5 +51,10 @@ def step_series(job: Job, since_step: int = 0) -> list[dict]:
     return list(steps.values())
 
 
+def eval_series(job: Job) -> list[dict]:
+    """Every held-out loss measured so far (a few per job: sent whole each time)."""
+    return list(job.evals.order_by("step").values("step", "eval_loss", "eval_tokens"))
+
+
 def job_metrics(job: Job, since_step: int = 0) -> dict:
-    return {"job": job.pk, "steps": step_series(job, since_step), "ranks": rank_table(job)}
+    return {"job": job.pk, "steps": step_series(job, since_step), "evals": eval_series(job), "ranks": rank_table(job)}
