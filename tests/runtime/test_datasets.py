@@ -13,7 +13,7 @@ import torch
 
 from workers.modelspecs import resolve_model
 from workers.runtime.data import SyntheticCorpus, open_corpus, shard
-from workers.runtime.datasets import DatasetError, read_corpus, validate_dataset_file
+from workers.runtime.datasets import DatasetError, validate_dataset_file
 
 LIMIT = 1 << 20
 
@@ -92,11 +92,6 @@ def test_a_missing_file_is_refused(tmp_path):
 def test_validation_does_not_import_torch():
     code = "import sys; import workers.runtime.datasets; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
-
-
-def test_jsonl_is_trained_on_its_texts_only(tmp_path):
-    path = write(tmp_path, "data.jsonl", b'{"text": "ab"}\n{"text": "cd", "x": 1}\n')
-    assert read_corpus(path) == b"ab\ncd"
 
 
 def test_synthetic_samples_depend_only_on_their_global_index():

@@ -4,7 +4,7 @@ The agent writes `<run_dir>/control.json` (atomically: write then rename):
     {"checkpoint": n, "stop": bool, "stop_checkpoint": bool, "export": bool, "epoch": e}
 - a checkpoint is requested when n is larger than the last n acted on (0 at start);
 - stop ends the run after this step, checkpointing first unless "stop_checkpoint" is false;
-- "export" (default true) writes model.pt/config.json with a stop checkpoint;
+- "export" (default true) exports the model (Hugging Face format) with a stop checkpoint;
 - an "epoch" other than this rank's launch epoch marks a file left by an older placement,
   which is ignored (the platform's fencing, applied to the control file too).
 Rank 0 alone reads it and broadcasts the decision, so every rank acts at the same step.

@@ -10,9 +10,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from workers.runtime.records import DEFAULT_MAX_BYTES, JSONL, TEXT, DatasetError, read_records, read_text
+from workers.runtime.records import DatasetError, read_records
 
-__all__ = ["DatasetError", "local_path", "read_corpus", "validate_dataset_file"]
+__all__ = ["DatasetError", "local_path", "validate_dataset_file"]
 
 
 def validate_dataset_file(path: str | os.PathLike, max_bytes: int, kind: str | None = None) -> tuple[str, list[dict]]:
@@ -23,17 +23,6 @@ def validate_dataset_file(path: str | os.PathLike, max_bytes: int, kind: str | N
     from the file name, else from the first record.
     """
     return read_records(path, kind, max_bytes)
-
-
-def read_corpus(path: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
-    """The UTF-8 bytes a byte-level model trains on: a text file whole, JSONL records joined by newlines."""
-    path = local_path(str(path))
-    kind, records = read_records(path, max_bytes=max_bytes)
-    if kind == TEXT:
-        return read_text(path, max_bytes).encode("utf-8")
-    if kind != JSONL:
-        raise DatasetError(f"A {kind} dataset is read as records (workers.runtime.records), not as one text.")
-    return "\n".join(record["text"] for record in records).encode("utf-8")
 
 
 def local_path(dataset: str) -> Path:

@@ -22,6 +22,7 @@ from market.services.commitments import WAITING, commitments
 from workers import planner
 from workers.models import Job
 from workers.services.lifecycle import submit
+from workers.services.models import ModelUnavailable, lock_for_launch
 from workers.services.planning import fleet_chips, fleet_quote, quote
 from workers.spec import JobSpec
 
@@ -50,10 +51,17 @@ def refusal_of(error: planner.PlanningError) -> LaunchRefused:
 
 def launch(owner, spec: JobSpec) -> Job:
     """Refuse or queue one job for `owner`."""
-    plan = launch_plan(spec)
+    try:
+        plan = launch_plan(spec)
+    except ModelUnavailable as error:  # deleted since the spec was checked
+        raise LaunchRefused("model", "model_unavailable", str(error)) from None
     check_total_budget(spec, plan)
     with transaction.atomic():
         lock_credit(owner)  # the cap and the hold below are read and written as one decision per owner
+        try:
+            lock_for_launch(spec.model_name)
+        except ModelUnavailable as error:
+            raise LaunchRefused("model", "model_unavailable", str(error)) from None
         check_queue_cap(owner)
         hold = hold_needed(plan.price_per_hour)
         try:

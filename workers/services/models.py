@@ -183,6 +183,14 @@ def delete_model(owner, model: UploadedModel) -> None:
         transaction.on_commit(lambda: shutil.rmtree(folder, ignore_errors=True))
 
 
+def lock_for_launch(name: str) -> None:
+    """Inside a launch's transaction: lock the uploaded model a job names, so a delete can't slip between
+    the job's checks and its row (delete_model takes the same lock). Raises ModelUnavailable if it is gone."""
+    reference = MODEL_REFERENCE.match(name)
+    if reference and not UploadedModel.objects.select_for_update().filter(pk=int(reference[1])).exists():
+        raise ModelUnavailable(f"Model '{name}' was deleted; upload it again to train it.")
+
+
 def jobs_training(model: UploadedModel):
     """The unfinished jobs that name the model, oldest first."""
     return Job.objects.filter(model_name=model.reference).exclude(status__in=JobStatus.finished()).order_by("id")
