@@ -15,7 +15,7 @@ from market.models import Bid
 from portal.models import ApiToken
 from tests.automation.conftest import client_with
 from tests.conftest import JOB_SPEC as SPEC
-from workers.models import ChipType, Dataset, Job
+from workers.models import ChipType, Dataset, Job, UploadedModel
 
 pytestmark = pytest.mark.django_db
 
@@ -33,6 +33,13 @@ def make_dataset(user) -> int:
     ).pk
 
 
+def make_model(user) -> int:
+    return UploadedModel.objects.create(
+        owner=user, name="private", architecture="llama", parameters=1, size_bytes=1, config={"model_type": "llama"},
+        shape={"parameters": 1, "linears": {}}, directory=f"models/{user.pk}/private",
+    ).pk  # fmt: skip
+
+
 def make_token(user) -> int:
     return ApiToken.issue(user, name="private")[0].pk
 
@@ -48,11 +55,15 @@ def make_ledger_entry(user) -> int:
     return Entry.objects.filter(account__owner=user).latest("id").pk
 
 
-JOB_DETAILS = ["jobs/{id}/", "jobs/{id}/metrics/", "jobs/{id}/events/", "jobs/{id}/logs/", "jobs/{id}/artifacts/"]
+JOB_DETAILS = [
+    "jobs/{id}/", "jobs/{id}/metrics/", "jobs/{id}/events/", "jobs/{id}/logs/", "jobs/{id}/artifacts/",
+    "jobs/{id}/model/",
+]  # fmt: skip
 # (name, make one for a user -> id, list URL, detail URLs to GET, writes to try: (method, URL, body))
 OBJECTS = [
     ("job", make_job, "jobs/", JOB_DETAILS, [("post", "jobs/{id}/cancel/", None)]),
     ("dataset", make_dataset, "datasets/", ["datasets/{id}/"], [("delete", "datasets/{id}/", None)]),
+    ("model", make_model, "models/", ["models/{id}/"], [("delete", "models/{id}/", None)]),
     ("token", make_token, "tokens/", [], [("delete", "tokens/{id}/", None)]),
     ("bid", make_bid, "bids/", ["bids/{id}/"],
      [("patch", "bids/{id}/", {"max_price": "9"}), ("post", "bids/{id}/cancel/", None)]),
@@ -90,6 +101,14 @@ def test_another_users_objects_are_404_and_absent_from_lists(alices, bob_api, na
     for method, url, body in writes:
         response = getattr(bob_api, method)(f"/api/v1/{url.format(id=theirs)}", body, format="json")
         assert response.status_code == 404, f"{method.upper()} {url}: {response.status_code}"
+
+
+def test_nobody_trains_on_another_users_model(alices, bob_api):
+    reference = f"model:{make_model(alices)}"
+    for path in ("quotes/", "jobs/"):
+        response = bob_api.post(f"/api/v1/{path}", {**SPEC, "model": reference}, format="json")
+        assert response.status_code == 400 and "model" in response.json()["errors"], response.json()
+    assert not Job.objects.filter(model_name=reference).exists()
 
 
 def test_another_users_artifact_download_is_404(alices, bob_api):
