@@ -41,7 +41,7 @@ SETUP_COMMANDS = (
 )
 WEB_READY_TIMEOUT_S = 120.0
 # The demo agents and their training ranks (which inherit it) yield the CPU to web, Celery and the stores.
-DEMO_FLEET_NICE = 10
+DEMO_FLEET_NICE = 19  # the lowest priority: a busy fleet must not slow a restarting web tier
 
 
 class SetupFailed(Exception):

@@ -4,8 +4,10 @@ import os
 import sys
 
 from workers.agent.cli import main
+from workers.priority import carry_nice_to_session
 
 # Checkpoints, rank folders and logs that this agent and its training ranks write are private to
 # the user it runs as (files 0600, folders 0700): they hold the users' models and data.
 os.umask(0o077)
+carry_nice_to_session()  # a niced demo fleet yields the CPU to the web tier (workers/priority.py)
 sys.exit(main())

@@ -19,6 +19,7 @@ import sys  # noqa: E402
 import traceback  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+from workers.priority import carry_nice_to_session  # noqa: E402
 from workers.protocol import RankLaunch  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -92,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     os.umask(0o077)  # checkpoints and run files hold a user's model and data: 0600 files, 0700 folders
+    carry_nice_to_session()  # each rank is a session of its own (workers/priority.py)
     try:
         sys.exit(standby() if sys.argv[1:] == ["--standby"] else main())
     except Exception:
