@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import io
+import tarfile
+
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
@@ -453,3 +456,33 @@ def test_my_datasets_are_offered_on_the_launch_page(alice_client, alice, catalog
     dataset = Dataset.objects.get(owner=alice)
     html = alice_client.get(reverse("train"), {"dataset": dataset.reference}).content.decode()
     assert f'<option value="{dataset.reference}" selected>' in html
+
+
+def test_a_finished_lora_job_offers_its_adapter_and_merged_weights_with_the_lines_that_load_them(
+    alice_client, alice, settings
+):
+    job = make_job(alice, status=JobStatus.SUCCEEDED, finished_at=timezone.now(), mode="lora", lora={"r": 8})
+    final = settings.CHECKPOINT_ROOT / f"job-{job.pk}" / f"step-{job.max_steps}"
+    for folder, name in (("model", "model.safetensors"), ("adapter", "adapter_model.safetensors")):
+        (final / folder).mkdir(parents=True)
+        (final / folder / "config.json").write_text("{}")
+        (final / folder / name).write_bytes(b"weights")
+    Job.objects.filter(pk=job.pk).update(latest_checkpoint=str(final), latest_checkpoint_step=job.max_steps)
+    html = alice_client.get(reverse("job", args=[job.pk])).content.decode()
+    assert "Download model" in html and "Download merged weights" in html
+    assert "PeftModel.from_pretrained" in html and "AutoModelForCausalLM.from_pretrained(&quot;./model&quot;)" in html
+    response = alice_client.get(reverse("job_model", args=[job.pk]))
+    assert response.status_code == 200 and response["Content-Type"] == "application/x-tar"
+    with tarfile.open(fileobj=io.BytesIO(b"".join(response.streaming_content))) as archive:
+        names = sorted(archive.getnames())
+    assert names == [
+        f"job-{job.pk}-adapter/README.md",
+        f"job-{job.pk}-adapter/adapter_model.safetensors",
+        f"job-{job.pk}-adapter/config.json",
+    ]
+
+
+def test_a_running_job_has_no_model_to_download(alice_client, alice):
+    job = make_job(alice, status=JobStatus.RUNNING)
+    assert "Download model" not in alice_client.get(reverse("job", args=[job.pk])).content.decode()
+    assert alice_client.get(reverse("job_model", args=[job.pk])).status_code == 404

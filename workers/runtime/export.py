@@ -42,6 +42,7 @@ def export(directory: Path, module: torch.nn.Module, weights: dict[str, torch.Te
     if source.is_lora:
         adapter = directory / ADAPTER_DIR
         module.save_pretrained(str(adapter), state_dict=weights, safe_serialization=True)
+        _name_base_model(adapter, source.name)
         _copy_tokenizer(source, adapter)
         base = module.get_base_model()
         weights = merge_lora(weights, scaling=source.lora.alpha / source.lora.r)
@@ -87,6 +88,14 @@ def save_weights(directory: Path, weights: dict[str, torch.Tensor], max_shard_si
     if split.is_sharded:
         index = {"metadata": {**split.metadata}, "weight_map": split.tensor_to_filename}
         (directory / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
+
+
+def _name_base_model(adapter: Path, name: str) -> None:
+    """peft records the base model's folder on this host; name the model the job trained instead."""
+    path = adapter / "adapter_config.json"
+    config = json.loads(path.read_text())
+    config["base_model_name_or_path"] = name
+    path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
 def _generation_config(model, source: ModelSource):

@@ -17,7 +17,7 @@ from django.db.models import Sum
 
 from base.money import format_amount
 from workers.choices import TrainingMode
-from workers.models import Job
+from workers.models import Job, UploadedModel
 from workers.services.placement import checkpoint_dir
 
 MODEL_DIR, ADAPTER_DIR = "model", "adapter"
@@ -104,9 +104,9 @@ def load_lines(job: Job, which: str) -> list[str]:
     folder = "./" + ("adapter" if which == ADAPTER_DIR else "model")
     if which == ADAPTER_DIR:
         return [
-            "from peft import AutoPeftModelForCausalLM",
-            f'model = AutoPeftModelForCausalLM.from_pretrained("{folder}")  # needs the base model it names',
-            f'tokenizer = AutoTokenizer.from_pretrained("{folder}")  # from transformers',
+            "from peft import PeftModel; from transformers import AutoModelForCausalLM, AutoTokenizer",
+            f'model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained("{base_hint(job)}"), "{folder}")',
+            f'tokenizer = AutoTokenizer.from_pretrained("{folder}")',
         ]
     return [
         "from transformers import AutoModelForCausalLM, AutoTokenizer",
@@ -114,6 +114,14 @@ def load_lines(job: Job, which: str) -> list[str]:
         f'tokenizer = AutoTokenizer.from_pretrained("{folder}")'
         + ("" if job.model_name.startswith("model:") else "  # catalog models read bytes: no tokenizer"),
     ]
+
+
+def base_hint(job: Job) -> str:
+    """Where the adapter's base model is: the folder the user uploaded (its name here), or the catalog name."""
+    if job.model_name.startswith("model:"):
+        model = UploadedModel.objects.filter(pk=int(job.model_name.removeprefix("model:"))).first()
+        return f"./{model.name}" if model else "./your-base-model"
+    return "./your-base-model"
 
 
 def _lora_text(lora: dict | None) -> str:
