@@ -65,25 +65,24 @@ def open_data(
     The eval set is `eval_dataset`, or a deterministic held-out `eval_fraction` of the dataset's records
     (which training then never sees).
     """
-    if dataset == SYNTHETIC:
-        corpus = SyntheticCorpus(spec.vocab_size, spec.seq_len, seed)
-        held_out = None
-        if eval_dataset == SYNTHETIC or eval_fraction:
-            held_out = [_as_example(corpus.batch(EVAL_SYNTHETIC_FROM + i, 1)) for i in range(EVAL_SYNTHETIC_SAMPLES)]
-        if eval_dataset and eval_dataset != SYNTHETIC:
-            held_out = _eval_file(eval_dataset, spec, tokenizer_path)
-        return TrainingData(corpus, held_out)
     from workers.runtime import records
 
     tokenizer = records.load_tokenizer(tokenizer_path, spec.vocab_size)
-    kind, rows = records.read_records(local_path(dataset))
     held_out = None
-    if eval_fraction and not eval_dataset:
-        rows, eval_rows = records.split_holdout(rows, eval_fraction, seed)
-        held_out = records.eval_examples([records.encode_record(r, kind, tokenizer) for r in eval_rows], spec.seq_len)
-    corpus = TokenCorpus(*records.pack((records.encode_record(r, kind, tokenizer) for r in rows), spec.seq_len), seed)
-    if eval_dataset:
-        held_out = _eval_file(eval_dataset, spec, tokenizer_path)
+    if dataset == SYNTHETIC:
+        corpus = SyntheticCorpus(spec.vocab_size, spec.seq_len, seed)
+        if eval_dataset == SYNTHETIC or (eval_fraction and not eval_dataset):
+            held_out = [_as_example(corpus.batch(EVAL_SYNTHETIC_FROM + i, 1)) for i in range(EVAL_SYNTHETIC_SAMPLES)]
+    else:
+        kind, rows = records.read_records(local_path(dataset))
+        if eval_fraction and not eval_dataset:
+            rows, eval_rows = records.split_holdout(rows, eval_fraction, seed)
+            held_out = _examples(eval_rows, kind, tokenizer, spec.seq_len)
+        encoded = (records.encode_record(r, kind, tokenizer) for r in rows)
+        corpus = TokenCorpus(*records.pack(encoded, spec.seq_len), seed)
+    if eval_dataset and eval_dataset != SYNTHETIC:
+        eval_kind, eval_rows = records.read_records(local_path(eval_dataset))
+        held_out = _examples(eval_rows, eval_kind, tokenizer, spec.seq_len)
     return TrainingData(corpus, held_out)
 
 
@@ -96,12 +95,11 @@ def open_corpus(dataset: str, spec: ModelSpec, seed: int) -> Corpus:
 EVAL_SYNTHETIC_SAMPLES, EVAL_SYNTHETIC_FROM = 16, 1 << 40
 
 
-def _eval_file(path: str, spec: ModelSpec, tokenizer_path: str | None) -> list[tuple[list[int], list[bool]]]:
+def _examples(rows: list[dict], kind: str, tokenizer, seq_len: int) -> list[tuple[list[int], list[bool]]]:
+    """Eval records, each tokenized on its own (workers.runtime.records.eval_examples)."""
     from workers.runtime import records
 
-    tokenizer = records.load_tokenizer(tokenizer_path, spec.vocab_size)
-    kind, rows = records.read_records(local_path(path))
-    return records.eval_examples([records.encode_record(r, kind, tokenizer) for r in rows], spec.seq_len)
+    return records.eval_examples([records.encode_record(r, kind, tokenizer) for r in rows], seq_len)
 
 
 def _as_example(block: tuple[torch.Tensor, torch.Tensor]) -> tuple[list[int], list[bool]]:

@@ -10,6 +10,7 @@ ever downloaded from the Hub.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -260,7 +261,7 @@ def hub_source(repo_id: str) -> ModelSource:
             "/api/v1/models/ or the Models page) and use its reference (model:<id>)."
         )
     try:
-        checked = check_model_dir(folder)
+        checked = checked_snapshot(folder)
     except ModelFileError as error:
         unusable = f"Model '{repo_id}' in this platform's Hugging Face cache can't be trained: {error}"
         raise ModelUnavailable(unusable) from None
@@ -275,6 +276,13 @@ def hub_source(repo_id: str) -> ModelSource:
         description=f"{repo_id} from this platform's Hugging Face cache, {checked.parameters:,} parameters",
         has_chat_template=checked.has_chat_template,
     )
+
+
+@functools.lru_cache(maxsize=32)
+def checked_snapshot(folder: Path):
+    """The full check of a cached snapshot, once per process: a snapshot folder is named by its commit and
+    never changes, and every quote, launch and placement of a Hub id resolves it again."""
+    return check_model_dir(folder)
 
 
 def hub_snapshot(repo_id: str) -> Path | None:

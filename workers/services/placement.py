@@ -138,10 +138,9 @@ def rank_launches(job: Job, plan: Plan, nodes: dict[int, Node]) -> list[tuple[in
 
 def launch_model(job: Job) -> dict:
     """The launch file's `model`: the planner's spec plus where the network comes from and how it trains."""
-    spec = JobSpec.of_job(job)
     source = resolve_model_source(job.model_name)
     return {
-        **model_spec(spec).as_dict(),
+        **model_spec(JobSpec.of_job(job), source).as_dict(),
         "config": source.config,
         "path": str(source.path) if source.path else None,
         "lora": lora_settings(job.lora) if job.mode == LORA else None,

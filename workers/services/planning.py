@@ -17,7 +17,7 @@ from workers.models import Node
 from workers.modelspecs import LORA, ModelSpec, spec_from_config
 from workers.services import spot
 from workers.services.fleet import free_chips, schedulable_nodes
-from workers.services.models import resolve_model_source
+from workers.services.models import ModelSource, resolve_model_source
 from workers.services.throughput import measured_history
 from workers.spec import JobSpec
 
@@ -72,12 +72,13 @@ def throughput_model(model_name: str) -> planner.ThroughputModel:
     return planner.ThroughputModel(measured=measured, simulation_scale=1 / settings.SIMULATION_SLOWDOWN)
 
 
-def model_spec(spec: JobSpec) -> ModelSpec:
+def model_spec(spec: JobSpec, source: ModelSource | None = None) -> ModelSpec:
     """What the planner sizes: the model's exact parameter count, and under LoRA the adapter's.
 
-    The reference was checked against its owner when the job was made (raises ModelUnavailable).
+    `source` is the resolved model when the caller has it; else the job's reference is resolved here (it
+    was checked against its owner when the job was made; raises ModelUnavailable).
     """
-    source = resolve_model_source(spec.model_name)
+    source = source or resolve_model_source(spec.model_name)
     trainable = None
     if spec.mode == LORA:
         lora = lora_settings(spec.lora)
