@@ -256,9 +256,17 @@ JOB_STOP_GRACE_S = env_int("JOB_STOP_GRACE_S", 30)
 # Ranks rendezvous on a port derived from (job, epoch) above this base; two platforms on one host
 # (parallel test runs) pick different bases.
 RENDEZVOUS_PORT_BASE = env_int("RENDEZVOUS_PORT_BASE", 29500)
+TRUSTED_PROXIES = env_list("TRUSTED_PROXIES")  # proxies (IPs/CIDRs) whose X-Forwarded-For names an agent's address
 JOB_PROVISIONING_TIMEOUT_S = env_int("JOB_PROVISIONING_TIMEOUT_S", 180)
 CHECKPOINT_ROOT = Path(env("CHECKPOINT_ROOT", str(DATA_DIR / "checkpoints")))
 RUNS_ROOT = Path(env("RUNS_ROOT", str(DATA_DIR / "runs")))
+# Object storage for datasets, models, checkpoints and artifacts (workers/storage): a directory by
+# default, or s3://bucket/prefix with the standard AWS_ENDPOINT_URL / AWS_ACCESS_KEY_ID /
+# AWS_SECRET_ACCESS_KEY / AWS_REGION. Compute hosts are given the same STORAGE_URL.
+STORAGE_URL = env("STORAGE_URL", f"file://{DATA_DIR / 'storage'}")
+STAGING_CACHE_DIR = Path(env("STAGING_CACHE_DIR", str(DATA_DIR / "cache")))
+STAGING_CACHE_BYTES = int(env("STAGING_CACHE_BYTES", str(20 << 30)))
+CHECKPOINT_KEEP = int(env("CHECKPOINT_KEEP", "3"))  # periodic checkpoints kept per job (plus notice/stop ones)
 DATASET_MAX_BYTES = env_int("DATASET_MAX_BYTES", 50 * 1024 * 1024)
 # Users' own models: the archive's bytes and its bytes once unpacked are each bounded by MODEL_MAX_BYTES
 # (counted while streaming and unpacking), its files by MODEL_MAX_FILES.

