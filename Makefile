@@ -22,11 +22,11 @@ $(BIN)/python:
 	$(BIN)/pip install --quiet --upgrade pip
 
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet --editable .
+	$(BIN)/pip install --quiet --editable '.[all]'
 	touch $@
 
 $(VENV)/.installed-test: pyproject.toml sdk/pyproject.toml $(VENV)/.installed
-	$(BIN)/pip install --quiet --editable '.[test]' --editable ./sdk
+	$(BIN)/pip install --quiet --editable '.[all,test]' --editable ./sdk
 	touch $@
 
 # The browser tests drive Debian's Chromium through Playwright (Playwright's own download can't work here).

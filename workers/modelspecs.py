@@ -31,7 +31,7 @@ class ModelSpec:
     description: str = ""
     architecture: str = "llama"
     mode: str = FULL
-    exact_parameters: int = 0  # from the config on the meta device; 0: use the Llama formula
+    exact_parameters: int = 0  # worked out from the config (workers.hfconfig); 0: use the Llama formula
     trainable_parameters: int | None = None  # LoRA: the adapter's; None: every parameter
 
     @property
@@ -172,8 +172,9 @@ def spec_from_config(
 def resolve_model(name: str) -> ModelSpec:
     """The spec of a catalog model trained fully; raises UnknownModel naming the choices.
 
-    Its parameter count is the Llama formula, which equals the meta-device count for these
-    untied, bias-free configs (tests check it); the platform's planning passes exact counts.
+    Its parameter count is the Llama formula, which equals the exact count for these untied,
+    bias-free configs (tests check it against the model built on torch's meta device); the
+    platform's planning passes exact counts.
     """
     model = CATALOG.get(name.strip())
     if model is None:

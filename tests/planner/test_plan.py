@@ -50,6 +50,7 @@ def test_every_plan_keeps_the_budget_and_fits_the_free_chips(instance):
     if req.total_budget is not None:
         assert quote.total_cost <= req.total_budget
     assert 1 <= quote.world_size <= req.max_ranks
+    assert len({r.simulated for r in quote.ranks}) == 1  # one backend: CUDA/NCCL or CPU/gloo
     assert sum(r.micro_batch for r in quote.ranks) == quote.global_batch
     assert quote.global_batch == (req.global_batch or req.per_device_batch_size * quote.world_size)
     _assert_ranks_are_free_chips(req, quote, {c.slug: c for c in chip_list}, {n.node_id: n for n in offers})

@@ -46,11 +46,12 @@ def test_the_search_is_within_one_percent_of_exhaustive(instance):
         assert objective_value(found.baseline, policy) <= objective_value(best.baseline, policy) * 1.01
 
 
-def test_real_and_simulated_nodes_of_one_type_share_their_pool():
-    # Same chip type at two speeds is two kinds, yet one pool: together they keep the fast links.
+def test_real_and_simulated_nodes_of_one_type_in_one_pool_are_searched_apart():
+    # Same chip type, two backends, one pool: two kinds that never share a plan (test_backends.py).
     offers = nodes("tpu-v5e", 1, free=3) + nodes("tpu-v5e", 1, free=3, start=1, simulated=True)
     offers += nodes("tpu-v4", 1, free=4, zone="z2")
     req = request("llama-tiny", per_device_batch_size=8, policy="fastest")
     best = exhaustive_plan(req, chips(), offers, SIMULATED)
     found = plan(req, chips(), offers, SIMULATED)
     assert objective_value(found, "fastest") <= objective_value(best, "fastest") * 1.01
+    assert len({rank.simulated for rank in found.ranks}) == 1

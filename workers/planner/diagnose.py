@@ -1,7 +1,8 @@
 """Why no plan: errors that name the problem and the numbers, so a user knows what to change.
 
 Checked in the order a user can act on them: hand-picked counts that aren't free, a model that
-fits no allowed set of chips (more money can't help), then a budget below the cheapest plan.
+fits no allowed set of chips (more money can't help; real and simulated chips are never one set),
+then a budget below the cheapest plan.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from base.money import format_price
+from workers.planner.backends import WHY, backend, sides
 from workers.planner.evaluate import OBJECTIVES, Candidate, Counts, Evaluator, total_cost
 from workers.planner.fleet import Kind
 from workers.planner.memory import GIB, ZERO_STAGES, activation_bytes_per_sample, fixed_bytes, rank_bytes
@@ -27,8 +29,9 @@ from workers.planner.types import (
 Optimiser = Callable[..., Candidate | None]
 
 
-def hand_picked_counts(request: PlanRequest, chips: Sequence[ChipInfo], ev: Evaluator) -> Counts:
-    """The count vector for chips picked by hand, or an error saying what isn't available."""
+def hand_picked_options(request: PlanRequest, chips: Sequence[ChipInfo], ev: Evaluator) -> list[Counts]:
+    """The count vectors for chips picked by hand, one per backend that has them all free (real first),
+    or an error saying what isn't available."""
     known = {chip.slug for chip in chips}
     asked = dict(request.chip_counts or {})
     for slug in sorted(asked):
@@ -36,22 +39,32 @@ def hand_picked_counts(request: PlanRequest, chips: Sequence[ChipInfo], ev: Eval
             raise InvalidRequest(f"Unknown chip type '{slug}'. Choose from: {', '.join(sorted(known))}.")
     if sum(asked.values()) > request.max_ranks:
         raise InvalidRequest(f"{sum(asked.values())} chips asked for; a job may use at most {request.max_ranks}.")
-    counts = [0] * len(ev.kinds)
     for slug in sorted(asked):
-        _place(slug, asked[slug], ev.kinds, counts, request)
+        free = sum(kind.limit for kind in ev.kinds if kind.slug == slug)
+        if free < asked[slug]:
+            where = " spot-eligible" if request.spot_only else ""
+            raise NoCapacity(f"Asked for {asked[slug]} × {slug}, but only {free}{where} {slug} chips are free.")
+    options = [counts for side in sides(ev.kinds) if (counts := _placed(asked, ev.kinds, side)) is not None]
+    if not options:
+        raise NoCapacity(f"{_describe_asked(asked)} are free only on real and simulated nodes together; {WHY}.")
+    return options
+
+
+def _placed(asked: dict[str, int], kinds: list[Kind], side: list[int]) -> Counts | None:
+    """Fill each type's count from the side's kinds, fastest kind first; None if the side lacks some."""
+    counts = [0] * len(kinds)
+    for slug, wanted in asked.items():
+        for i in side:
+            if kinds[i].slug == slug and wanted:
+                counts[i] = min(kinds[i].limit, wanted)
+                wanted -= counts[i]
+        if wanted:
+            return None
     return tuple(counts)
 
 
-def _place(slug: str, wanted: int, kinds: list[Kind], counts: list[int], request: PlanRequest) -> None:
-    """Fill `wanted` chips of one type from its kinds, fastest kind first."""
-    free = sum(kind.limit for kind in kinds if kind.slug == slug)
-    if free < wanted:
-        where = " spot-eligible" if request.spot_only else ""
-        raise NoCapacity(f"Asked for {wanted} × {slug}, but only {free}{where} {slug} chips are free.")
-    for i, kind in enumerate(kinds):
-        if kind.slug == slug and wanted:
-            counts[i] = min(kind.limit, wanted)
-            wanted -= counts[i]
+def _describe_asked(asked: dict[str, int]) -> str:
+    return " + ".join(f"{count} × {slug}" for slug, count in sorted(asked.items()))
 
 
 def explain_failure(request: PlanRequest, kinds: list[Kind], ev: Evaluator, optimiser: Optimiser) -> PlanningError:
@@ -59,8 +72,13 @@ def explain_failure(request: PlanRequest, kinds: list[Kind], ev: Evaluator, opti
     unbounded = Evaluator(replace(request, total_budget=None), kinds, None)
     if request.chip_counts:
         return _explain_hand_picked(request, kinds, ev, unbounded)
-    if not _fits_somewhere(request, kinds):
-        return _does_not_fit(request, kinds)
+    if not any(_fits_somewhere(request, [kinds[i] for i in side]) for side in sides(kinds)):
+        if _fits_somewhere(request, kinds):
+            return ModelDoesNotFit(
+                f"{request.model.name} fits only on real and simulated chips together "
+                f"({_describe_sides(kinds)}), and {WHY}."
+            )
+        return _does_not_fit(request, _largest_side(kinds))
     cheapest = _search(request, optimiser, unbounded, "hourly-price")
     if cheapest is None:
         if request.policy == "single-type":
@@ -68,7 +86,7 @@ def explain_failure(request: PlanRequest, kinds: list[Kind], ev: Evaluator, opti
                 f"{request.model.name} fits on no single chip type among the free chips; only a mix of "
                 f"types does. Choose another policy."
             )
-        return _does_not_fit(request, kinds)
+        return _does_not_fit(request, _largest_side(kinds))
     what = "single-type plan" if request.policy == "single-type" else "plan"
     budget = request.max_budget_per_hour
     if budget is not None and cheapest.price_per_hour > budget:
@@ -100,7 +118,9 @@ def _search(request: PlanRequest, optimiser: Optimiser, ev: Evaluator, objective
 
 
 def _explain_hand_picked(request, kinds, ev: Evaluator, unbounded: Evaluator) -> PlanningError:
-    counts = hand_picked_counts(request, [k.chip for k in kinds], ev)
+    options = hand_picked_options(request, [k.chip for k in kinds], ev)
+    # Explain the backend whose chips hold the model when one does: only money stands in its way.
+    counts = next((option for option in options if unbounded.evaluate(option) is not None), options[0])
     free = unbounded.evaluate(counts)
     mix = _describe(kinds, counts)
     ranks = sum(counts)
@@ -149,6 +169,19 @@ def _does_not_fit(request: PlanRequest, kinds: list[Kind]) -> ModelDoesNotFit:
         f"{request.model.name} needs {need:.1f} GiB per chip even at ZeRO-3 across {chips} chips "
         f"({per_chip} sample{'s' if per_chip > 1 else ''} each); the largest chip has {largest} GiB."
     )
+
+
+def _largest_side(kinds: list[Kind]) -> list[Kind]:
+    """The kinds of the backend with the most chips (what a does-not-fit message counts across)."""
+    return max(([kinds[i] for i in side] for side in sides(kinds)), key=lambda side: sum(k.limit for k in side))
+
+
+def _describe_sides(kinds: list[Kind]) -> str:
+    """ "2 real rtx-4090, 1 simulated rtx-4090" """
+    counts: dict[tuple[str, str], int] = {}
+    for kind in kinds:
+        counts[(backend(kind), kind.slug)] = counts.get((backend(kind), kind.slug), 0) + kind.limit
+    return ", ".join(f"{count} {side} {slug}" for (side, slug), count in sorted(counts.items()))
 
 
 def _describe(kinds: list[Kind], counts: Counts) -> str:

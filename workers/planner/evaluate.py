@@ -86,6 +86,7 @@ class Evaluator:
         self.act = activation_bytes_per_sample(self.model)
         self.memories = [kind.chip.memory_gib * GIB for kind in kinds]
         self.speeds = [kind.speed for kind in kinds]
+        self.simulated = [kind.simulated for kind in kinds]
         self._stages: dict[int, tuple[list[int], list[tuple[int, ...]]]] = {}
         self._cache: dict[Counts, Candidate | None] = {}
         # Key-independent facts the optimiser derives once per request (sweep points, price segments).
@@ -145,6 +146,8 @@ class Evaluator:
         if ranks == 0 or ranks > self.request.max_ranks or ranks > batch:
             return None  # too many ranks (or more ranks than samples)
         used = [i for i, c in enumerate(counts) if c]
+        if len({self.simulated[i] for i in used}) > 1:
+            return None  # real and simulated ranks can't share a process group (workers.planner.backends)
         price = sum(self.kinds[i].price_prefix[counts[i]] for i in used)
         if self.budget is not None and price > self.budget:
             return None  # over budget

@@ -1,7 +1,8 @@
 """The free fleet as the optimiser sees it: a few *kinds* of identical ranks, not thousands of chips.
 
-A kind is one chip type at one speed (simulated nodes run at a scaled speed, so they form their
-own kind). Its chips are put in the order the planner would take them: spot chips first when
+A kind is one chip type at one speed on one backend: simulated nodes (CPU, gloo) form their own
+kinds, apart from real ones (CUDA, NCCL), whatever their speed; a plan never mixes the two
+(`backends`). Its chips are put in the order the planner would take them: spot chips first when
 the job allows spot (same speed, lower price), then the pool with the most free chips, nodes
 with the most free chips, node id. Taking c chips of a kind always means its first c chips, so
 the price and the pools of any count are prefix sums computed once; the optimiser then only
@@ -30,13 +31,14 @@ class Slot:
 
 @dataclass
 class Kind:
-    """Identical ranks: one chip type at one speed, with its chips in taking order."""
+    """Identical ranks: one chip type at one speed on one backend, with its chips in taking order."""
 
     chip: ChipInfo
     multiplier: float
     speed: float
     source: str
     slots: list[Slot]
+    simulated: bool = False
     price_prefix: list[int] = field(default_factory=list)
     pools_prefix: list[frozenset[str]] = field(default_factory=list)
 
@@ -63,18 +65,18 @@ class Kind:
 def build_kinds(
     request: PlanRequest, chips: Sequence[ChipInfo], offers: Sequence[NodeOffer], throughput: ThroughputModel
 ) -> list[Kind]:
-    """Group usable free chips into kinds, sorted by chip slug then fastest first (determinism)."""
+    """Group usable free chips into kinds, sorted by chip slug, fastest first, real first (determinism)."""
     by_slug = {chip.slug: chip for chip in chips}
-    groups: dict[tuple[str, float], list[NodeOffer]] = defaultdict(list)
+    groups: dict[tuple[str, float, bool], list[NodeOffer]] = defaultdict(list)
     for node in offers:
         if _usable(node, request, by_slug):
-            groups[(node.chip, throughput.node_multiplier(node))].append(node)
+            groups[(node.chip, throughput.node_multiplier(node), node.simulated)].append(node)
     kinds = [
-        _make_kind(request.model, by_slug[slug], multiplier, nodes, request, throughput)
-        for (slug, multiplier), nodes in groups.items()
+        _make_kind(request.model, by_slug[slug], multiplier, simulated, nodes, request, throughput)
+        for (slug, multiplier, simulated), nodes in groups.items()
     ]
     kinds = [kind for kind in kinds if kind.slots]
-    return sorted(kinds, key=lambda k: (k.slug, -k.multiplier))
+    return sorted(kinds, key=lambda k: (k.slug, -k.multiplier, k.simulated))
 
 
 def _usable(node: NodeOffer, request: PlanRequest, by_slug: dict) -> bool:
@@ -87,13 +89,14 @@ def _make_kind(
     model: ModelSpec,
     chip: ChipInfo,
     multiplier: float,
+    simulated: bool,
     nodes: list[NodeOffer],
     request: PlanRequest,
     throughput: ThroughputModel,
 ) -> Kind:
     speed = throughput.tokens_per_s(model, chip) * multiplier
     slots = _ordered_slots(chip, nodes, request)
-    return Kind(chip, multiplier, speed, throughput.source(model, chip), slots)
+    return Kind(chip, multiplier, speed, throughput.source(model, chip), slots, simulated)
 
 
 def _ordered_slots(chip: ChipInfo, nodes: list[NodeOffer], request: PlanRequest) -> list[Slot]:

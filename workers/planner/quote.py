@@ -7,7 +7,8 @@ from dataclasses import replace
 from decimal import Decimal
 
 from base.money import round_micros
-from workers.planner.diagnose import explain_failure, hand_picked_counts
+from workers.planner.backends import one_backend
+from workers.planner.diagnose import explain_failure, hand_picked_options
 from workers.planner.evaluate import OBJECTIVES, Candidate, Evaluator, total_cost
 from workers.planner.fleet import build_kinds
 from workers.planner.memory import GIB, rank_bytes
@@ -89,6 +90,7 @@ def _quote(request, chips, offers, throughput, optimiser: Optimiser) -> Plan:
     if not kinds:
         raise NoCapacity(f"No free chips{' eligible for spot' if request.spot_only else ''} to plan on.")
     ev = Evaluator(request, kinds, request.max_budget_per_hour)
+    optimiser = one_backend(optimiser, kinds)  # real and simulated chips never share a job
     policy = "cost-performance" if request.policy == "single-type" else request.policy
     key = OBJECTIVES[policy]
     best = _choose(request, chips, ev, key, optimiser)
@@ -100,7 +102,8 @@ def _quote(request, chips, offers, throughput, optimiser: Optimiser) -> Plan:
 
 def _choose(request, chips, ev: Evaluator, key, optimiser: Optimiser) -> Candidate | None:
     if request.chip_counts:
-        return ev.evaluate(hand_picked_counts(request, chips, ev))
+        found = [ev.evaluate(counts) for counts in hand_picked_options(request, chips, ev)]
+        return min((candidate for candidate in found if candidate is not None), key=key, default=None)
     if request.policy == "single-type":
         return _best_single_type(ev, key, optimiser)
     return optimiser(ev, key)

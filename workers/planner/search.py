@@ -59,7 +59,7 @@ def _seeds(ev: Evaluator, allowed: list[int]) -> dict[Counts, Candidate]:
         candidate = ev.evaluate(counts)
         if candidate is not None:
             found[counts] = candidate
-    # One chip type on several kinds (real and simulated nodes) may share a pool's fast links.
+    # One chip type on several kinds (nodes at different speeds) may share a pool's fast links.
     by_type: dict[str, list[int]] = {}
     for i in allowed:
         by_type.setdefault(ev.kinds[i].slug, []).append(i)
