@@ -9,7 +9,7 @@ refused by name, never opened). Every refusal is a `ModelFileError` whose messag
 problem and what to do about it.
 
 No Django: the platform's services call this, and so can a compute host. Shapes and parameter
-counts come from workers.hfconfig (transformers on the meta device); the tokenizer is loaded with
+counts come from workers.hfconfig (laid out from the config, no torch); the tokenizer is loaded with
 transformers' AutoTokenizer from local files only.
 """
 
