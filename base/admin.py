@@ -1,6 +1,14 @@
-"""Admin pages for rows nobody edits by hand (ledger, payments, clearing prices): look, never change."""
+"""Admin pages for rows nobody edits by hand (ledger, payments, clearing prices, the audit log): look, never change.
+
+`AuditedChangesMixin` records every add, change and delete made through an admin page in the audit log.
+"""
 
 from __future__ import annotations
+
+from django.contrib import admin
+
+from base.audit import changes, record
+from base.models import AuditEntry
 
 
 class ReadOnlyMixin:
@@ -14,3 +22,43 @@ class ReadOnlyMixin:
 
     def has_delete_permission(self, request, obj=None) -> bool:
         return False
+
+
+class AuditedChangesMixin:
+    """For a ModelAdmin: each save through its form is an audit entry "<model>.create|change" with the
+    changed fields before and after (never a password field); each delete one "<model>.delete"."""
+
+    audit_name = ""  # the "<model>" part of the action; the model's name when empty
+
+    def save_model(self, request, obj, form, change) -> None:
+        super().save_model(request, obj, form, change)
+        fields = [name for name in form.changed_data if "password" not in name]
+        if change and not fields:
+            return
+        before = {name: form[name].initial for name in fields} if change else {}
+        after = {name: form.cleaned_data.get(name) for name in fields}
+        record(request.user, self._audit_action("change" if change else "create"), obj, **changes(before, after))
+
+    def delete_model(self, request, obj) -> None:
+        record(request.user, self._audit_action("delete"), obj)
+        super().delete_model(request, obj)
+
+    def delete_queryset(self, request, queryset) -> None:
+        for obj in queryset:
+            record(request.user, self._audit_action("delete"), obj)
+        super().delete_queryset(request, queryset)
+
+    def _audit_action(self, verb: str) -> str:
+        return f"{self.audit_name or self.model._meta.model_name}.{verb}"
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(ReadOnlyMixin, admin.ModelAdmin):
+    """The audit log of operator actions: read-only, newest first."""
+
+    list_display = ["at", "actor_name", "action", "target_type", "target_repr"]
+    list_filter = ["action", "target_type"]
+    search_fields = ["actor_name", "action", "target_repr", "target_id"]
+    date_hierarchy = "at"
+    fields = ["at", "actor", "actor_name", "action", "target_type", "target_id", "target_repr", "details"]
+    readonly_fields = fields

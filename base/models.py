@@ -1,10 +1,11 @@
-"""Stored answers of POSTs sent with an `Idempotency-Key`, replayed to retries for 24 hours."""
+"""Stored answers of POSTs sent with an `Idempotency-Key` (replayed to retries for 24 hours), and the audit log."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
 from django.conf import settings
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.utils import timezone
 
@@ -42,3 +43,27 @@ class IdempotentRequest(models.Model):
         cutoff = (now or timezone.now()) - IDEMPOTENCY_KEY_TTL
         deleted, _ = cls.objects.filter(created_at__lte=cutoff).delete()
         return deleted
+
+
+class AuditEntry(models.Model):
+    """One operator action: who did what to which row, when, with its details (before/after, reason)."""
+
+    at = models.DateTimeField(default=timezone.now, db_index=True)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    actor_name = models.CharField(max_length=150, blank=True, help_text="The actor's username when it acted.")
+    action = models.CharField(max_length=64, db_index=True, help_text='What was done, e.g. "node.drain".')
+    target_type = models.CharField(max_length=100, blank=True, help_text='The row\'s model, e.g. "workers.node".')
+    target_id = models.CharField(max_length=64, blank=True)
+    target_repr = models.CharField(max_length=200, blank=True, help_text="The row as it read when acted on.")
+    details = models.JSONField(default=dict, blank=True, encoder=DjangoJSONEncoder)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        indexes = [models.Index(fields=["target_type", "target_id"], name="audit_entry_target")]
+        verbose_name = "audit log entry"
+        verbose_name_plural = "audit log"
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor_name or 'platform'} {self.action} {self.target_repr}"

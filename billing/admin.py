@@ -1,11 +1,12 @@
-"""Admin console: prices with history, the ledger (read-only), operator settings."""
+"""Admin console: prices with history, the ledger (read-only), operator settings; changes are audited."""
 
 from __future__ import annotations
 
 from django.contrib import admin, messages
 from django.utils import timezone
 
-from base.admin import ReadOnlyMixin
+from base.admin import AuditedChangesMixin, ReadOnlyMixin
+from base.audit import already_recorded, record
 from base.money import format_amount
 from billing import admin_payments, admin_reports  # noqa: F401  (operator reports: /admin/billing-reports/*, a box on the index)
 from billing.forms import OperatorSettingsForm, PriceForm
@@ -46,7 +47,28 @@ class PriceAdmin(admin.ModelAdmin):
 
     def save_model(self, request, obj: Price, form, change) -> None:
         obj.author = request.user
+        previous = obj.chip_type.prices.order_by("-effective_at", "-id").first()
         super().save_model(request, obj, form, change)
+        record(
+            request.user,
+            "price.add",
+            obj,
+            chip_type=obj.chip_type.slug,
+            effective_at=obj.effective_at,
+            note=obj.note,
+            before=price_values(previous),
+            after=price_values(obj),
+        )
+
+
+def price_values(price: Price | None) -> dict[str, str] | None:
+    """A price row's money, as the admin shows it."""
+    if price is None:
+        return None
+    return {
+        "on_demand": format_amount(price.on_demand_per_hour),
+        "spot_floor": format_amount(price.spot_floor_per_hour),
+    }
 
 
 class EntryInline(admin.TabularInline):
@@ -78,6 +100,9 @@ class TransactionAdmin(ReadOnlyAdmin):
             except LedgerError as error:
                 self.message_user(request, f"#{txn.pk}: {error}", messages.ERROR)
             else:
+                # A transaction is reversed once, however often asked: one entry.
+                if not already_recorded("transaction.reverse", reversal=reversal.pk):
+                    record(request.user, "transaction.reverse", txn, reversal=reversal.pk, kind=txn.kind, memo=txn.memo)
                 self.message_user(request, f"#{txn.pk} reversed by #{reversal.pk}.", messages.SUCCESS)
 
 
@@ -93,8 +118,9 @@ class AccountAdmin(ReadOnlyAdmin):
 
 
 @admin.register(OperatorSettings)
-class OperatorSettingsAdmin(admin.ModelAdmin):
+class OperatorSettingsAdmin(AuditedChangesMixin, admin.ModelAdmin):
     form = OperatorSettingsForm
+    audit_name = "operator_settings"
     list_display = ["__str__", "trial_credit_display", "updated_at"]
 
     def has_add_permission(self, request) -> bool:

@@ -14,6 +14,7 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 
 from base.admin import ReadOnlyMixin
+from base.audit import already_recorded, record
 from base.money import format_amount, format_price
 from billing.models import Payment, Refund, StripeEvent
 from billing.services import stripe_payments as payments
@@ -100,6 +101,15 @@ class PaymentAdmin(ReadOnlyMixin, admin.ModelAdmin):
             except payments.PaymentError as error:
                 form.add_error(None, str(error))
             else:
+                if not already_recorded("payment.refund", refund=refund.pk):  # a resubmitted form refunds once
+                    record(
+                        request.user,
+                        "payment.refund",
+                        payment,
+                        refund=refund.pk,
+                        amount=format_price(refund.amount),
+                        reason=form.cleaned_data["reason"],
+                    )
                 self.message_user(
                     request,
                     f"Refunded {format_price(refund.amount)} (Stripe refund {refund.stripe_refund_id}).",

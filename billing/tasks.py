@@ -7,6 +7,7 @@ import logging
 import stripe
 from celery import shared_task
 
+from base import heartbeats
 from billing.models import StripeEvent
 from billing.services.ledger import audit_ledger as find_ledger_problems
 from billing.services.meter import run_meter as charge_due_allocations
@@ -21,6 +22,7 @@ def audit_ledger() -> int:
     problems = find_ledger_problems()
     for problem in problems:
         logger.error("ledger audit: %s", problem)
+    heartbeats.mark("ledger_audit", problems=len(problems))  # /metrics: starverse_ledger_audit_*
     return len(problems)
 
 
@@ -28,6 +30,7 @@ def audit_ledger() -> int:
 def run_meter() -> None:
     """Charge every open allocation up to now; a second beat or a redelivery charges nothing twice."""
     result = charge_due_allocations()
+    heartbeats.mark("meter")  # /readyz and /metrics: the meter ran
     if result.charges:
         logger.info("meter: %d charge(s), %d chip-second(s)", result.charges, result.seconds)
 

@@ -7,7 +7,8 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
-from base.admin import ReadOnlyMixin
+from base.admin import AuditedChangesMixin, ReadOnlyMixin
+from base.audit import record
 from base.money import format_price
 from billing.models import Price, SpotPrice
 from market.models import Bid, BidStatus, MarketSettings
@@ -84,6 +85,7 @@ class BidAdmin(admin.ModelAdmin):
             except BidRefused as error:
                 self.message_user(request, str(error), messages.ERROR)
             else:
+                record(request.user, "bid.cancel", bid, job=bid.job_id, owner=bid.owner, chip_type=bid.chip_type)
                 cancelled += 1
         self.message_user(request, f"{cancelled} bid(s) cancelled.", messages.SUCCESS if cancelled else messages.INFO)
 
@@ -109,9 +111,10 @@ class SpotPriceAdmin(ReadOnlyMixin, admin.ModelAdmin):
 
 
 @admin.register(MarketSettings)
-class MarketSettingsAdmin(admin.ModelAdmin):
+class MarketSettingsAdmin(AuditedChangesMixin, admin.ModelAdmin):
     """One row: the notice a reclaimed spot allocation gets. Floors live on the price rows (shown here)."""
 
+    audit_name = "market_settings"
     list_display = ["__str__", "notice_seconds", "updated_at"]
     fieldsets = [
         (None, {"fields": ["notice_seconds"]}),

@@ -12,6 +12,8 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 
+from base.admin import AuditedChangesMixin
+from base.audit import already_recorded, record
 from base.money import format_price, to_micros
 from billing.choices import AccountKind
 from billing.forms import CreditAdjustmentForm
@@ -27,7 +29,7 @@ admin.site.unregister(User)
 
 
 @admin.register(User)
-class OperatorUserAdmin(UserAdmin):
+class OperatorUserAdmin(AuditedChangesMixin, UserAdmin):
     list_display = ["username", "email", "balance", "is_staff", "date_joined", "adjust_link"]
 
     def get_queryset(self, request):
@@ -59,8 +61,9 @@ class OperatorUserAdmin(UserAdmin):
         user = get_object_or_404(User, pk=user_id)
         form = CreditAdjustmentForm(request.POST or None)
         if request.method == "POST" and form.is_valid():
+            balance_before = balance_of(user)
             try:
-                adjust_credit(
+                txn = adjust_credit(
                     user,
                     to_micros(form.cleaned_data["amount"]),
                     reason=form.cleaned_data["reason"],
@@ -70,6 +73,17 @@ class OperatorUserAdmin(UserAdmin):
             except LedgerError as error:
                 form.add_error("amount", str(error))
             else:
+                if not already_recorded("credit.adjust", transaction=txn.pk):  # a resubmitted form posts once
+                    record(
+                        request.user,
+                        "credit.adjust",
+                        user,
+                        transaction=txn.pk,
+                        amount=form.cleaned_data["amount"],
+                        reason=form.cleaned_data["reason"],
+                        before={"balance": format_price(balance_before)},
+                        after={"balance": format_price(balance_of(user))},
+                    )
                 self.message_user(request, f"Adjusted {user}'s credit.", messages.SUCCESS)
                 return redirect("admin:auth_user_changelist")
         context = {
@@ -84,7 +98,7 @@ class OperatorUserAdmin(UserAdmin):
 
 
 @admin.register(ApiToken)
-class ApiTokenAdmin(admin.ModelAdmin):
+class ApiTokenAdmin(AuditedChangesMixin, admin.ModelAdmin):
     list_display = [
         "name",
         "user",
@@ -100,6 +114,7 @@ class ApiTokenAdmin(admin.ModelAdmin):
     readonly_fields = ["user", "prefix", "token_hash", "created_at", "last_used_at", "revoked_at"]
     fields = ["user", "name", "prefix", "scope", "expires_at", "created_at", "last_used_at", "revoked_at"]
     actions = ["revoke_selected"]
+    audit_name = "api_token"
 
     def has_add_permission(self, request) -> bool:
         return False
@@ -107,5 +122,8 @@ class ApiTokenAdmin(admin.ModelAdmin):
     @admin.action(description="Revoke the selected tokens")
     def revoke_selected(self, request, queryset) -> None:
         for token in queryset:
+            already = token.revoked_at is not None
             token.revoke()
+            if not already:
+                record(request.user, "api_token.revoke", token, user=token.user, prefix=token.prefix)
         self.message_user(request, f"Revoked {queryset.count()} token(s).", messages.SUCCESS)

@@ -6,6 +6,8 @@ import os
 
 from celery import Celery
 
+from portal import beat  # noqa: F401  (the beat marks its ticks for /readyz)
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 
 # Every task's `delay_on_commit` treats a broker outage as logged, not raised (portal.task_base).

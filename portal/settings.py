@@ -8,6 +8,10 @@ import dj_database_url
 
 from portal.content_policy import CONTENT_SECURITY_POLICY as PAGE_CONTENT_POLICY
 from portal.env import env, env_bool, env_int, env_list, env_secret, secret_key
+from portal.logs import log_format, logging_config
+from portal.mail_settings import mail_settings
+from portal.metrics_access import parse_networks
+from portal.sentry import init_sentry
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(env("STARVERSE_DATA_DIR", str(BASE_DIR / ".data")))
@@ -137,17 +141,7 @@ LOGIN_REDIRECT_URL = "dashboard"
 ACCOUNT_LOGOUT_REDIRECT_URL = "home"
 LOGIN_URL = "account_login"
 
-EMAIL_BACKEND = env("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
-EMAIL_FILE_PATH = env("EMAIL_FILE_PATH", str(DATA_DIR / "mail"))  # for the file backend (portal.local.private)
-DEFAULT_FROM_EMAIL = env("DEFAULT_FROM_EMAIL", "Starverse <noreply@starverse.local>")
-# SMTP (EMAIL_BACKEND=django.core.mail.backends.smtp.EmailBackend): sign-up needs mail in production.
-EMAIL_HOST = env("EMAIL_HOST", "localhost")
-EMAIL_PORT = env_int("EMAIL_PORT", 25)
-EMAIL_HOST_USER = env("EMAIL_HOST_USER", "")
-EMAIL_HOST_PASSWORD = env_secret("EMAIL_HOST_PASSWORD") or ""
-EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
-EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL", False)
-EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 10)
+# Mail (sign-up needs it in production): EMAIL_URL or EMAIL_*, in the Operations block at the end.
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = env("TIME_ZONE", "UTC")
@@ -245,6 +239,11 @@ CELERY_BEAT_SCHEDULE = {
     "run-meter": {"task": "billing.tasks.run_meter", "schedule": env_int("METER_SECONDS", 5)},
     "audit-ledger": {"task": "billing.tasks.audit_ledger", "schedule": env_int("LEDGER_AUDIT_SECONDS", 300)},
     "purge-idempotency-keys": {"task": "base.tasks.purge_idempotency_keys", "schedule": 3600},
+    # Old checkpoints and crashed saves out of object storage (workers/services/checkpoints.py).
+    "prune-checkpoints": {
+        "task": "workers.tasks.prune_checkpoints",
+        "schedule": env_int("CHECKPOINT_PRUNE_SECONDS", 600),
+    },
 }
 
 # Compute fleet and training.
@@ -258,7 +257,6 @@ JOB_STOP_GRACE_S = env_int("JOB_STOP_GRACE_S", 30)
 RENDEZVOUS_PORT_BASE = env_int("RENDEZVOUS_PORT_BASE", 29500)
 TRUSTED_PROXIES = env_list("TRUSTED_PROXIES")  # proxies (IPs/CIDRs) whose X-Forwarded-For names an agent's address
 JOB_PROVISIONING_TIMEOUT_S = env_int("JOB_PROVISIONING_TIMEOUT_S", 180)
-CHECKPOINT_ROOT = Path(env("CHECKPOINT_ROOT", str(DATA_DIR / "checkpoints")))
 RUNS_ROOT = Path(env("RUNS_ROOT", str(DATA_DIR / "runs")))
 # Object storage for datasets, models, checkpoints and artifacts (workers/storage): a directory by
 # default, or s3://bucket/prefix with the standard AWS_ENDPOINT_URL / AWS_ACCESS_KEY_ID /
@@ -313,9 +311,54 @@ SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
 CONTENT_SECURITY_POLICY = PAGE_CONTENT_POLICY  # portal.content_policy; the billing page adds Stripe.js
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["console"], "level": env("LOG_LEVEL", "INFO")},
-}
+# ---- Operations: health, metrics, logs, mail ------------------------------------------------------
+# docs/OPERATIONS.md describes each variable. /healthz and /readyz: portal/health.py; /metrics:
+# portal/metrics.py; logs: portal/logs.py; Sentry: portal/sentry.py; mail: portal/mail_settings.py.
+
+# /readyz: the beat published within three of its shortest periods, the meter ran within three of its own.
+READY_BEAT_WITHIN_S = 3 * min(
+    entry["schedule"] for entry in CELERY_BEAT_SCHEDULE.values() if isinstance(entry["schedule"], int | float)
+)
+READY_METER_WITHIN_S = 3 * CELERY_BEAT_SCHEDULE["run-meter"]["schedule"]
+
+# Prometheus: request metrics (the two middlewares wrap all others) and database metrics (the engine).
+MIDDLEWARE = [
+    "django_prometheus.middleware.PrometheusBeforeMiddleware",
+    "portal.logs.RequestIdMiddleware",
+    *MIDDLEWARE,
+    "django_prometheus.middleware.PrometheusAfterMiddleware",
+]
+if env_bool("PROMETHEUS_DB_METRICS", True) and DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    DATABASES["default"]["ENGINE"] = "django_prometheus.db.backends.postgresql"
+# Who may read /metrics: the bearer token, or these addresses; neither set: loopback only (portal.metrics_access).
+METRICS_TOKEN = env_secret("METRICS_TOKEN")
+METRICS_ALLOWED_NETWORKS = parse_networks(env("METRICS_ALLOWED_ADDRESSES"))
+METRICS_TRUSTED_PROXIES = 1 if env_bool("BEHIND_PROXY") else 0
+
+# Logs: JSON lines in production, a readable console format under DEBUG or `make run`; LOG_FORMAT overrides.
+LOG_FORMAT = log_format(env("LOG_FORMAT"), DEBUG)
+LOGGING = logging_config(LOG_FORMAT, env("LOG_LEVEL", "INFO"))
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False  # workers and beat log through LOGGING too
+
+# Sentry, only when SENTRY_DSN is set.
+SENTRY_DSN = env_secret("SENTRY_DSN")
+SENTRY_ENABLED = init_sentry(
+    SENTRY_DSN,
+    environment=env("SENTRY_ENVIRONMENT"),
+    release=env("SENTRY_RELEASE"),
+    traces_sample_rate=float(env("SENTRY_TRACES_SAMPLE_RATE", "0") or 0),
+)
+
+# Mail: EMAIL_URL (dj-email-url), else the EMAIL_* variables; console when neither.
+_mail = mail_settings(DATA_DIR)
+EMAIL_BACKEND = _mail["EMAIL_BACKEND"]
+EMAIL_FILE_PATH = _mail["EMAIL_FILE_PATH"]  # the file backend (portal.local.private, file://)
+EMAIL_HOST = _mail["EMAIL_HOST"]
+EMAIL_PORT = _mail["EMAIL_PORT"]
+EMAIL_HOST_USER = _mail["EMAIL_HOST_USER"]
+EMAIL_HOST_PASSWORD = _mail["EMAIL_HOST_PASSWORD"]
+EMAIL_USE_TLS = _mail["EMAIL_USE_TLS"]
+EMAIL_USE_SSL = _mail["EMAIL_USE_SSL"]
+EMAIL_TIMEOUT = _mail["EMAIL_TIMEOUT"]
+DEFAULT_FROM_EMAIL = _mail["DEFAULT_FROM_EMAIL"]
+SERVER_EMAIL = _mail.get("SERVER_EMAIL", DEFAULT_FROM_EMAIL)

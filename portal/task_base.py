@@ -7,14 +7,19 @@ publish is given up within the bounded timeouts and retries of the settings, log
 request goes on; after one failure this process doesn't try again for a few seconds
 (base.outage.outage_of). A caller that truly needs the message sent uses `delay()` and handles
 `kombu.exceptions.OperationalError` itself (the Stripe webhook answers 503 so Stripe retries).
+
+While a task runs, its log lines carry `task`, `task_id` and the `job_id`, `node_id` or
+`chip_type_id` it was called with (structlog context, portal.logs).
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 from typing import Any
 
+import structlog
 from celery.contrib.django.task import DjangoTask
 from django.db import transaction
 
@@ -22,9 +27,25 @@ from base.outage import UNAVAILABLE, outage_of
 
 logger = logging.getLogger(__name__)
 
+# Arguments of a task that name what it works on: bound to its log lines.
+LOGGED_ARGUMENTS = ("job_id", "node_id", "chip_type_id")
+
 
 class PlatformTask(DjangoTask):
     """DjangoTask whose `*_on_commit` publishes are hints: a broker outage is logged, not raised."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        context = {"task": self.name, "task_id": self.request.id, **self.subjects(args, kwargs)}
+        with structlog.contextvars.bound_contextvars(**context):
+            return super().__call__(*args, **kwargs)
+
+    def subjects(self, args: Any, kwargs: Any) -> dict[str, Any]:
+        """The job, node or chip type this call works on, by the run function's argument names."""
+        try:
+            bound = inspect.signature(self.run).bind_partial(*args, **kwargs).arguments
+        except (TypeError, ValueError):
+            return {}
+        return {name: bound[name] for name in LOGGED_ARGUMENTS if bound.get(name) is not None}
 
     def delay_on_commit(self, *args: Any, **kwargs: Any) -> None:
         transaction.on_commit(functools.partial(self.publish_hint, args, kwargs))

@@ -3,11 +3,17 @@ from django.urls import include, path
 
 from billing.webhooks import stripe_webhook
 from portal.accounts import LoginView
+from portal.health import ReadinessView, healthz
+from portal.metrics import metrics
 from portal.staff import route_admin_login_through_allauth
 
 route_admin_login_through_allauth()  # the admin's own login form has no lockout and no two-factor
 
 urlpatterns = [
+    # Operations (docs/OPERATIONS.md): liveness, readiness, Prometheus.
+    path("healthz", healthz, name="healthz"),
+    path("readyz", ReadinessView.as_view(), name="readyz"),
+    path("metrics", metrics, name="metrics"),
     path("admin/", admin.site.urls),
     path("stripe/webhook/", stripe_webhook, name="stripe_webhook"),
     # allauth's login page, answering a locked-out attempt with 429 and Retry-After.

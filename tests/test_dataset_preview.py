@@ -14,6 +14,8 @@ from django.urls import reverse
 from tests.conftest import token_client
 from tests.hfmodels import make_tokenizer, tiny_config
 from workers.models import Dataset, UploadedModel
+from workers.services.storage import platform_store
+from workers.storage.trees import upload_tree
 
 pytestmark = pytest.mark.django_db
 
@@ -24,11 +26,6 @@ CHAT = {
     ]
 }
 TOKEN = re.compile(r'<span class="token (token-trained|token-context)"[^>]*>([^<]*)</span>')
-
-
-@pytest.fixture(autouse=True)
-def storage(settings, tmp_path):
-    settings.MEDIA_ROOT = tmp_path / "media"
 
 
 @pytest.fixture
@@ -112,9 +109,10 @@ def test_a_preview_shows_the_first_five_records_and_256_tokens_of_each(alice_cli
     assert html.count("first 256 tokens shown") == 5
 
 
-def test_a_preview_in_an_uploaded_models_tokens_uses_its_chat_template(alice_client, alice, settings):
-    folder = settings.MEDIA_ROOT / "models" / "tiny"
+def test_a_preview_in_an_uploaded_models_tokens_uses_its_chat_template(alice_client, alice, tmp_path):
+    folder = tmp_path / "tiny"
     tokenizer = make_tokenizer(folder)
+    upload_tree(platform_store(), f"models/{alice.pk}/tiny-{tmp_path.name}", folder)  # read through the web's cache
     model = UploadedModel.objects.create(
         owner=alice,
         name="my tiny llama",
@@ -124,7 +122,7 @@ def test_a_preview_in_an_uploaded_models_tokens_uses_its_chat_template(alice_cli
         config=tiny_config(vocab_size=len(tokenizer)),
         shape={},
         has_chat_template=True,
-        directory="models/tiny",
+        store_prefix=f"models/{alice.pk}/tiny-{tmp_path.name}",
     )
     dataset = stored(alice, "chat.jsonl", jsonl(CHAT))
     html = alice_client.get(reverse("datasets"), {"preview": dataset.pk}).content.decode()
@@ -137,7 +135,7 @@ def test_a_preview_in_an_uploaded_models_tokens_uses_its_chat_template(alice_cli
 def test_a_preview_with_a_tokenizer_that_is_not_yours_is_refused_naming_it(alice_client, alice, bob):
     dataset = stored(alice, "chat.jsonl", jsonl(CHAT))
     theirs = UploadedModel.objects.create(
-        owner=bob, name="bob's", architecture="llama", parameters=1, size_bytes=1, config={}, shape={}, directory="x"
+        owner=bob, name="bob's", architecture="llama", parameters=1, size_bytes=1, config={}, shape={}, store_prefix="x"
     )
     for choice in [theirs.reference, "gpt-4", "model:99999999999999999999"]:
         response = alice_client.get(reverse("datasets"), {"preview": dataset.pk, "tokenizer": choice})

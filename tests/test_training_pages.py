@@ -10,6 +10,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 from django.utils import timezone
 
+from tests.stored import downloaded, own_store_url, stored_checkpoint
 from workers.choices import AgentStatus, JobEventKind, JobStatus
 from workers.models import Allocation, Dataset, Job, JobLogLine, JobMetric, Node
 from workers.services.events import record_event
@@ -33,8 +34,7 @@ def no_scheduling(monkeypatch):
 
 @pytest.fixture(autouse=True)
 def storage(settings, tmp_path):
-    settings.MEDIA_ROOT = tmp_path / "media"
-    settings.CHECKPOINT_ROOT = tmp_path / "checkpoints"
+    settings.STORAGE_URL = own_store_url(tmp_path)
 
 
 @pytest.fixture
@@ -284,7 +284,15 @@ def test_an_unknown_model_is_refused_naming_the_field(alice_client, fleet):
 
 
 def test_someone_elses_dataset_is_refused(alice_client, bob, fleet):
-    theirs = Dataset.objects.create(owner=bob, name="secret", kind="text", file="x.txt", size_bytes=1, samples=1)
+    theirs = Dataset.objects.create(
+        owner=bob,
+        name="secret",
+        kind="text",
+        store_prefix=f"datasets/{bob.pk}/x",
+        file_name="data.txt",
+        size_bytes=1,
+        samples=1,
+    )
     html = launch(alice_client, dataset=theirs.reference).content.decode()
     assert "Dataset: Unknown dataset" in html
     assert not Job.objects.exists()
@@ -400,25 +408,31 @@ def test_the_metrics_endpoint_refuses_a_bad_since_step(alice_client, running_job
     assert response.status_code == 400
 
 
-def test_artifacts_are_listed_and_downloaded(alice_client, alice, settings):
+def test_artifacts_are_listed_and_downloaded(alice_client, alice, tmp_path):
     job = make_job(alice, status=JobStatus.SUCCEEDED, finished_at=timezone.now())
-    final = settings.CHECKPOINT_ROOT / f"job-{job.pk}" / f"step-{job.max_steps}"
-    (final / "model").mkdir(parents=True)
-    (final / "model" / "model.safetensors").write_bytes(b"weights")
+    stored_checkpoint(job.pk, job.max_steps, {"model/model.safetensors": b"weights"}, tmp_path)
     html = alice_client.get(reverse("job", args=[job.pk])).content.decode()
     url = reverse("job_artifact", args=[job.pk, f"step-{job.max_steps}/model/model.safetensors"])
     assert url in html
     assert "final model" in html
-    response = alice_client.get(url)
-    assert response.status_code == 200
-    assert b"".join(response.streaming_content) == b"weights"
+    assert downloaded(alice_client.get(url)) == b"weights"
 
 
-def test_an_artifact_path_outside_the_job_is_not_found(alice_client, alice, settings):
-    job = make_job(alice)
-    settings.CHECKPOINT_ROOT.mkdir(parents=True)
-    (settings.CHECKPOINT_ROOT / "secret.txt").write_text("no")
-    url = reverse("job_artifact", args=[job.pk, "x"]).removesuffix("x") + "../secret.txt"
+def test_an_artifact_in_a_storage_folder_is_streamed_by_the_web(alice_client, alice, settings, tmp_path):
+    settings.STORAGE_URL = f"file://{tmp_path / 'folder-store'}"
+    job = make_job(alice, status=JobStatus.SUCCEEDED, finished_at=timezone.now())
+    stored_checkpoint(job.pk, 3, {"meta.json": b"{}"}, tmp_path)
+
+    response = alice_client.get(reverse("job_artifact", args=[job.pk, "step-3/meta.json"]))
+
+    assert response.status_code == 200 and b"".join(response.streaming_content) == b"{}"
+    assert response["Content-Disposition"] == f'attachment; filename="job-{job.pk}-step-3-meta.json"'
+
+
+def test_an_artifact_path_outside_the_job_is_not_found(alice_client, alice, bob, tmp_path):
+    job, theirs = make_job(alice), make_job(bob)
+    stored_checkpoint(theirs.pk, 1, {"secret.txt": b"no"}, tmp_path)
+    url = reverse("job_artifact", args=[job.pk, "x"]).removesuffix("x") + f"../job-{theirs.pk}/step-1/secret.txt"
     assert alice_client.get(url).status_code == 404
 
 
@@ -459,15 +473,14 @@ def test_my_datasets_are_offered_on_the_launch_page(alice_client, alice, catalog
 
 
 def test_a_finished_lora_job_offers_its_adapter_and_merged_weights_with_the_lines_that_load_them(
-    alice_client, alice, settings
+    alice_client, alice, tmp_path
 ):
     job = make_job(alice, status=JobStatus.SUCCEEDED, finished_at=timezone.now(), mode="lora", lora={"r": 8})
-    final = settings.CHECKPOINT_ROOT / f"job-{job.pk}" / f"step-{job.max_steps}"
+    files = {}
     for folder, name in (("model", "model.safetensors"), ("adapter", "adapter_model.safetensors")):
-        (final / folder).mkdir(parents=True)
-        (final / folder / "config.json").write_text("{}")
-        (final / folder / name).write_bytes(b"weights")
-    Job.objects.filter(pk=job.pk).update(latest_checkpoint=str(final), latest_checkpoint_step=job.max_steps)
+        files |= {f"{folder}/config.json": b"{}", f"{folder}/{name}": b"weights"}
+    final = stored_checkpoint(job.pk, job.max_steps, files, tmp_path)
+    Job.objects.filter(pk=job.pk).update(latest_checkpoint=final, latest_checkpoint_step=job.max_steps)
     html = alice_client.get(reverse("job", args=[job.pk])).content.decode()
     assert "Download model" in html and "Download merged weights" in html
     assert "PeftModel.from_pretrained" in html and "AutoModelForCausalLM.from_pretrained(&quot;./model&quot;)" in html

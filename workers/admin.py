@@ -1,4 +1,4 @@
-"""Admin console: the compute fleet (chip types, pools, nodes)."""
+"""Admin console: the compute fleet (chip types, pools, nodes); each operator action is audited (base.audit)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.html import format_html
 
+from base.admin import AuditedChangesMixin
+from base.audit import record
 from billing.models import Price
 from market.models import MarketSettings
 from workers.choices import AgentStatus, JobStatus
@@ -35,7 +37,8 @@ class PriceHistoryInline(admin.TabularInline):
 
 
 @admin.register(ChipType)
-class ChipTypeAdmin(admin.ModelAdmin):
+class ChipTypeAdmin(AuditedChangesMixin, admin.ModelAdmin):
+    audit_name = "chip_type"
     list_display = [
         "name",
         "slug",
@@ -60,14 +63,14 @@ class NodeInline(admin.TabularInline):
 
 
 @admin.register(Pool)
-class PoolAdmin(admin.ModelAdmin):
+class PoolAdmin(AuditedChangesMixin, admin.ModelAdmin):
     list_display = ["name", "chip_type", "zone", "chip_count"]
     list_filter = ["chip_type", "zone"]
     inlines = [NodeInline]
 
 
 @admin.register(Node)
-class NodeAdmin(admin.ModelAdmin):
+class NodeAdmin(AuditedChangesMixin, admin.ModelAdmin):
     list_display = [
         "hostname",
         "pool",
@@ -100,6 +103,7 @@ class NodeAdmin(admin.ModelAdmin):
         for node in queryset.order_by("pk"):
             with transaction.atomic():
                 node = Node.objects.select_for_update().get(pk=node.pk)
+                status_before = node.agent_status
                 node.agent_status = AgentStatus.DRAINING
                 node.save(update_fields=["agent_status"])
                 detail = f"{node.hostname} is going into maintenance (by {request.user.get_username()})"
@@ -110,6 +114,15 @@ class NodeAdmin(admin.ModelAdmin):
                         job_id, MigrationReason.MAINTENANCE, detail, nodes=[node], notice_seconds=notice
                     )
                 ]
+                record(
+                    request.user,
+                    "node.reclaim",
+                    node,
+                    before={"agent_status": status_before},
+                    after={"agent_status": node.agent_status},
+                    jobs_moved=moved,
+                    notice_seconds=notice,
+                )
             jobs = ", ".join(f"job {job_id}" for job_id in moved) or "no running jobs"
             self.message_user(
                 request,
@@ -121,26 +134,48 @@ class NodeAdmin(admin.ModelAdmin):
     def drain(self, request, queryset) -> None:
         if not self._all_present(request, queryset, "drained"):
             return
-        changed = queryset.filter(agent_status=AgentStatus.ONLINE).update(agent_status=AgentStatus.DRAINING)
+        changed = self._move_status(request, queryset, AgentStatus.ONLINE, AgentStatus.DRAINING, "node.drain")
         self.message_user(
             request, f"{changed} node(s) draining: their running jobs finish, nothing new is placed.", messages.SUCCESS
         )
 
     @admin.action(description="Return drained nodes to service")
     def return_to_service(self, request, queryset) -> None:
-        changed = queryset.filter(agent_status=AgentStatus.DRAINING).update(agent_status=AgentStatus.ONLINE)
+        changed = self._move_status(
+            request, queryset, AgentStatus.DRAINING, AgentStatus.ONLINE, "node.return_to_service"
+        )
         self.message_user(request, f"{changed} node(s) back in service.", messages.SUCCESS)
 
     @admin.action(description="Reset node (revoke its node token, move its jobs; the next enrollment takes the host)")
     def reset_node(self, request, queryset) -> None:
         for node in queryset.order_by("pk"):
-            reset_node(node, by=request.user.get_username())
+            with transaction.atomic():
+                status_before = node.agent_status
+                reset_node(node, by=request.user.get_username())
+                node.refresh_from_db(fields=["agent_status"])
+                record(
+                    request.user,
+                    "node.reset",
+                    node,
+                    before={"agent_status": status_before},
+                    after={"agent_status": node.agent_status},
+                )
         self.message_user(
             request,
             f"{queryset.count()} node(s) reset: their agents' node tokens no longer work and their jobs were moved. "
             "Each host may now enroll again with a usable enrollment token of its pool.",
             messages.SUCCESS,
         )
+
+    def _move_status(self, request, queryset, before: str, after: str, action: str) -> int:
+        """Each selected node in status `before` goes to `after`, with its audit entry; how many moved."""
+        moved = 0
+        for node in queryset.filter(agent_status=before).order_by("pk"):
+            with transaction.atomic():
+                if Node.objects.filter(pk=node.pk, agent_status=before).update(agent_status=after):
+                    record(request.user, action, node, before={"agent_status": before}, after={"agent_status": after})
+                    moved += 1
+        return moved
 
     def _all_present(self, request, queryset, verb: str) -> bool:
         """Refuse the whole selection when a node is already gone: nothing half-done."""
@@ -167,11 +202,13 @@ def running_job_ids(node: Node) -> list[int]:
 
 
 @admin.register(EnrollmentToken)
-class EnrollmentTokenAdmin(admin.ModelAdmin):
+class EnrollmentTokenAdmin(AuditedChangesMixin, admin.ModelAdmin):
     """Operators create a token per pool and give it to a compute host's agent (shown once).
 
     A token enrolls at most `max_uses` hosts, each with at most `approved_chips` chips, until it expires.
     """
+
+    audit_name = "enrollment_token"
 
     list_display = [
         "name",
@@ -204,6 +241,16 @@ class EnrollmentTokenAdmin(admin.ModelAdmin):
         )
         EnrollmentToken.objects.filter(pk=token.pk).update(expires_at=obj.expires_at)
         obj.pk = token.pk
+        record(
+            request.user,
+            "enrollment_token.create",
+            token,
+            pool=obj.pool,
+            prefix=token.prefix,
+            approved_chips=obj.approved_chips,
+            max_uses=obj.max_uses,
+            expires_at=obj.expires_at,
+        )
         self.message_user(
             request,
             format_html(
@@ -220,7 +267,11 @@ class EnrollmentTokenAdmin(admin.ModelAdmin):
 
     @admin.action(description="Revoke the selected enrollment tokens")
     def revoke_selected(self, request, queryset) -> None:
-        queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        now = timezone.now()
+        for token in queryset.filter(revoked_at__isnull=True).order_by("pk"):
+            with transaction.atomic():
+                if EnrollmentToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=now):
+                    record(request.user, "enrollment_token.revoke", token, pool=token.pool, prefix=token.prefix)
 
 
 class AllocationInline(admin.TabularInline):

@@ -8,9 +8,16 @@ Platform <-> agent: JSON over HTTP under /api/v1/agent/, `Authorization: Bearer 
 1. POST /api/v1/agent/enroll/   (no Authorization header; the credential is in the body)
    -> {"enrollment_token" | "node_token", "hostname", "chip_type", "chips", "simulated",
        "spot_eligible", "address", "agent_version", "devices": [{"index", "name", "memory_gib"}]}
-   <- 201 {"node_id", "node_token", "pool", "chip_type", "poll_timeout_s", "heartbeat_deadline_s"}
+   <- 201 {"node_id", "node_token", "pool", "chip_type", "poll_timeout_s", "heartbeat_deadline_s",
+           "address", "address_source": "declared|observed"}
     | 403 {"detail", "code"} (token unknown, revoked, expired or used up; hostname taken; more
       chips than the operator approved)
+    | 400 (a malformed field; "address" when none was declared and the platform can't see one)
+   "address" is where other nodes' ranks reach this host (the rank-0 node's is every rank's
+   MASTER_ADDR): an IP address or a DNS name the agent declares, or "" / "auto" (ADDRESS_AUTO):
+   the address the platform sees the request come from (the peer's; behind one of the platform's
+   TRUSTED_PROXIES, the nearest X-Forwarded-For hop that is not one). The answer's "address" is
+   what the platform recorded; an observed address follows the agent (every poll updates it).
    A new hostname needs the pool's enrollment token (limited uses, expires). An enrolled one is
    re-enrolled only with its current node token (its agent does so when the host changed) or after
    the operator reset the node. Enrolling again rotates the node token (the old one stops working).
@@ -19,7 +26,7 @@ Platform <-> agent: JSON over HTTP under /api/v1/agent/, `Authorization: Bearer 
    -> {"health": {...free-form numbers...}, "acks": [command ids done or refused],
        "ranks": [{"job_id", "epoch", "rank", "pid", "state": "starting|running|exited"}],
        "wait_s": 0..25}
-   <- 200 {"commands": [Command...], "server_time"}
+   <- 200 {"commands": [Command...], "server_time", "address"}   (address: as recorded now)
    Returns at once when a command is pending, else when one arrives (the platform wakes it
    through Redis), else after wait_s with no commands. Every poll counts as a heartbeat. A
    command is re-sent on every poll until acked, so the agent must treat command ids as
@@ -46,7 +53,10 @@ Report (one item) =
 | {"kind": "exit", "rank", "code", "error", "t"}      (error: the rank's last stderr lines)
 
 Agent <-> rank: the agent starts `python -m workers.runtime --config <launch.json>` with the
-torch.distributed environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT). The
+torch.distributed environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), and
+GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME naming the local interface that holds the node's recorded
+address (unless the agent's own environment sets them), so the ranks listen where their peers
+reach them, not where the hostname resolves (often 127.0.0.1, or another network's address). The
 rank prints one JSON object per line on stdout for each event, `{"event": "metric"|"checkpoint"|
 "done", ...}` with the Report fields above; anything else on stdout/stderr is a log line. The
 agent asks for a checkpoint or a stop by writing `control.json` ({"checkpoint": n, "stop": bool},
@@ -62,6 +72,7 @@ AGENT_API_PREFIX = "/api/v1/agent"
 NODE_TOKEN_PREFIX = "svn_"
 ENROLLMENT_TOKEN_PREFIX = "sve_"
 MAX_POLL_WAIT_S = 25
+ADDRESS_AUTO = "auto"  # an enrollment's address: "use the address the platform sees me at"
 CONTROL_FILE = "control.json"
 
 

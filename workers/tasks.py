@@ -9,9 +9,10 @@ from __future__ import annotations
 from celery import shared_task
 
 from workers.services import monitor
+from workers.services.checkpoints import prune_checkpoints_task
 from workers.services.scheduling import schedule_job, schedule_waiting_jobs_task
 
-__all__ = ["reconcile_jobs", "schedule_job", "schedule_waiting_jobs_task"]
+__all__ = ["prune_checkpoints_task", "reconcile_jobs", "schedule_job", "schedule_waiting_jobs_task"]
 
 
 @shared_task(ignore_result=True, soft_time_limit=60)

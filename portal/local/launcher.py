@@ -22,12 +22,13 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 from pathlib import Path
 from types import FrameType
 
 from portal.local._child import ChildServer, StoreError, ensure_port_free
 from portal.local.private import mail_to_private_files, make_private
+from portal.local.s3 import EmbeddedS3
 from portal.local.stores import EmbeddedPostgres, EmbeddedRedis
 from portal.local.supervisor import Output, RestartPolicy, Supervisor, command_children
 
@@ -42,6 +43,9 @@ SETUP_COMMANDS = (
 WEB_READY_TIMEOUT_S = 120.0
 # The demo agents and their training ranks (which inherit it) yield the CPU to web, Celery and the stores.
 DEMO_FLEET_NICE = 19  # the lowest priority: a busy fleet must not slow a restarting web tier
+# Where datasets, models and checkpoints are kept (STARVERSE_STORAGE): a folder of the data dir, or an
+# embedded S3 server (SeaweedFS) with its data in the data dir; a STORAGE_URL that is set wins over both.
+STORAGE_DIRECTORY, STORAGE_EMBEDDED_S3 = "directory", "embedded-s3"
 
 
 class SetupFailed(Exception):
@@ -63,8 +67,8 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
-def _env_port(name: str, default: int) -> int:
-    value = os.environ.get(name, "").strip()
+def _env_port(name: str, default: int, environ: Mapping[str, str] = os.environ) -> int:
+    value = environ.get(name, "").strip()
     if not value:
         return default
     if not value.isdigit() or not 0 < int(value) < 65536:
@@ -110,6 +114,36 @@ def start_stores(data_dir: Path, started: list[ChildServer], *, keep_external: b
         say(f"starting embedded Redis on 127.0.0.1:{redis.port} (data in {redis.redis_dir})")
         redis.start()
         os.environ["REDIS_URL"] = redis.url
+    start_storage(data_dir, started, os.environ)
+
+
+def start_storage(data_dir: Path, started: list[ChildServer], environ: MutableMapping[str, str]) -> None:
+    """Choose the object store and export it (STORAGE_URL, and AWS_* for S3) to every child: web, workers,
+    beat and the demo agents, whose ranks read and write datasets, models and checkpoints there.
+
+    STARVERSE_STORAGE=embedded-s3 starts SeaweedFS (port STARVERSE_S3_PORT, default 8333; data in
+    <data dir>/s3); otherwise a set STORAGE_URL is kept, else the folder <data dir>/storage is used.
+    """
+    choice = environ.get("STARVERSE_STORAGE", "").strip() or STORAGE_DIRECTORY
+    if choice not in (STORAGE_DIRECTORY, STORAGE_EMBEDDED_S3):
+        raise StoreError(
+            f"STARVERSE_STORAGE={choice!r} is not a storage choice: use {STORAGE_DIRECTORY} (the default) "
+            f"or {STORAGE_EMBEDDED_S3}, or set STORAGE_URL to your own store."
+        )
+    if choice == STORAGE_EMBEDDED_S3:
+        if environ.get("STORAGE_URL"):
+            raise StoreError(
+                f"Both STARVERSE_STORAGE=embedded-s3 and STORAGE_URL={environ['STORAGE_URL']} are set: "
+                "unset one (STORAGE_URL names a store of your own)."
+            )
+        s3 = EmbeddedS3(data_dir, _env_port("STARVERSE_S3_PORT", 8333, environ))
+        started.append(s3)
+        say(f"starting embedded S3 (SeaweedFS) on {s3.endpoint} (data in {s3.s3_dir})")
+        s3.start()
+        environ.update(s3.environment())
+    elif not environ.get("STORAGE_URL"):
+        environ["STORAGE_URL"] = f"file://{data_dir / 'storage'}"
+    say(f"object storage: {environ['STORAGE_URL']}")
 
 
 def stop_stores(started: list[ChildServer]) -> None:
@@ -263,6 +297,7 @@ def run() -> int:
     """`make run`: stores, setup commands, then web/worker/beat until Ctrl-C."""
     data_dir = prepare_data_dir()
     ensure_secret_key(data_dir)
+    os.environ.setdefault("LOG_FORMAT", "console")  # readable lines on the terminal (docs/OPERATIONS.md)
     host, port = web_address(os.environ)
     ensure_port_free(port, "PORT", "the web server", host)
     started: list[ChildServer] = []
@@ -276,11 +311,14 @@ def run() -> int:
 
 
 def stores() -> int:
-    """`stores`: only the embedded stores, their URLs on stdout, until Ctrl-C/SIGTERM (restarted if they die)."""
+    """`stores`: only the embedded stores, their URLs on stdout, until Ctrl-C/SIGTERM (restarted if they die).
+
+    Object storage is the data dir's folder, or embedded S3 with STARVERSE_STORAGE=embedded-s3."""
     started: list[ChildServer] = []
     try:
         start_stores(prepare_data_dir(), started, keep_external=False)
-        print(f"DATABASE_URL={os.environ['DATABASE_URL']}\nREDIS_URL={os.environ['REDIS_URL']}", flush=True)
+        names = ("DATABASE_URL", "REDIS_URL", "STORAGE_URL", "AWS_ENDPOINT_URL")
+        print("\n".join(f"{name}={os.environ[name]}" for name in names if name in os.environ), flush=True)
         supervisor = Supervisor(Output(sys.stdout, _OUTPUT))
         for server in started:
             supervisor.add_store(server)
@@ -294,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m portal.local", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("run", help="stores, migrations, web, Celery worker and beat (make run)")
-    commands.add_parser("stores", help="only the embedded PostgreSQL and Redis; prints their URLs")
+    commands.add_parser("stores", help="only the embedded stores (PostgreSQL, Redis, S3 if chosen); prints their URLs")
     args = parser.parse_args(argv)
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _interrupt)

@@ -30,7 +30,7 @@ def mail_to_private_files(
     data_dir: Path, stdout: TextIO = sys.stdout, environ: MutableMapping[str, str] = os.environ
 ) -> Path | None:
     """Unless mail is configured or output is a terminal, send it to files under <data dir>/mail/; that folder."""
-    if environ.get("EMAIL_BACKEND") or stdout.isatty():
+    if environ.get("EMAIL_BACKEND") or environ.get("EMAIL_URL") or environ.get("EMAIL_URL_FILE") or stdout.isatty():
         return None
     folder = data_dir / "mail"
     environ["EMAIL_BACKEND"] = FILE_MAIL

@@ -3,11 +3,17 @@
 `make run` starts it when STARVERSE_STORAGE=embedded-s3, and the test suite starts one the way it
 starts the embedded PostgreSQL. It binds one address (127.0.0.1 unless told otherwise: a multi-host
 test binds its bridge address) and every port it opens is chosen here, so two instances never collide.
-Any key pair is accepted; the bucket is created at start. No Django import here.
+Requests must be signed with the one key pair here (an identity file it is given: without one, SeaweedFS
+lets anyone read and write), so a presigned URL works only for its object and until it expires; the
+bucket is created at start, and it reports nothing to SeaweedFS's telemetry. Its other servers
+(master, volume, filer, WebDAV) listen on the same address without authentication: like the embedded
+PostgreSQL (trust authentication), this is a store for one machine's own use. No Django import here.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import signal
 import socket
@@ -62,6 +68,7 @@ class EmbeddedS3(ChildServer):
         super().__init__(data_dir, port)
         self.ip, self.bucket = ip, bucket
         self.s3_dir = self.data_dir / "s3"
+        self.identities_path = self.data_dir / "s3-identities.json"
 
     @property
     def endpoint(self) -> str:
@@ -86,6 +93,7 @@ class EmbeddedS3(ChildServer):
         if self.running:
             return
         self.s3_dir.mkdir(parents=True, exist_ok=True)
+        self._write_identities()
         ensure_port_free(self.port, "STARVERSE_S3_PORT", "the embedded S3 server")
         ports = [f"-s3.port={self.port}"]
         for server in _SERVERS:
@@ -100,9 +108,23 @@ class EmbeddedS3(ChildServer):
             "-s3.port.iceberg=0",
             "-s3.port.lance=0",
             f"-bucket={self.bucket}",
+            f"-s3.config={self.identities_path}",
+            "-master.telemetry=false",
+            "-admin.ui=false",
         ]
         self._spawn(argv, cwd=self.s3_dir)
         self._wait_ready(self._answers_s3, timeout=60)
+
+    def _write_identities(self) -> None:
+        """The S3 identity file: our one key pair, allowed everything (0600: it holds the secret)."""
+        identity = {
+            "name": "starverse",
+            "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
+            "actions": ["Admin", "Read", "List", "Tagging", "Write"],
+        }
+        fd = os.open(self.identities_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            json.dump({"identities": [identity]}, out)
 
     def _answers_s3(self) -> bool:
         """Ready once a signed write succeeds: its identities load a moment after the port opens."""

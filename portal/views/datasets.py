@@ -18,6 +18,7 @@ from workers.services.datasets import (
     preview_tokenizers,
     store_dataset,
 )
+from workers.services.storage import StorageUnavailable
 
 
 @login_required
@@ -28,7 +29,7 @@ def datasets(request: HttpRequest) -> HttpResponse:
         upload = form.cleaned_data["file"]
         try:
             dataset = store_dataset(request.user, upload, name=form.cleaned_data["name"] or upload.name)
-        except DatasetRejected as error:
+        except (DatasetRejected, StorageUnavailable) as error:
             form.add_error("file", str(error))
         else:
             messages.success(

@@ -9,7 +9,6 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.http import (
-    FileResponse,
     Http404,
     HttpRequest,
     HttpResponse,
@@ -24,10 +23,11 @@ from django.views.decorators.http import require_POST
 
 from base.money import format_price
 from portal.views.training import format_duration, format_rate, summarize_plan
+from workers.api.stored_files import stored_file_response
 from workers.choices import AllocationMode, JobStatus, TrainingMode
 from workers.models import ChipType, Job
 from workers.services import metrics
-from workers.services.artifacts import artifact_file, list_artifacts
+from workers.services.artifacts import list_artifacts, stored_artifact
 from workers.services.lifecycle import cancel as cancel_job
 from workers.services.model_download import (
     ADAPTER_DIR,
@@ -38,7 +38,9 @@ from workers.services.model_download import (
     load_lines,
     model_download,
 )
+from workers.storage import StorageError
 
+STORAGE_DOWN = "Object storage is unavailable right now; try again shortly."
 JOBS_PAGE_SIZE = 20
 LOG_TAIL = 100
 EVENT_LIMIT = 50
@@ -135,8 +137,11 @@ def job_context(job: Job, now: datetime | None = None) -> dict:
 
 def model_links(job: Job) -> dict | None:
     """The Download model box: what can be downloaded and the three lines that load it."""
-    if exported_step(job) is None:
-        return None
+    try:
+        if exported_step(job) is None:
+            return None
+    except StorageError:
+        return None  # shown again once storage answers
     lora = job.mode == TrainingMode.LORA
     return {
         "lora": lora,
@@ -194,16 +199,21 @@ def job_model(request: HttpRequest, pk: int) -> StreamingHttpResponse:
         download = model_download(job, merged=request.GET.get("merged") in ("1", "true"))
     except (ModelNotReady, MergedNotApplicable) as error:
         raise Http404(str(error)) from None
+    except StorageError:
+        return HttpResponse(STORAGE_DOWN, status=503, content_type="text/plain")
     response = StreamingHttpResponse(download.stream(), content_type="application/x-tar")
     response["Content-Disposition"] = f'attachment; filename="{download.filename}"'
     return response
 
 
 @login_required
-def job_artifact(request: HttpRequest, pk: int, path: str) -> FileResponse:
+def job_artifact(request: HttpRequest, pk: int, path: str) -> HttpResponse:
+    """One file of the job's checkpoints, for its owner: a redirect to a presigned URL, or the file."""
     job = owned_job(request, pk)
-    found = artifact_file(job, path)
-    if found is None:
-        raise Http404("No such artifact.")
-    filename = f"job-{job.pk}-{path.replace('/', '-')}"
-    return FileResponse(found.open("rb"), as_attachment=True, filename=filename)
+    try:
+        found = stored_artifact(job, path)
+        if found is None:
+            raise Http404("No such artifact.")
+        return stored_file_response(found.key, f"job-{job.pk}-{path.replace('/', '-')}")
+    except StorageError:
+        return HttpResponse(STORAGE_DOWN, status=503, content_type="text/plain")

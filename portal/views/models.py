@@ -22,6 +22,7 @@ from workers.services.models import (
     delete_model,
     store_model,
 )
+from workers.services.storage import StorageUnavailable
 
 
 class ModelUploadForm(forms.Form):
@@ -65,7 +66,7 @@ def upload_or_list(request: HttpRequest) -> HttpResponse:
         upload = form.cleaned_data["file"]
         try:
             model = store_model(request.user, upload, form.cleaned_data["name"])
-        except ModelFileError as error:
+        except (ModelFileError, StorageUnavailable) as error:
             form.add_error("file", str(error))
         else:
             messages.success(

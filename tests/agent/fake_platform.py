@@ -30,6 +30,7 @@ class FakePlatform:
         self.poll_timeout_s = 25
         self.hold_polls = True  # False: answer at once, like a platform that ignores wait_s
         self.failing_polls = 0  # answer this many polls with a 500
+        self.seen_address: str | None = None  # play a platform that sees agents at this address (else the peer's)
         self.cond = threading.Condition()
         self.stopping = False
         self._ids = itertools.count(1)
@@ -89,7 +90,7 @@ class FakePlatform:
         ]
 
     # -- handlers (called from the server's threads) --------------------------------------------
-    def enroll(self, body: dict) -> tuple[int, dict]:
+    def enroll(self, body: dict, peer: str = "127.0.0.1") -> tuple[int, dict]:
         renewal = self.tokens.get(body.get("node_token", "")) == body["hostname"]  # the host's current token
         if body.get("enrollment_token") != ENROLLMENT_TOKEN and not renewal:
             return 403, {"detail": "bad enrollment token", "code": "enrollment_token_invalid"}
@@ -98,7 +99,10 @@ class FakePlatform:
             self.tokens = {t: h for t, h in self.tokens.items() if h != body["hostname"]}
             self.tokens[token] = body["hostname"]
             self.enrollments.append(body)
+        declared = body.get("address") not in (None, "", "auto")
         return 201, {
+            "address": body["address"] if declared else (self.seen_address or peer),
+            "address_source": "declared" if declared else "observed",
             "node_id": len(self.enrollments),
             "node_token": token,
             "pool": "test-pool",
@@ -122,7 +126,10 @@ class FakePlatform:
                 self.cond.wait(deadline - time.monotonic())
             if self.stopping and not self.pending:
                 return 503, {"detail": "shutting down"}
-            return 200, {"commands": list(self.pending), "server_time": time.time()}
+            answer = {"commands": list(self.pending), "server_time": time.time()}
+            if self.seen_address:
+                answer["address"] = self.seen_address
+            return 200, answer
 
     def report(self, body: dict) -> tuple[int, dict]:
         status = self.report_status(body)
@@ -139,7 +146,7 @@ def _handler(platform: FakePlatform) -> type[BaseHTTPRequestHandler]:
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
             route = self.path.removeprefix("/api/v1/agent/").strip("/")
             if route == "enroll":
-                status, answer = platform.enroll(body)
+                status, answer = platform.enroll(body, self.client_address[0])
             elif self.headers.get("Authorization", "").removeprefix("Bearer ") not in platform.tokens:
                 status, answer = 401, {"detail": "bad node token"}
             elif route in ("poll", "report"):

@@ -1,8 +1,10 @@
 """A stand-in for `python -m workers.runtime`: prints metric events, obeys control.json.
 
 Behaviour comes from launch.json's "extra": steps (-1 = until stopped), step_s, exit_code,
-stderr (lines to print before exiting), ignore_stop, ignore_sigterm, log_burst (lines per step).
-It writes the torch.distributed environment it got to env.json in its working directory.
+stderr (lines to print before exiting), ignore_stop, ignore_sigterm, log_burst (lines per step),
+stage (leave staged inputs and a save's temp folder in the run folder).
+It writes the torch.distributed environment it got to env.json in its working directory, and the
+socket interface variables (GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME) to socket_env.json.
 """
 
 import json
@@ -22,6 +24,7 @@ ENV_KEYS = (
     "PYTHONUNBUFFERED",
     "CUDA_VISIBLE_DEVICES",
 )
+SOCKET_KEYS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
 
 
 def emit(**event):
@@ -32,9 +35,14 @@ def main() -> int:
     launch = json.loads(Path(sys.argv[sys.argv.index("--config") + 1]).read_text())
     extra = launch.get("extra", {})
     Path("env.json").write_text(json.dumps({key: os.environ.get(key) for key in ENV_KEYS}))
+    Path("socket_env.json").write_text(json.dumps({key: os.environ.get(key) for key in SOCKET_KEYS}))
     if extra.get("ignore_sigterm"):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     print(f"fake rank {launch['rank']} starting", flush=True)
+    if extra.get("stage"):  # what a real rank leaves in the run folder: staged inputs, a save in progress
+        for folder in ("inputs/datasets_1", "resume/step-4", "checkpoints/.tmp-step-8-e1"):
+            (Path(launch["run_dir"]) / folder).mkdir(parents=True, exist_ok=True)
+            (Path(launch["run_dir"]) / folder / f"file-{launch['rank']}").write_text("x")
     control_path = Path(launch["run_dir"]) / "control.json"
     seen, step, steps = 0, 0, extra.get("steps", 3)
     while steps < 0 or step < steps:

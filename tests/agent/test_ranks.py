@@ -79,6 +79,21 @@ def test_metrics_logs_and_exit_reach_the_platform(platform, start_agent):
     assert "exited" in states
 
 
+def test_a_placement_s_staged_files_go_once_its_last_rank_on_the_node_exits(platform, start_agent, agent_config):
+    running = start_agent()
+    fast, slow = launch(job_id=3, rank=0, world_size=2, steps=2), launch(job_id=3, rank=1, world_size=2, steps=40)
+    fast["extra"]["stage"] = slow["extra"]["stage"] = True
+    platform.send("start", 3, 1, {"ranks": [fast, slow]})
+    run_dir = agent_config.data_dir / "runs" / "job-3-epoch-1"
+    wait_for(lambda: 0 in _exits(platform, job_id=3), what="the first rank to exit")
+    assert (run_dir / "inputs" / "datasets_1").is_dir()  # the other rank still uses them
+    wait_for(lambda: 1 in _exits(platform, job_id=3), what="the second rank to exit")
+    wait_for(lambda: not (run_dir / "inputs").exists(), what="the staged inputs to go")
+    running.stop()
+    assert not (run_dir / "resume").exists() and not (run_dir / "checkpoints").exists()
+    assert (run_dir / "rank-0" / "env.json").is_file() and (run_dir / "control.json").is_file()
+
+
 def test_a_failed_rank_reports_its_stderr(platform, start_agent):
     running = start_agent()
     stderr = [f"line {i}" for i in range(30)] + ["RuntimeError: NCCL timeout"]

@@ -29,14 +29,20 @@ def make_job(user) -> int:
 
 def make_dataset(user) -> int:
     return Dataset.objects.create(
-        owner=user, name="private", kind="text", file="datasets/x.txt", size_bytes=1, samples=1
+        owner=user,
+        name="private",
+        kind="text",
+        store_prefix=f"datasets/{user.pk}/private",
+        file_name="data.txt",
+        size_bytes=1,
+        samples=1,
     ).pk
 
 
 def make_model(user) -> int:
     return UploadedModel.objects.create(
         owner=user, name="private", architecture="llama", parameters=1, size_bytes=1, config={"model_type": "llama"},
-        shape={"parameters": 1, "linears": {}}, directory=f"models/{user.pk}/private",
+        shape={"parameters": 1, "linears": {}}, store_prefix=f"models/{user.pk}/private",
     ).pk  # fmt: skip
 
 

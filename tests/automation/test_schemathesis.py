@@ -44,7 +44,13 @@ def two_users(alice, bob, fund, token_for, small_fleet, no_celery) -> str:
             max_budget_per_hour=28_000_000,
         )
     Dataset.objects.create(
-        owner=bob, name=f"{BOB_MARKER}-data", kind="text", file="datasets/x.txt", size_bytes=10, samples=1
+        owner=bob,
+        name=f"{BOB_MARKER}-data",
+        kind="text",
+        store_prefix=f"datasets/{bob.pk}/data",
+        file_name="data.txt",
+        size_bytes=10,
+        samples=1,
     )
     token_for(bob)
     return token_for(alice)

@@ -7,9 +7,11 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 
 from tests.compute.conftest import hand_plan
 from tests.conftest import JOB_SPEC, token_client
+from tests.stored import own_store_url, stored_checkpoint
 from workers.choices import JobStatus
 from workers.models import Dataset, Job, JobEvent, JobLogLine, JobMetric
 from workers.services.placement import allocate
+from workers.services.storage import platform_store
 
 pytestmark = pytest.mark.django_db
 
@@ -172,12 +174,13 @@ def test_metrics_events_and_logs_of_a_job(api_as, alice, enroll, planning_job):
 
 
 def test_an_artifact_outside_the_jobs_folder_is_never_served(api_as, alice, planning_job, settings, tmp_path):
-    settings.CHECKPOINT_ROOT = tmp_path
+    settings.STORAGE_URL = own_store_url(tmp_path)
     job = planning_job()
-    (tmp_path / "secret.txt").write_text("not yours")
-    (tmp_path / f"job-{job.pk}").mkdir()
-    response = api_as(alice).get(f"/api/v1/jobs/{job.pk}/artifacts/../secret.txt")
-    assert response.status_code == 404
+    stored_checkpoint(job.pk + 1000, 1, {"secret.txt": b"not yours"}, tmp_path)
+    platform_store().put_bytes("checkpoints/secret.txt", b"not yours")
+    for path in ["../secret.txt", f"../job-{job.pk + 1000}/step-1/secret.txt", "step-1/../../secret.txt"]:
+        response = api_as(alice).get(f"/api/v1/jobs/{job.pk}/artifacts/{path}")
+        assert response.status_code == 404, path
 
 
 @pytest.mark.parametrize(

@@ -107,14 +107,16 @@ def wait_until(
 
 @contextmanager
 def platform_stack(live_server, settings, tmp_path: Path) -> Iterator[Stack]:
-    """Worker + beat on a private queue (and its planning queue), checkpoint and run folders under tmp_path.
+    """Worker + beat on a private queue (and its planning queue), run folders under tmp_path.
 
     The in-process producer sends to the private queues too: the default queue is swapped below, and
     planning tasks are routed to `<default queue>.planning` whatever the default is when they are sent.
+    Datasets, models and checkpoints go to the run's object store: the worker and the agents (and so
+    their ranks) inherit STORAGE_URL and the AWS_* variables (tests/plugins/stores.py) with os.environ.
     """
     queue = f"test-{uuid.uuid4().hex[:8]}"
-    checkpoints, runs = tmp_path / "checkpoints", tmp_path / "runs"
-    settings.CHECKPOINT_ROOT, settings.RUNS_ROOT = checkpoints, runs
+    runs = tmp_path / "runs"
+    settings.RUNS_ROOT = runs
     previous_queue = celery_app.conf.task_default_queue
     celery_app.conf.task_default_queue = queue
     env = {
@@ -122,7 +124,6 @@ def platform_stack(live_server, settings, tmp_path: Path) -> Iterator[Stack]:
         "DATABASE_URL": test_database_url(),
         "CELERY_QUEUE": queue,
         "RECONCILE_SECONDS": "1",
-        "CHECKPOINT_ROOT": str(checkpoints),
         "RUNS_ROOT": str(runs),
         "STARVERSE_DATA_DIR": str(tmp_path / "data"),
         "AGENT_HEARTBEAT_DEADLINE_S": str(settings.AGENT_HEARTBEAT_DEADLINE_S),

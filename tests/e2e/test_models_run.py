@@ -38,7 +38,6 @@ SEQ = 48
 
 @pytest.fixture
 def fleet(live_server, settings, tmp_path, alice, fund):
-    settings.MEDIA_ROOT = tmp_path / "data" / "media"  # the worker's (STARVERSE_DATA_DIR) media folder
     call_command("seed_catalog", stdout=io.StringIO())
     fund(alice, "1000")
     with platform_stack(live_server, settings, tmp_path) as stack:

@@ -7,7 +7,6 @@ everything else, from the HTTP API to the checkpoint files, is the production pa
 from __future__ import annotations
 
 import io
-from pathlib import Path
 
 import pytest
 from django.core.management import call_command
@@ -17,6 +16,8 @@ from tests.e2e.stack import platform_stack, wait_until
 from workers.choices import AgentStatus, JobStatus
 from workers.models import Job, JobMetric, Node
 from workers.services.fleet import free_chips
+from workers.services.storage import platform_store
+from workers.storage.trees import read_manifest
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -71,7 +72,8 @@ def test_the_demo_fleet_trains_llama_tiny_across_three_chip_types(fleet, alice, 
     assert job.step == 40
     assert job.loss < job.first_loss * 0.9, (job.first_loss, job.loss)
     assert set(JobMetric.objects.filter(job=job).values_list("chip_type", flat=True)) == chips
-    assert job.latest_checkpoint and Path(job.latest_checkpoint).exists()
+    assert job.latest_checkpoint == f"store:checkpoints/job-{job_id}/step-40"  # the final one, in object storage
+    assert read_manifest(platform_store(), f"checkpoints/job-{job_id}/step-40") is not None
     artifacts = api.get(f"/api/v1/jobs/{job_id}/artifacts/").json()
     assert any(a["kind"] == "final model" for a in artifacts)
     assert not job.allocations.open().exists()

@@ -152,7 +152,15 @@ def test_the_documented_maximums_of_bids_are_accepted_and_one_micro_more_is_not(
 
 
 def test_a_dataset_reference_takes_ascii_digits_only(alice, token_for):
-    dataset = Dataset.objects.create(owner=alice, name="d", kind="text", file="datasets/x.txt", size_bytes=1, samples=1)
+    dataset = Dataset.objects.create(
+        owner=alice,
+        name="d",
+        kind="text",
+        store_prefix=f"datasets/{alice.pk}/d",
+        file_name="data.txt",
+        size_bytes=1,
+        samples=1,
+    )
     client = Client(HTTP_AUTHORIZATION=f"Bearer {token_for(alice)}")
     arabic_indic = "upload:" + "".join("٠١٢٣٤٥٦٧٨٩"[int(d)] for d in str(dataset.pk))
 

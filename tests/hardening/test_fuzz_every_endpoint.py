@@ -248,7 +248,9 @@ def check(response, request: dict) -> None:
     label = f"{request['method']} {request['url'][:200]!r} ({request['auth']})"
     url = request["url"]
     stripe_unconfigured = response.status_code == 503 and ("/topups/" in url)
-    assert response.status_code < 500 or stripe_unconfigured, f"{label} answered {response.status_code}"
+    # /readyz answers 503 by design while beat and the meter have not run (no Celery in this test)
+    not_ready = response.status_code == 503 and url.startswith("/readyz") and "failed" in response.json()
+    assert response.status_code < 500 or stripe_unconfigured or not_ready, f"{label} answered {response.status_code}"
     if url.startswith("/api/") and response.status_code >= 400:
         assert response["Content-Type"].startswith("application/json"), f"{label}: {response['Content-Type']}"
         assert "detail" in response.json(), f"{label}: {response.content[:200]!r}"
@@ -272,7 +274,13 @@ def world(alice, operator, fund, token_for, small_fleet) -> World:
         max_budget_per_hour=28_000_000,
     )  # fmt: skip
     dataset = Dataset.objects.create(
-        owner=alice, name="mine", kind="text", file="datasets/x.txt", size_bytes=1, samples=1
+        owner=alice,
+        name="mine",
+        kind="text",
+        store_prefix=f"datasets/{alice.pk}/mine",
+        file_name="data.txt",
+        size_bytes=1,
+        samples=1,
     )
     bid = Bid.objects.create(
         owner=alice, job=job, chip_type=ChipType.objects.get(slug="tpu-v5e"), chips=1,

@@ -46,15 +46,18 @@ def shared_umask():
 
 
 @pytest.mark.django_db
-def test_an_uploaded_dataset_is_a_private_file_in_private_folders(alice, settings, tmp_path, shared_umask):
-    settings.MEDIA_ROOT = tmp_path / "media"
+def test_an_uploaded_dataset_in_a_storage_folder_is_a_private_file_in_private_folders(
+    alice, settings, tmp_path, shared_umask
+):
+    settings.STORAGE_URL = f"file://{tmp_path / 'storage'}"
     api = Client(HTTP_AUTHORIZATION=f"Bearer {ApiToken.issue(alice)[1]}")
     upload = SimpleUploadedFile("corpus.txt", b"one sample\nanother sample\n", content_type="text/plain")
 
     assert api.post("/api/v1/datasets/", {"file": upload}).status_code == 201
 
-    files, folders = modes_under(tmp_path / "media")
+    files, folders = modes_under(tmp_path / "storage")
     assert files == {0o600} and folders == {0o700}
+    assert len([p for p in (tmp_path / "storage").rglob("*") if p.is_file()]) == 2  # data.txt, manifest.json
 
 
 def test_a_ranks_checkpoints_and_run_files_are_private(tmp_path, shared_umask):

@@ -1,7 +1,7 @@
 """POST|GET /api/v1/models/ and GET|DELETE /api/v1/models/{id}/: users' own Hugging Face models.
 
-A good upload is stored with its exact parameter count; every bad one gets a 4xx naming the problem,
-with nothing stored (no row, no file under MEDIA_ROOT/models).
+A good upload is stored with its exact parameter count (a tree in object storage); every bad one gets a
+4xx naming the problem, with nothing stored (no row, no object under models/).
 """
 
 from __future__ import annotations
@@ -16,16 +16,18 @@ import pytest
 from portal.models import TokenScope
 from tests.conftest import token_client
 from tests.models.conftest import copy_model, member, pack, tar_with
+from tests.stored import keys, own_store_url
 from workers.choices import JobStatus
 from workers.models import Job, UploadedModel
+from workers.services.storage import platform_store
+from workers.storage.trees import MANIFEST, read_manifest
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture(autouse=True)
-def media(settings, tmp_path) -> Path:
-    settings.MEDIA_ROOT = tmp_path / "media"
-    return settings.MEDIA_ROOT
+def store(settings, tmp_path) -> None:
+    settings.STORAGE_URL = own_store_url(tmp_path)
 
 
 @pytest.fixture(scope="module")
@@ -62,8 +64,8 @@ def upload(api, archive: Path, **fields):
         return api.post("/api/v1/models/", {"file": file, **fields}, format="multipart")
 
 
-def stored_files(media: Path) -> list[Path]:
-    return sorted(p for p in (media / "models").rglob("*") if p.is_file())
+def stored_files() -> list[str]:
+    return keys("models")
 
 
 @pytest.fixture
@@ -75,7 +77,7 @@ def api(alice):
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2"])
-def test_a_tiny_model_is_stored_with_its_exact_parameter_count(api, alice, archives, real_parameters, media, family):
+def test_a_tiny_model_is_stored_with_its_exact_parameter_count(api, alice, archives, real_parameters, family):
     answer = upload(api, archives[family], name=f"my {family}")
 
     assert answer.status_code == 201, answer.json()
@@ -88,16 +90,20 @@ def test_a_tiny_model_is_stored_with_its_exact_parameter_count(api, alice, archi
     assert body["parameters"] == real_parameters[family]
     assert body["size_bytes"] == model.size_bytes > 0
     assert body["created_at"]
-    assert model.path.parent == media / "models" / str(alice.pk)
-    assert (model.path / "config.json").is_file() and (model.path / "model.safetensors").is_file()
+    assert model.store_prefix.startswith(f"models/{alice.pk}/")
+    manifest = read_manifest(platform_store(), model.store_prefix)
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= set(manifest.files)
+    assert manifest.size == model.size_bytes
+    assert stored_files() == sorted(f"{model.store_prefix}/{name}" for name in [*manifest.files, MANIFEST])
 
 
-def test_an_uploaded_model_is_private_files_in_private_folders(api, archives, media):
+def test_an_uploaded_model_in_a_storage_folder_is_private_files_in_private_folders(api, archives, settings, tmp_path):
+    settings.STORAGE_URL = f"file://{tmp_path / 'storage'}"
     assert upload(api, archives["llama"]).status_code == 201
 
-    modes = {stat.S_IMODE(p.stat().st_mode) for p in (media / "models").rglob("*")}
+    modes = {stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "storage" / "models").rglob("*")}
     assert modes == {0o600, 0o700}
-    assert stat.S_IMODE((media / "models").stat().st_mode) == 0o700
+    assert stat.S_IMODE((tmp_path / "storage" / "models").stat().st_mode) == 0o700
 
 
 def test_the_name_defaults_to_the_archive_name(api, archives):
@@ -134,17 +140,17 @@ def test_a_model_is_shown_with_its_config_and_shape_to_its_owner_only(api, bob, 
         assert api.get(f"/api/v1/models/{unknown}/").status_code == 404
 
 
-def test_deleting_a_model_removes_it_and_its_files(api, archives, media, django_capture_on_commit_callbacks):
+def test_deleting_a_model_removes_it_and_its_files(api, archives, django_capture_on_commit_callbacks):
     model = upload(api, archives["llama"]).json()
 
     with django_capture_on_commit_callbacks(execute=True):
         assert api.delete(f"/api/v1/models/{model['id']}/").status_code == 204
 
     assert not UploadedModel.objects.exists()
-    assert stored_files(media) == []
+    assert stored_files() == []
 
 
-def test_a_model_a_job_still_trains_cannot_be_deleted_until_the_job_ends(api, alice, archives, media):
+def test_a_model_a_job_still_trains_cannot_be_deleted_until_the_job_ends(api, alice, archives):
     model = upload(api, archives["llama"]).json()
     job = Job.objects.create(
         owner=alice, model_name=model["reference"], per_device_batch_size=4, max_steps=10,
@@ -155,7 +161,7 @@ def test_a_model_a_job_still_trains_cannot_be_deleted_until_the_job_ends(api, al
 
     assert refused.status_code == 409
     assert f"used by job {job.pk} (running)" in refused.json()["detail"]
-    assert stored_files(media)
+    assert stored_files()
     Job.objects.filter(pk=job.pk).update(status=JobStatus.SUCCEEDED)
     assert api.delete(f"/api/v1/models/{model['id']}/").status_code == 204
 
@@ -177,7 +183,7 @@ def test_a_model_a_job_still_trains_cannot_be_deleted_until_the_job_ends(api, al
         ("not-an-archive", "not_an_archive", "not a .tar.gz, .tgz, .tar or .zip archive"),
     ],
 )
-def test_a_bad_upload_is_refused_naming_the_problem_with_nothing_stored(api, archives, media, archive, code, says):
+def test_a_bad_upload_is_refused_naming_the_problem_with_nothing_stored(api, archives, archive, code, says):
     answer = upload(api, archives[archive])
 
     assert answer.status_code == 400
@@ -185,20 +191,20 @@ def test_a_bad_upload_is_refused_naming_the_problem_with_nothing_stored(api, arc
     assert body["code"] == code
     assert says in body["errors"]["file"][0]
     assert not UploadedModel.objects.exists()
-    assert stored_files(media) == []
+    assert stored_files() == []
 
 
-def test_an_upload_over_the_size_limit_is_refused_as_it_streams_in(api, archives, media, settings):
+def test_an_upload_over_the_size_limit_is_refused_as_it_streams_in(api, archives, settings):
     settings.MODEL_MAX_BYTES = 10_000
 
     answer = upload(api, archives["llama"])
 
     assert answer.status_code == 413
     assert "the limit is 10,000 bytes" in answer.json()["detail"]
-    assert not UploadedModel.objects.exists() and stored_files(media) == []
+    assert not UploadedModel.objects.exists() and stored_files() == []
 
 
-def test_an_archive_that_unpacks_past_the_size_limit_is_refused(api, media, settings, tmp_path):
+def test_an_archive_that_unpacks_past_the_size_limit_is_refused(api, settings, tmp_path):
     settings.MODEL_MAX_BYTES = 1024 * 1024
     bomb = tmp_path / "bomb.zip"
     with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as bundle:
@@ -208,7 +214,7 @@ def test_an_archive_that_unpacks_past_the_size_limit_is_refused(api, media, sett
 
     assert answer.status_code == 413
     assert "unpacks to more than that" in answer.json()["detail"]
-    assert stored_files(media) == []
+    assert stored_files() == []
 
 
 def test_an_upload_without_a_file_names_the_field(api):
@@ -259,3 +265,14 @@ def test_the_schema_documents_the_models_endpoints(api):
     assert {"get", "post"} <= set(paths["/api/v1/models/"])
     assert {"get", "delete"} <= set(paths["/api/v1/models/{id}/"])
     assert "413" in paths["/api/v1/models/"]["post"]["responses"]
+
+
+def test_a_store_that_fails_is_a_503_and_nothing_is_kept(api, archives, settings, tmp_path):
+    (tmp_path / "a-file").write_text("not a folder")
+    settings.STORAGE_URL = f"file://{tmp_path / 'a-file' / 'store'}"
+
+    answer = upload(api, archives["llama"])
+
+    assert answer.status_code == 503
+    assert answer.json()["detail"].startswith("The model could not be stored right now")
+    assert not UploadedModel.objects.exists()

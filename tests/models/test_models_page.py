@@ -8,6 +8,7 @@ import pytest
 from django.test import Client
 
 from tests.models.conftest import member, pack, tar_with
+from tests.stored import keys, own_store_url
 from workers.choices import JobStatus
 from workers.models import Job, UploadedModel
 
@@ -15,9 +16,8 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture(autouse=True)
-def media(settings, tmp_path) -> Path:
-    settings.MEDIA_ROOT = tmp_path / "media"
-    return settings.MEDIA_ROOT
+def store(settings, tmp_path) -> None:
+    settings.STORAGE_URL = own_store_url(tmp_path)
 
 
 @pytest.fixture(scope="module")
@@ -64,12 +64,12 @@ def test_an_upload_from_the_form_is_listed_with_its_reference(browser, alice, ar
     assert f'<code id="model-ref-{model.pk}">{model.reference}</code>' in html and "From the page" in html
 
 
-def test_a_refused_upload_shows_why_in_the_form(browser, archives, media):
+def test_a_refused_upload_shows_why_in_the_form(browser, archives):
     page = post_upload(browser, archives["pickle"])
 
     assert page.status_code == 400
     assert "pytorch_model.bin" in page.content.decode() and "field-error" in page.content.decode()
-    assert not UploadedModel.objects.exists()
+    assert not UploadedModel.objects.exists() and keys("models") == []
 
 
 def test_an_upload_over_the_limit_shows_the_limit_in_the_form(browser, archives, settings):
@@ -103,7 +103,7 @@ def test_the_delete_button_deletes_ones_own_model_only(browser, bob, archives, d
         deleted = browser.post(url, HTTP_HX_REQUEST="true")
 
     assert deleted["HX-Redirect"] == "/models/"
-    assert not UploadedModel.objects.exists() and not model.path.exists()
+    assert not UploadedModel.objects.exists() and keys(model.store_prefix) == []
 
 
 def test_deleting_a_model_a_job_trains_says_which_job(browser, alice, archives):

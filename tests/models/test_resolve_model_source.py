@@ -1,4 +1,5 @@
-"""resolve_model_source: the model a job names, as planning needs it: catalog, model:<id>, or a cached Hub id."""
+"""resolve_model_source: the model a job names, as planning needs it: catalog, model:<id>, or a cached Hub id;
+and a Hub snapshot stored once, before the first launch that trains it."""
 
 from __future__ import annotations
 
@@ -10,8 +11,11 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
 from tests.models.conftest import pack
+from tests.stored import keys, own_store_url
 from workers.modelspecs import CATALOG
-from workers.services.models import ModelUnavailable, resolve_model_source, store_model
+from workers.services.models import ModelUnavailable, resolve_model_source, store_hub_snapshot, store_model
+from workers.services.storage import platform_store
+from workers.storage.trees import read_manifest
 
 pytestmark = pytest.mark.django_db
 
@@ -19,9 +23,8 @@ REVISION = "0123456789abcdef0123456789abcdef01234567"
 
 
 @pytest.fixture(autouse=True)
-def media(settings, tmp_path) -> Path:
-    settings.MEDIA_ROOT = tmp_path / "media"
-    return settings.MEDIA_ROOT
+def store(settings, tmp_path) -> None:
+    settings.STORAGE_URL = own_store_url(tmp_path)
 
 
 @pytest.fixture
@@ -58,7 +61,7 @@ def test_a_catalog_name_is_its_config_with_the_exact_shape():
 
     assert source.source == "catalog" and source.reference == source.name == "llama-tiny"
     assert source.config == CATALOG["llama-tiny"].config
-    assert source.path is None
+    assert source.store_prefix is None and source.location is None
     assert source.shape.parameters == 164_672
     assert source.seq_len == CATALOG["llama-tiny"].seq_len
 
@@ -69,7 +72,8 @@ def test_an_upload_is_its_folder_config_and_shape(alice, model_dirs, real_parame
     source = resolve_model_source(model.reference, owner=alice)
 
     assert source.source == "upload" and source.reference == model.reference and source.name == "mine"
-    assert source.path == model.path and (source.path / "model.safetensors").is_file()
+    assert source.store_prefix == model.store_prefix and source.location == f"store:{model.store_prefix}"
+    assert "model.safetensors" in read_manifest(platform_store(), source.store_prefix).files
     assert source.config["model_type"] == "qwen2"
     assert source.shape.parameters == real_parameters["qwen2"]
     assert source.shape.linears["q_proj"][2] == 2  # one per layer
@@ -82,7 +86,7 @@ def test_an_upload_is_found_only_among_its_owners_models(alice, bob, model_dirs,
 
     with pytest.raises(ModelUnavailable, match=f"no model {model.reference} among yours"):
         resolve_model_source(model.reference, owner=bob)
-    assert resolve_model_source(model.reference).path == model.path  # the platform's own view
+    assert resolve_model_source(model.reference).store_prefix == model.store_prefix  # the platform's own view
     with pytest.raises(ModelUnavailable, match="^There is no model model:999999\\.$"):
         resolve_model_source("model:999999")
 
@@ -93,7 +97,8 @@ def test_a_hub_id_in_the_platforms_cache_is_its_cached_snapshot(hf_home, model_d
     source = resolve_model_source("tiny-org/tiny-llama")
 
     assert source.source == "hub" and source.reference == source.name == "tiny-org/tiny-llama"
-    assert source.path == snapshot
+    assert source.snapshot == snapshot
+    assert source.location == f"store:hub/tiny-org--tiny-llama/{REVISION}"
     assert source.shape.parameters == real_parameters["llama"]
     assert source.config["model_type"] == "llama"
 
@@ -125,3 +130,29 @@ def test_a_cached_hub_model_that_cant_be_trained_says_why(hf_home, model_dirs, t
 def test_any_other_name_lists_what_would_do(name):
     with pytest.raises(ModelUnavailable, match="Use a built-in model \\(llama-tiny, "):
         resolve_model_source(name)
+
+
+def test_a_hub_snapshot_is_stored_once_with_its_files_not_its_links(hf_home, model_dirs):
+    cache_repo(hf_home, "tiny-org/tiny-llama", model_dirs["llama"])
+    source = resolve_model_source("tiny-org/tiny-llama")
+    assert keys("hub") == []  # resolving (quotes, launches) stores nothing
+
+    store_hub_snapshot(source)
+
+    manifest = read_manifest(platform_store(), source.store_prefix)
+    assert set(manifest.files) == {path.name for path in model_dirs["llama"].iterdir()}
+    weights = (model_dirs["llama"] / "model.safetensors").read_bytes()
+    assert platform_store().get_bytes(f"{source.store_prefix}/model.safetensors") == weights
+    stored_at = {item.key: item.modified for item in platform_store().list("hub")}
+    store_hub_snapshot(resolve_model_source("tiny-org/tiny-llama"))
+    assert {item.key: item.modified for item in platform_store().list("hub")} == stored_at  # not again
+
+
+def test_a_catalog_or_uploaded_model_has_no_snapshot_to_store(alice, model_dirs, tmp_path):
+    model = store_model(alice, upload_of(model_dirs["llama"], tmp_path), "")
+    before = keys("")
+
+    store_hub_snapshot(resolve_model_source("llama-tiny"))
+    store_hub_snapshot(resolve_model_source(model.reference))
+
+    assert keys("") == before

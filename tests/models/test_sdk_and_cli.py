@@ -13,6 +13,7 @@ from starverse.training import Cluster, Plan
 
 from tests.automation import conftest as automation
 from tests.models.conftest import copy_model, pack
+from tests.stored import own_store_url
 from workers.models import UploadedModel
 
 token_for = automation.token_for  # a raw API token for a user
@@ -20,13 +21,13 @@ token_for = automation.token_for  # a raw API token for a user
 
 @pytest.fixture(autouse=True)
 def environment(monkeypatch, settings, tmp_path):
-    """No URL, key or config file of the machine; private media and an empty Hugging Face cache."""
+    """No URL, key or config file of the machine; storage of its own and an empty Hugging Face cache."""
     for variable in ("STARVERSE_URL", "STARVERSE_API_KEY", "STARVERSE_CONFIG", "HF_HUB_CACHE"):
         monkeypatch.delenv(variable, raising=False)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
     monkeypatch.setenv("COLUMNS", "200")
-    settings.MEDIA_ROOT = tmp_path / "media"
+    settings.STORAGE_URL = own_store_url(tmp_path)
 
 
 @pytest.fixture

@@ -1,15 +1,19 @@
-"""Pytest plugin: real PostgreSQL and Redis for the test run when none is configured.
+"""Pytest plugin: real PostgreSQL, Redis and S3 for the test run when none is configured.
 
 Why a plugin hook and not a fixture: pytest-django reads Django settings (and so DATABASE_URL)
 in its own `pytest_load_initial_conftests`, before any fixture exists. This hook runs first
 (tryfirst) and exports the URLs of throwaway embedded servers; `pytest_unconfigure` stops them.
-When DATABASE_URL and REDIS_URL are both set, it does nothing.
+Each is started only when its variable is unset: DATABASE_URL, REDIS_URL, and STORAGE_URL (an
+embedded SeaweedFS, exported with a prefix of this run's own and the AWS_* variables a client needs,
+so the platform and every subprocess a test starts store their objects in real S3). The web's staging
+cache (STAGING_CACHE_DIR) is a folder of the run's own unless set.
 """
 
 from __future__ import annotations
 
 import atexit
 import os
+import secrets
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -17,9 +21,10 @@ from pathlib import Path
 
 import pytest
 
+from portal.local.s3 import EmbeddedS3
 from portal.local.stores import EmbeddedPostgres, EmbeddedRedis, PortInUse, StoreError, free_port
 
-_Server = EmbeddedPostgres | EmbeddedRedis
+_Server = EmbeddedPostgres | EmbeddedRedis | EmbeddedS3
 
 
 class _TestStores:
@@ -30,7 +35,7 @@ class _TestStores:
         self.servers: list[_Server] = []
         self.exported: list[str] = []
 
-    def start(self, variable: str, make: Callable[[int], _Server]) -> None:
+    def start(self, variable: str, make: Callable[[int], _Server]) -> _Server:
         """Start one server on a free port (retrying if another process grabs it first)."""
         for attempt in range(3):
             server = make(free_port())
@@ -41,8 +46,20 @@ class _TestStores:
             except PortInUse:
                 if attempt == 2:
                     raise
-        os.environ[variable] = server.url
-        self.exported.append(variable)
+        self.export({variable: server.url})
+        return server
+
+    def start_s3(self) -> None:
+        """SeaweedFS, with STORAGE_URL under a prefix of this run's own (another run may share a server)."""
+        server = self.start("STORAGE_URL", lambda port: EmbeddedS3(self.folder, port))
+        assert isinstance(server, EmbeddedS3)
+        self.export({**server.environment(), "STORAGE_URL": f"s3://{server.bucket}/test-{secrets.token_hex(6)}"})
+
+    def export(self, variables: dict[str, str]) -> None:
+        for variable, value in variables.items():
+            os.environ[variable] = value
+            if variable not in self.exported:
+                self.exported.append(variable)
 
     def stop(self) -> None:
         """Idempotent: called from pytest_unconfigure and, as a fallback, at interpreter exit."""
@@ -62,17 +79,22 @@ _KEY = pytest.StashKey[_TestStores]()
 def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
     """Runs before pytest-django's own hook of this name, which loads the settings."""
     need_db, need_redis = not os.environ.get("DATABASE_URL"), not os.environ.get("REDIS_URL")
+    need_s3 = not os.environ.get("STORAGE_URL")
     options = early_config.known_args_namespace
-    if not (need_db or need_redis) or getattr(options, "help", False) or getattr(options, "version", False):
+    if getattr(options, "help", False) or getattr(options, "version", False):
         return
     stores = _TestStores()
     early_config.stash[_KEY] = stores
     atexit.register(stores.stop)  # if pytest never reaches unconfigure (e.g. settings fail to load)
+    if not os.environ.get("STAGING_CACHE_DIR"):  # the web's copies of stored files: not the data folder's
+        stores.export({"STAGING_CACHE_DIR": str(stores.folder / "staging-cache")})
     try:
         if need_db:
             stores.start("DATABASE_URL", lambda port: EmbeddedPostgres(stores.folder, port, durable=False))
         if need_redis:
             stores.start("REDIS_URL", lambda port: EmbeddedRedis(stores.folder, port))
+        if need_s3:
+            stores.start_s3()
     except StoreError as exc:
         stores.stop()
         raise pytest.UsageError(f"could not start the embedded stores for the tests:\n{exc}") from None

@@ -23,6 +23,9 @@ from workers.agent import AGENT_VERSION
 from workers.agent.devices import DeviceError
 from workers.agent.loop import Agent, AgentConfig, AgentFatal
 from workers.agent.ranks import DEFAULT_RANK_MODULE
+from workers.protocol import ADDRESS_AUTO
+from workers.runtime.staging import CACHE_BYTES_ENV, CACHE_DIR_ENV
+from workers.storage import StorageError, store_from_environment
 
 log = logging.getLogger("workers.agent")
 
@@ -50,11 +53,27 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--simulate", metavar="CHIP:COUNT", help="offer COUNT simulated CHIP chips (CPU)")
     parser.add_argument("--chip-type", metavar="SLUG", help="chip slug of the GPUs when not recognised")
     parser.add_argument("--spot", action="store_true", help="offer this node to the spot market")
-    parser.add_argument("--address", default="127.0.0.1", help="address other nodes' ranks reach this host at")
+    parser.add_argument(
+        "--address",
+        default=env("STARVERSE_AGENT_ADDRESS", ADDRESS_AUTO),
+        help="address (IP or DNS name) other nodes' ranks reach this host at; 'auto' (the default): the "
+        "address the platform sees this agent's requests come from (env STARVERSE_AGENT_ADDRESS)",
+    )
     parser.add_argument(
         "--data-dir",
         default=env("STARVERSE_AGENT_DATA_DIR"),
         help="state and run folders (env STARVERSE_AGENT_DATA_DIR; default ~/.starverse/agent/HOSTNAME)",
+    )
+    parser.add_argument(
+        "--cache-dir",
+        default=env("STARVERSE_CACHE_DIR"),
+        help="staging cache for stored datasets, models, checkpoints (env STARVERSE_CACHE_DIR; default DATA_DIR/cache)",
+    )
+    parser.add_argument(
+        "--cache-gib",
+        type=float,
+        default=float(env("STARVERSE_CACHE_GIB", "20")),
+        help="size cap of the staging cache in GiB (env STARVERSE_CACHE_GIB; default 20)",
     )
     parser.add_argument(
         "--once", action="store_true", help="poll once, run what it brings until the ranks exit, then exit"
@@ -145,6 +164,22 @@ def _default_warm_ranks(simulate: str | None) -> int:
     return min(int(count), 4) if count.isdigit() else 1
 
 
+def give_ranks_storage(data_dir: Path, cache_dir: str | None, cache_gib: float) -> None:
+    """The ranks this agent starts inherit its environment: the store (STORAGE_URL and the AWS_*
+    variables, as given to the agent) and this host's staging cache (workers/runtime/staging.py)."""
+    os.environ[CACHE_DIR_ENV] = str(Path(cache_dir or data_dir / "cache").expanduser())
+    os.environ[CACHE_BYTES_ENV] = str(int(cache_gib * (1 << 30)))
+    try:
+        store = store_from_environment()
+        if store is None:
+            log.warning("no STORAGE_URL: this host runs only jobs whose data and checkpoints are on its own disk")
+            return
+        store.ping()
+        log.info("storage %s, cache %s (%.0f GiB)", store.describe(), os.environ[CACHE_DIR_ENV], cache_gib)
+    except StorageError as exc:
+        log.warning("storage unreachable for now (ranks will retry when they start): %s", exc)
+
+
 def _raise_interrupt(signum, frame) -> None:
     """SIGTERM behaves like Ctrl-C: it breaks the blocking long-poll and runs the shutdown."""
     raise KeyboardInterrupt
@@ -162,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     except TokenError as exc:
         parser.error(str(exc))
     config = config_from(args, token)
+    give_ranks_storage(config.data_dir, args.cache_dir, args.cache_gib)
     signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         agent = Agent(config)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -22,6 +23,7 @@ log = logging.getLogger(__name__)
 
 Emit = Callable[[int, int, dict], None]  # (job_id, epoch, report item)
 FRESH_CONTROL = {"checkpoint": 0, "stop": False}
+STAGED_FOLDERS = ("inputs", "resume", "checkpoints")  # in a run folder: staged inputs, saves in progress
 _LAUNCH_FIELDS = {f.name for f in dataclasses.fields(RankLaunch)}
 
 
@@ -41,9 +43,11 @@ class RankTable:
         log_rate: float = 50.0,
         term_wait_s: float = 5.0,
         standbys: Standbys | None = None,
+        network_env: Callable[[], dict[str, str]] | None = None,
     ) -> None:
         self.data_dir, self.rank_module, self.emit = Path(data_dir), rank_module, emit
         self.standbys = standbys
+        self.network_env = network_env  # the socket interface variables for new ranks (workers.agent.network)
         self.log_rate, self.term_wait_s = log_rate, term_wait_s
         self._ranks: dict[tuple[int, int, int], RankProcess] = {}
         self._lock = threading.Lock()
@@ -86,6 +90,8 @@ class RankTable:
             run_dir / f"rank-{launch.rank}",
             lambda item: self.emit(job, epoch, item),
             self.log_rate,
+            self.network_env() if self.network_env else None,
+            on_exit=lambda: self._tidy(job, epoch),
         )
         warm = self.standbys is not None and self.rank_module == DEFAULT_RANK_MODULE and launch.device == "cpu"
         try:
@@ -102,6 +108,16 @@ class RankTable:
             self._ranks[key] = rank
         log.info("started rank %s (pid %s)", key, rank.proc.pid)
         return None
+
+    def _tidy(self, job_id: int, epoch: int) -> None:
+        """Once a placement's ranks on this node have all exited, drop what they staged or left half
+        written (inputs and resume files are links into the staging cache; a save's temp folder is
+        uploaded or dead). Logs and launch files stay."""
+        if self.select(job_id, lambda e: e == epoch):
+            return
+        run_dir = self.run_dir(job_id, epoch)
+        for folder in STAGED_FOLDERS:
+            shutil.rmtree(run_dir / folder, ignore_errors=True)
 
     def stop(self, job_id: int, upto_epoch: int, checkpoint: bool, grace_s: float) -> int:
         """Ask the ranks to stop through control.json; kill those still running after the grace."""

@@ -19,10 +19,11 @@ from workers.agent import AGENT_VERSION
 from workers.agent.client import Backoff, PlatformClient, Rejected, Transient, Unauthorized
 from workers.agent.commands import CommandExecutor, RankTable
 from workers.agent.devices import Inventory, detect, health
+from workers.agent.network import NodeAddress
 from workers.agent.ranks import DEFAULT_RANK_MODULE, Standbys
 from workers.agent.reporter import Reporter
 from workers.agent.state import AgentState
-from workers.protocol import MAX_POLL_WAIT_S
+from workers.protocol import ADDRESS_AUTO, MAX_POLL_WAIT_S
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ class AgentConfig:
     simulate: str | None = None
     chip_type: str | None = None
     spot: bool = False
-    address: str = "127.0.0.1"
+    address: str = ADDRESS_AUTO  # or the address other nodes' ranks reach this host at (an IP or a DNS name)
     once: bool = False
     poll_wait_s: float = 20.0
     rank_module: str = DEFAULT_RANK_MODULE
@@ -61,6 +62,8 @@ class Agent:
         self.config = config
         self.inventory = inventory or detect(config.simulate, config.chip_type)
         self.state = AgentState(config.data_dir)
+        # Until the platform says (enrollment, every poll): the declared address, or the last one it recorded.
+        self.node_address = NodeAddress(self._declared_address() or self.state.enrollment.get("address", ""))
         self.stop_event = threading.Event()
         self.backoff = Backoff()
         self.polls = 0
@@ -81,6 +84,7 @@ class Agent:
             config.log_rate,
             config.term_wait_s,
             standbys=standbys,
+            network_env=self.node_address.rank_env,
         )
         self.executor = CommandExecutor(self.state, self.ranks, config.default_grace_s)
 
@@ -117,6 +121,7 @@ class Agent:
             self.backoff.wait(self.stop_event)
             return False
         self.backoff.reset()
+        self.node_address.update(answer.get("address"))
         for command in answer.get("commands") or []:
             self.executor.handle(command)
         self.ranks.prune()
@@ -159,10 +164,14 @@ class Agent:
             "hostname": self.config.hostname,
             **self.inventory.as_enrollment(),
             "spot_eligible": self.config.spot,
-            "address": self.config.address,
+            "address": self._declared_address(),
             "agent_version": AGENT_VERSION,
         }
         return json.loads(json.dumps(declaration))
+
+    def _declared_address(self) -> str:
+        """The address this agent declares; "" asks the platform to record where it sees us."""
+        return "" if self.config.address in ("", ADDRESS_AUTO) else self.config.address
 
     def _renew(self, token: str) -> str | None:
         """The host changed (chips, address, version...): re-enroll with the current node token.
@@ -181,6 +190,7 @@ class Agent:
             self.state.set_declared(declaration)
             return token
         self.state.set_enrollment(answer, declaration)
+        self.node_address.update(answer.get("address"))
         log.info("re-enrolled as node %s with %s", answer.get("node_id"), declaration)
         return answer["node_token"]
 
@@ -201,7 +211,14 @@ class Agent:
             return None
         self.backoff.reset()
         self.state.set_enrollment(answer, declaration)
-        log.info("enrolled as node %s in pool %s", answer.get("node_id"), answer.get("pool"))
+        self.node_address.update(answer.get("address"))
+        log.info(
+            "enrolled as node %s in pool %s at %s (%s)",
+            answer.get("node_id"),
+            answer.get("pool"),
+            answer.get("address") or "an address the platform didn't say",
+            answer.get("address_source", "declared"),
+        )
         return answer["node_token"]
 
     def _on_stale(self, job_id: int, epoch: int) -> None:

@@ -78,8 +78,14 @@ def visible_device(device: str, parent_visible: str | None) -> str | None:
     return str(index)
 
 
-def rank_env(launch: RankLaunch, local_rank: int, base: dict[str, str] | None = None) -> dict[str, str]:
+def rank_env(
+    launch: RankLaunch, local_rank: int, base: dict[str, str] | None = None, network: dict[str, str] | None = None
+) -> dict[str, str]:
+    """The rank's environment: torch.distributed's variables, and `network` (the socket interface
+    variables of workers.agent.network) where the agent's own environment doesn't set them."""
     env = dict(os.environ if base is None else base)
+    for name, value in (network or {}).items():
+        env.setdefault(name, value)
     env.update(
         RANK=str(launch.rank),
         WORLD_SIZE=str(launch.world_size),
@@ -204,8 +210,11 @@ class RankProcess:
         rank_dir: Path,
         emit: Callable[[dict], None],
         log_rate: float = 50.0,
+        network_env: dict[str, str] | None = None,
+        on_exit: Callable[[], None] | None = None,
     ) -> None:
         self.launch, self.local_rank, self.rank_dir = launch, local_rank, rank_dir
+        self.network_env, self.on_exit = network_env, on_exit
         self.output = RankOutput(launch.rank, emit, log_rate)
         self.emit = emit
         self.proc: subprocess.Popen | None = None
@@ -225,7 +234,7 @@ class RankProcess:
         return "running" if self.output.events else "starting"
 
     def start(self, rank_module: str, standby: subprocess.Popen | None = None) -> None:
-        env = rank_env(self.launch, self.local_rank)
+        env = rank_env(self.launch, self.local_rank, network=self.network_env)
         config = write_launch(self.launch, self.rank_dir, cuda=self.launch.device.startswith("cuda"))
         if standby is not None:
             request = {"argv": ["--config", str(config)], "env": env, "cwd": str(self.rank_dir)}
@@ -274,6 +283,8 @@ class RankProcess:
         self.emit(self.output.exit_item(code))
         self.exited.set()
         log.info("rank %s exited with %s", self.key, code)
+        if self.on_exit is not None:
+            self.on_exit()
 
     def signal(self, sig: int) -> None:
         """Signal the rank's whole process group (it is the group leader)."""

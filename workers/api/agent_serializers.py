@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import re
+
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from workers.protocol import MAX_POLL_WAIT_S, ReportKind
+from workers.api.client_address import parse_address
+from workers.protocol import ADDRESS_AUTO, MAX_POLL_WAIT_S, ReportKind
+
+HOST_NAME = re.compile(
+    r"^(?=.{1,120}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
+)
 
 
 class DeviceSerializer(serializers.Serializer):
@@ -23,9 +30,25 @@ class EnrollSerializer(serializers.Serializer):
     chips = serializers.IntegerField(min_value=1, max_value=64)
     simulated = serializers.BooleanField()
     spot_eligible = serializers.BooleanField(default=False)
+    # Where other nodes' ranks reach this host: an IP address or a DNS name; blank or "auto": the address
+    # the platform sees the enrollment (and later polls) come from.
     address = serializers.CharField(max_length=120, required=False, allow_blank=True, default="")
     agent_version = serializers.CharField(max_length=40, required=False, allow_blank=True, default="")
     devices = DeviceSerializer(many=True, required=False, default=list)
+
+    def validate_address(self, value: str) -> str:
+        if value in ("", ADDRESS_AUTO):
+            return ""
+        address = None if "%" in value else parse_address(value)  # a zone index means nothing to other hosts
+        if address is not None and not (address.is_unspecified or address.is_multicast):
+            return str(address)
+        # A DNS name; its last label is not all digits (that would be a malformed IPv4 address).
+        if address is None and HOST_NAME.match(value) and not value.rsplit(".", 1)[-1].isdigit():
+            return value.lower()
+        raise serializers.ValidationError(
+            f'Give an IP address other hosts can reach, a DNS name, or "{ADDRESS_AUTO}" '
+            "(the address the platform sees this agent at)."
+        )
 
     def validate(self, attrs):
         if not attrs["enrollment_token"] and not attrs["node_token"]:

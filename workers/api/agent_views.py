@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import time
 
+import structlog
 from django.conf import settings
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema
 from rest_framework import status
+from rest_framework.exceptions import ValidationError
 from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from workers.api.agent_auth import IsNode, NodeTokenAuthentication
 from workers.api.agent_serializers import EnrollSerializer, PollSerializer, ReportSerializer
+from workers.api.client_address import seen_address
 from workers.choices import CommandStatus
 from workers.models import AgentCommand
 from workers.services import channel
@@ -27,6 +30,11 @@ class AgentView(APIView):
     permission_classes = [IsNode]
     throttle_classes: list = []
 
+    def initial(self, request, *args, **kwargs):
+        """Once the node is known, every log line of this request names it (portal.logs)."""
+        super().initial(request, *args, **kwargs)
+        structlog.contextvars.bind_contextvars(node_id=request.auth.pk)
+
 
 class EnrollView(APIView):
     """A compute host joins a pool with the operator's enrollment token and gets a node token."""
@@ -38,8 +46,14 @@ class EnrollView(APIView):
     def post(self, request):
         form = EnrollSerializer(data=request.data)
         form.is_valid(raise_exception=True)
+        seen = seen_address(request)
+        if not form.validated_data["address"] and not seen:
+            raise ValidationError(
+                {"address": ["The platform can't tell this host's address from the request: declare it (--address)."]},
+                "address_unknown",
+            )
         try:
-            enrolled = enroll_node(**form.validated_data)
+            enrolled = enroll_node(**form.validated_data, seen_address=seen or "")
         except EnrollmentError as error:
             return Response({"detail": str(error), "code": error.code}, status=status.HTTP_403_FORBIDDEN)
         node = enrolled.node
@@ -51,6 +65,8 @@ class EnrollView(APIView):
                 "chip_type": node.pool.chip_type.slug,
                 "poll_timeout_s": settings.AGENT_POLL_WAIT_S,
                 "heartbeat_deadline_s": settings.AGENT_HEARTBEAT_DEADLINE_S,
+                "address": node.address,
+                "address_source": "observed" if node.address_observed else "declared",
             },
             status=status.HTTP_201_CREATED,
         )
@@ -68,14 +84,16 @@ class PollView(AgentView):
         _record_acks(node, form.validated_data["acks"], form.validated_data["ack_errors"])
         if "ranks" in request.data:  # ranks it acked starting and no longer lists died with an earlier agent
             move_jobs_of_vanished_ranks(node, form.validated_data["ranks"])
-        record_heartbeat(node, form.validated_data["health"], form.validated_data["ranks"])
+        record_heartbeat(
+            node, form.validated_data["health"], form.validated_data["ranks"], seen_address=seen_address(request)
+        )
         commands = _pending(node)
         wait_s = min(form.validated_data["wait_s"], settings.AGENT_POLL_WAIT_S)
         deadline = time.monotonic() + wait_s
         while not commands and time.monotonic() < deadline:
             channel.wait_for_wake(node.pk, max(1, round(deadline - time.monotonic())))
             commands = _pending(node)
-        return Response({"commands": commands, "server_time": timezone.now().timestamp()})
+        return Response({"commands": commands, "server_time": timezone.now().timestamp(), "address": node.address})
 
 
 class ReportView(AgentView):
@@ -86,6 +104,7 @@ class ReportView(AgentView):
         form = ReportSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         data = form.validated_data
+        structlog.contextvars.bind_contextvars(job_id=data["job_id"], epoch=data["epoch"])
         try:
             accepted = accept_report(request.auth, data["job_id"], data["epoch"], data["items"])
         except StaleEpoch as error:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from django.db.models import Sum
-from django.http import FileResponse, Http404, StreamingHttpResponse
+from django.http import Http404, StreamingHttpResponse
 from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
@@ -26,15 +26,18 @@ from base.api.validation import refuse_unknown_fields
 from workers import planner
 from workers.api import job_docs as docs
 from workers.api import job_serializers as s
+from workers.api.stored_files import StorageDown, stored_file_response
 from workers.models import Dataset, Job
-from workers.services.artifacts import artifact_file, list_artifacts
-from workers.services.datasets import DatasetRejected, store_dataset
+from workers.services.artifacts import list_artifacts, stored_artifact
+from workers.services.datasets import DatasetInUse, DatasetRejected, delete_dataset, store_dataset
 from workers.services.launch import LaunchRefused, fleet_refusal, launch, refusal_of
 from workers.services.lifecycle import cancel as cancel_job
 from workers.services.metrics import job_metrics
 from workers.services.model_download import MergedNotApplicable, ModelNotReady, model_download
 from workers.services.planning import quote
+from workers.services.storage import StorageUnavailable
 from workers.spec import JobSpec
+from workers.storage import StorageError
 
 AUTH_ERRORS_LIST = (401, 429)
 
@@ -246,23 +249,37 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
             raise ValidationError({"merged": [str(error)]}, code="merged_not_applicable") from None
         except ModelNotReady as error:
             raise NotFound(str(error), code="model_not_ready") from None
+        except StorageError as error:
+            raise StorageDown() from error
         response = StreamingHttpResponse(download.stream(), content_type="application/x-tar")
         response["Content-Disposition"] = f'attachment; filename="{download.filename}"'
         return response
 
     @extend_schema(
         summary="Download an artifact",
-        description="The file at a `url` that `artifacts/` lists, e.g. `step-100/model.pt`.",
-        responses={(200, "application/octet-stream"): OpenApiTypes.BINARY, **errors(*READ_ERRORS)},
+        description=(
+            "The file at a `url` that `artifacts/` lists, e.g. `step-100/model/config.json`. Where the platform "
+            "keeps files in S3 the answer is a 302 to a presigned URL valid for 5 minutes (follow redirects); "
+            "otherwise the file itself."
+        ),
+        responses={
+            (200, "application/octet-stream"): OpenApiTypes.BINARY,
+            302: OpenApiResponse(description="Download from the `Location` URL (short-lived)."),
+            **errors(*READ_ERRORS),
+        },
         operation_id="jobs_artifact_download",
     )
     def artifact(self, request, pk=None, path=""):
         """Routed by workers/api/urls.py, not @action: the router would demand a trailing slash after the
         file name and read `.json`/`.pt` as a format suffix."""
-        found = artifact_file(self.get_object(), path)
-        if found is None:
-            raise Http404("No such artifact.")
-        return FileResponse(found.open("rb"), as_attachment=True, filename=found.name)
+        job = self.get_object()  # the owner's, or 404
+        try:
+            found = stored_artifact(job, path)
+            if found is None:
+                raise Http404("No such artifact.")
+            return stored_file_response(found.key, found.filename)
+        except StorageError as error:
+            raise StorageDown() from error
 
 
 @extend_schema_view(
@@ -307,10 +324,12 @@ class DatasetViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets
             dataset = store_dataset(request.user, upload, name=request.data.get("name") or upload.name)
         except DatasetRejected as error:
             raise ValidationError({"file": [str(error)]}) from None
+        except StorageUnavailable as error:
+            raise StorageDown(str(error)) from None
         return Response(s.DatasetSerializer(dataset).data, status=status.HTTP_201_CREATED)
 
     def perform_destroy(self, instance):
-        if instance.jobs.exists():
-            raise ValidationError({"dataset": ["This dataset is used by a job and cannot be deleted."]})
-        instance.file.delete(save=False)
-        instance.delete()
+        try:
+            delete_dataset(instance)
+        except DatasetInUse as error:
+            raise ValidationError({"dataset": [str(error)]}) from None

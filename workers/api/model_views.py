@@ -11,6 +11,7 @@ from base.api.docs import READ_ERRORS, WRITE_ERRORS, ErrorSerializer, errors
 from base.api.errors import RequestTooLarge
 from base.api.parsers import StrictFormParser, StrictMultiPartParser
 from workers.api import model_serializers as s
+from workers.api.stored_files import StorageDown
 from workers.models import UploadedModel
 from workers.services.models import (
     MODEL_REFERENCE,
@@ -23,6 +24,7 @@ from workers.services.models import (
     resolve_model_source,
     store_model,
 )
+from workers.services.storage import StorageUnavailable
 
 UPLOAD_FIELDS, UPLOAD_FILES = {"name"}, {"file"}
 NAME_MAX = 120
@@ -128,6 +130,8 @@ class ModelViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets.R
             raise RequestTooLarge(str(error)) from None
         except ModelFileError as error:
             raise ValidationError({"file": [ErrorDetail(str(error), code=error.code)]}) from None
+        except StorageUnavailable as error:
+            raise StorageDown(str(error)) from None
         return Response(s.UploadedModelSerializer(model).data, status=status.HTTP_201_CREATED)
 
     def upload_fields(self, request) -> tuple:

@@ -1,4 +1,5 @@
 from workers.models.agents import AgentCommand, EnrollmentToken, hash_secret, new_node_token
+from workers.models.checkpoints import JobCheckpoint
 from workers.models.fleet import REFERENCE_CHIP, ChipType, Node, Pool
 from workers.models.hfmodels import UploadedModel
 from workers.models.jobs import (
@@ -22,6 +23,7 @@ __all__ = [
     "Dataset",
     "EnrollmentToken",
     "Job",
+    "JobCheckpoint",
     "JobEval",
     "JobEvent",
     "JobLogLine",

@@ -85,6 +85,11 @@ class Node(models.Model):
         help_text="The most chips this host's agent may declare (from its enrollment token; operators may change it).",
     )
     address = models.CharField(max_length=120, blank=True, help_text="Where this node's ranks can be reached.")
+    address_observed = models.BooleanField(
+        default=False,
+        help_text="The address is the one the platform sees the agent's requests come from (its agent declared "
+        "none); it follows the agent when that changes.",
+    )
     devices = models.JSONField(default=list, blank=True)
     health = models.JSONField(default=dict, blank=True)
     agent_version = models.CharField(max_length=40, blank=True)

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from django.conf import settings
 from django.db import models
 
 
 class UploadedModel(models.Model):
-    """A model folder (config.json, safetensors weights, tokenizer) checked at upload and kept privately.
+    """A model folder (config.json, safetensors weights, tokenizer) checked at upload and kept in object storage.
 
-    The folder lies under MEDIA_ROOT/models/<owner id>/<uuid>/ (0700); `directory` is that path relative
-    to MEDIA_ROOT. `config` is its config.json and `shape` the exact parameter count and linear layers
-    (workers.hfconfig.ModelShape.as_dict()) that planning needs.
+    The folder is a tree under `store_prefix` (models/<owner id>/<uuid>; workers/storage/trees.py). `config`
+    is its config.json and `shape` the exact parameter count and linear layers
+    (workers.hfconfig.ModelShape.as_dict()) that planning needs, so neither reads the stored files.
     """
 
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="uploaded_models")
@@ -24,7 +22,7 @@ class UploadedModel(models.Model):
     config = models.JSONField()
     shape = models.JSONField()
     has_chat_template = models.BooleanField(default=False)
-    directory = models.CharField(max_length=255, unique=True, help_text="The model folder, relative to MEDIA_ROOT")
+    store_prefix = models.CharField(max_length=255, unique=True, help_text="The model's tree in object storage")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -39,6 +37,6 @@ class UploadedModel(models.Model):
         return f"model:{self.pk}"
 
     @property
-    def path(self) -> Path:
-        """The model folder on this host."""
-        return Path(settings.MEDIA_ROOT) / self.directory
+    def location(self) -> str:
+        """How a launch names the folder: store:<prefix> (workers/runtime/staging.py)."""
+        return f"store:{self.store_prefix}"

@@ -12,12 +12,18 @@ from workers.models.fields import PlanField
 
 
 class Dataset(models.Model):
-    """A user's uploaded text or JSONL corpus, validated at upload."""
+    """A user's uploaded text or JSONL corpus, validated at upload and kept in object storage.
+
+    The file is a tree of one file, `<store_prefix>/<file_name>` (datasets/<owner id>/<uuid>/data.txt or
+    data.jsonl: the suffix keeps the kind the upload was read as), with its manifest beside it.
+    """
 
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="datasets")
     name = models.CharField(max_length=120)
     kind = models.CharField(max_length=16, choices=DatasetKind.choices)
-    file = models.FileField(upload_to="datasets/%Y/%m/")
+    store_prefix = models.CharField(max_length=255, unique=True, help_text="The dataset's tree in object storage")
+    file_name = models.CharField(max_length=40, help_text="The file in the tree: data.txt or data.jsonl")
+    sha256 = models.CharField(max_length=64)
     size_bytes = models.PositiveBigIntegerField()
     samples = models.PositiveIntegerField()
     created_at = models.DateTimeField(auto_now_add=True)
@@ -31,6 +37,16 @@ class Dataset(models.Model):
     @property
     def reference(self) -> str:
         return f"upload:{self.pk}"
+
+    @property
+    def key(self) -> str:
+        """The file's storage key."""
+        return f"{self.store_prefix}/{self.file_name}"
+
+    @property
+    def location(self) -> str:
+        """How a launch names the file: store:<key> (workers/runtime/staging.py)."""
+        return f"store:{self.key}"
 
 
 class Job(models.Model):

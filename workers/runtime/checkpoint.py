@@ -95,7 +95,8 @@ def save(engine, launch: RankLaunch, placement: Placement, state: TrainState, ex
     tmp = root / f".tmp-{final.name}-e{launch.epoch}"
     if placement.rank == 0 or (stored and host_leader()):
         root.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(tmp, ignore_errors=True)
+        for crashed in root.glob(f".tmp-step-*-e{launch.epoch}"):  # one save at a time: older ones died
+            shutil.rmtree(crashed, ignore_errors=True)
     dist.barrier()
     engine.save_checkpoint(
         str(tmp),

@@ -1,52 +1,102 @@
-"""What a job leaves behind: the final model and its checkpoints, listed and served safely."""
+"""What a job leaves behind in object storage: its checkpoints and final model, listed and served safely.
+
+A job's checkpoints are trees under checkpoints/job-<id>/: `step-<n>/` (DeepSpeed state, meta.json, RNG
+files; the exported `model/` and `adapter/` in final and stop checkpoints) and, made on demand,
+`step-<n>/universal/`. Only files of complete trees (their manifest written) are artifacts: a save that
+crashed, or one still uploading, is never listed or served. Manifests themselves are bookkeeping, not
+artifacts.
+"""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
-from pathlib import Path
 
 from workers.models import Job
-from workers.services.placement import checkpoint_dir
+from workers.runtime.staging import is_stored, key_of
+from workers.services.placement import checkpoint_prefix
+from workers.services.storage import platform_store
+from workers.storage import StorageError, check_key
+from workers.storage.trees import MANIFEST, read_manifest
+
+logger = logging.getLogger(__name__)
 
 TAKE_HOME = {"model", "adapter"}  # the Hugging Face folders an exported checkpoint holds
+UNIVERSAL = "universal"
+MAX_PATH, MAX_NAME = 512, 255
 
 
 @dataclass(frozen=True)
 class Artifact:
-    path: str
+    path: str  # relative to the job's checkpoints: step-100/model/config.json
     size_bytes: int
     kind: str
 
 
 def list_artifacts(job: Job) -> list[Artifact]:
-    root = checkpoint_dir(job)
-    if not root.is_dir():
-        return []
-    files = sorted(
-        p
-        for p in root.rglob("*")
-        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts)
-    )
-    final = Path(job.latest_checkpoint).name if job.latest_checkpoint else f"step-{job.max_steps}"
-    return [Artifact(str(p.relative_to(root)), p.stat().st_size, _kind(p.relative_to(root), final)) for p in files]
-
-
-def artifact_file(job: Job, relative: str) -> Path | None:
-    """The file under the job's checkpoint folder, or None (never a path outside it)."""
-    if "\x00" in relative:  # no file name holds one; Path would raise ValueError
-        return None
-    root = checkpoint_dir(job).resolve()
+    """Every file of the job's complete checkpoint trees, in path order; [] when storage can't be read."""
+    prefix = checkpoint_prefix(job)
     try:
-        candidate = (root / relative).resolve()
-        found = root in candidate.parents and candidate.is_file()
-    except OSError:  # a name too long for the file system, a loop of links
+        objects = [(item.key[len(prefix) + 1 :], item.size) for item in platform_store().list(prefix)]
+    except StorageError as error:
+        logger.warning("listing the artifacts of job %s failed: %s", job.pk, error)
+        return []
+    complete = {relative.removesuffix("/" + MANIFEST) for relative, _ in objects if relative.endswith("/" + MANIFEST)}
+    final = final_step_name(job)
+    return [
+        Artifact(relative, size, _kind(relative, final))
+        for relative, size in objects
+        if tree_of(relative) in complete and not relative.endswith("/" + MANIFEST)
+    ]
+
+
+@dataclass(frozen=True)
+class StoredArtifact:
+    key: str
+    size_bytes: int
+    filename: str  # the file's own name
+
+
+def stored_artifact(job: Job, relative: str) -> StoredArtifact | None:
+    """The stored file `relative` of the job's checkpoints when a complete tree lists it; else None (never a
+    key outside the job's checkpoints). Raises StorageError when storage can't be read."""
+    try:
+        check_key(relative)
+    except StorageError:  # '..', '//', a leading '/', NUL: no file of this job is named so
         return None
-    return candidate if found else None
+    if len(relative) > MAX_PATH or any(len(part) > MAX_NAME for part in relative.split("/")):
+        return None  # longer than any name the runtime writes (and than some stores accept)
+    tree = tree_of(relative)
+    if tree is None or relative == f"{tree}/{MANIFEST}":
+        return None
+    manifest = read_manifest(platform_store(), f"{checkpoint_prefix(job)}/{tree}")
+    entry = manifest.files.get(relative[len(tree) + 1 :]) if manifest else None
+    if entry is None:
+        return None
+    return StoredArtifact(f"{checkpoint_prefix(job)}/{relative}", entry.size, relative.rsplit("/", 1)[-1])
 
 
-def _kind(relative: Path, final_step: str) -> str:
+def tree_of(relative: str) -> str | None:
+    """The tree a checkpoint file belongs to: `step-<n>/universal` for the universal form, else `step-<n>`."""
+    parts = relative.split("/")
+    if len(parts) < 2 or not parts[0].startswith("step-"):
+        return None
+    if len(parts) > 2 and parts[1] == UNIVERSAL:
+        return f"{parts[0]}/{UNIVERSAL}"
+    return parts[0]
+
+
+def final_step_name(job: Job) -> str:
+    """`step-<n>` of the job's newest checkpoint (its final or stop checkpoint once it has ended)."""
+    latest = job.latest_checkpoint
+    if latest and is_stored(latest):
+        return key_of(latest).rsplit("/", 1)[-1]
+    return f"step-{job.max_steps}"
+
+
+def _kind(relative: str, final_step: str) -> str:
     """The newest export's Hugging Face folders are what the user takes home; the rest is resumable state."""
-    top = relative.parts[0]
-    if top == final_step and len(relative.parts) > 2 and relative.parts[1] in TAKE_HOME:
+    parts = relative.split("/")
+    if parts[0] == final_step and len(parts) > 2 and parts[1] in TAKE_HOME:
         return "final model"
-    return "checkpoint" if top.startswith("step-") else "other"
+    return "checkpoint"

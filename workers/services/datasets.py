@@ -1,19 +1,28 @@
-"""User datasets: uploads validated line by line before anything is stored, and previews of their
-first records in a model's tokens with the loss mask (which tokens are trained on)."""
+"""User datasets: uploads validated line by line before anything is stored, kept in object storage
+(a tree of one file, datasets/<owner id>/<uuid>/data.<txt|jsonl>), and previews of their first records
+in a model's tokens with the loss mask (which tokens are trained on), read through the web's cache."""
 
 from __future__ import annotations
 
+import logging
 import tempfile
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 from django.conf import settings
-from django.core.files import File
 from django.db import transaction
+from django.db.models import ProtectedError
 
+from workers.choices import DatasetKind
 from workers.models import Dataset, UploadedModel
 from workers.runtime.datasets import DatasetError, validate_dataset_file
 from workers.runtime.records import ByteTokenizer, encode_record, first_records, load_tokenizer
+from workers.services.storage import StorageUnavailable, delete_stored_tree, platform_store, staged_tree
+from workers.storage import StorageError
+from workers.storage.trees import upload_tree
+
+logger = logging.getLogger(__name__)
 
 BYTE_LEVEL = "byte"
 BYTE_LEVEL_LABEL = "byte-level (catalog models)"
@@ -31,24 +40,71 @@ class DatasetRejected(ValueError):
     """An upload that can't be trained on; the message says why."""
 
 
+class DatasetInUse(Exception):
+    """A dataset a job trains or evaluates on; it can't be deleted."""
+
+
+def stored_file_name(kind: str) -> str:
+    """The stored file's name: its suffix makes the runtime read it as the kind the upload was checked as."""
+    return "data.txt" if kind == DatasetKind.TEXT else "data.jsonl"
+
+
 def store_dataset(owner, upload, *, name: str) -> Dataset:
+    """Check the upload in full, then keep it in object storage and record it; raises DatasetRejected
+    (or StorageUnavailable).
+
+    Nothing is stored for a refused upload; the stored tree is deleted again if its row can't be written.
+    """
     if upload.size > settings.DATASET_MAX_BYTES:
         raise DatasetRejected(f"The file is {upload.size:,} bytes; the limit is {settings.DATASET_MAX_BYTES:,} bytes.")
-    suffix = Path(upload.name).suffix.lower()
-    with tempfile.NamedTemporaryFile(suffix=suffix) as scratch:
-        for chunk in upload.chunks():
-            scratch.write(chunk)
-        scratch.flush()
+    with tempfile.TemporaryDirectory(prefix="dataset-") as scratch:
+        checked = Path(scratch) / ("upload" + Path(upload.name).suffix.lower()[:16])  # the suffix says the kind
+        with open(checked, "wb") as file:
+            for chunk in upload.chunks():
+                file.write(chunk)
         try:
-            kind, records = validate_dataset_file(scratch.name, settings.DATASET_MAX_BYTES)
+            kind, records = validate_dataset_file(checked, settings.DATASET_MAX_BYTES)
         except DatasetError as error:
             raise DatasetRejected(str(error)) from None
-        with transaction.atomic():
-            dataset = Dataset(owner=owner, name=name[:120], kind=kind, size_bytes=upload.size, samples=len(records))
-            scratch.seek(0)
-            dataset.file.save(Path(upload.name).name, File(scratch), save=False)
-            dataset.save()
-    return dataset
+        tree = Path(scratch) / "tree"
+        tree.mkdir()
+        file_name = stored_file_name(kind)
+        checked.rename(tree / file_name)
+        prefix = f"datasets/{owner.pk}/{uuid.uuid4().hex}"
+        try:
+            manifest = upload_tree(platform_store(), prefix, tree, meta={"kind": kind})
+        except StorageError as error:
+            logger.error("storing dataset %s failed: %s", prefix, error)
+            delete_stored_tree(prefix)
+            raise StorageUnavailable("The dataset") from None
+    try:
+        return Dataset.objects.create(
+            owner=owner,
+            name=name[:120],
+            kind=kind,
+            store_prefix=prefix,
+            file_name=file_name,
+            sha256=manifest.files[file_name].sha256,
+            size_bytes=manifest.files[file_name].size,
+            samples=len(records),
+        )
+    except BaseException:
+        delete_stored_tree(prefix)
+        raise
+
+
+def delete_dataset(dataset: Dataset) -> None:
+    """Delete the dataset and its stored tree; raises DatasetInUse while any job names it."""
+    with transaction.atomic():
+        locked = Dataset.objects.select_for_update().get(pk=dataset.pk)
+        if locked.jobs.exists() or locked.eval_jobs.exists():
+            raise DatasetInUse("This dataset is used by a job and cannot be deleted.")
+        try:
+            locked.delete()
+        except ProtectedError:  # a job that named it committed meanwhile
+            raise DatasetInUse("This dataset is used by a job and cannot be deleted.") from None
+        prefix = locked.store_prefix
+        transaction.on_commit(lambda: delete_stored_tree(prefix))
 
 
 # Previews
@@ -81,8 +137,9 @@ def preview_dataset(dataset: Dataset, tokenizer_choice: str) -> list[RecordPrevi
     """
     tokenizer = _preview_tokenizer(dataset.owner, tokenizer_choice)
     try:
-        records = first_records(dataset.file.path, dataset.kind, PREVIEW_RECORDS)
-    except (OSError, DatasetError) as error:
+        with staged_tree(dataset.store_prefix, select=lambda name: name == dataset.file_name) as folder:
+            records = first_records(folder / dataset.file_name, dataset.kind, PREVIEW_RECORDS)
+    except (OSError, DatasetError, StorageError) as error:
         raise DatasetRejected(f"Can't read the dataset's file: {error}") from None
     return [_preview_record(_clip(record), dataset.kind, tokenizer) for record in records]
 
@@ -106,9 +163,21 @@ def _preview_tokenizer(owner, choice: str):
     if model is None:
         raise DatasetRejected(f"Unknown tokenizer '{choice}': choose byte-level or one of your models.")
     try:
-        return load_tokenizer(model.path, int(model.config["vocab_size"]))
-    except DatasetError as error:
-        raise DatasetRejected(str(error)) from None
+        with staged_tree(model.store_prefix, select=is_tokenizer_file) as folder:
+            try:
+                return load_tokenizer(folder, int(model.config["vocab_size"]))
+            except DatasetError as error:  # it names the folder: a temporary one here
+                raise DatasetRejected(str(error).replace(f"'{folder}'", f"“{model.name}”")) from None
+    except StorageError as error:
+        raise DatasetRejected(f"Can't read the tokenizer of your model “{model.name}”: {error}") from None
+
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".h5", ".msgpack", ".ckpt")
+
+
+def is_tokenizer_file(name: str) -> bool:
+    """What loading a tokenizer may read: every file of a model folder but its weights."""
+    return not name.lower().endswith(WEIGHT_SUFFIXES) and not name.endswith(".safetensors.index.json")
 
 
 def _clip(value):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -12,6 +13,8 @@ from django.utils import timezone
 
 from workers.choices import AgentStatus, CommandStatus
 from workers.models import AgentCommand, Allocation, EnrollmentToken, Node, hash_secret, new_node_token
+
+logger = logging.getLogger(__name__)
 
 
 class EnrollmentError(Exception):
@@ -38,10 +41,15 @@ def enroll_node(
     node_token: str = "",
     spot_eligible: bool = False,
     address: str = "",
+    seen_address: str = "",
     devices: list | None = None,
     agent_version: str = "",
 ) -> Enrolled:
     """Register a host, or re-register it, and return its new node token (the old one stops working).
+
+    The node's address (where other nodes' ranks reach its ranks) is the one its agent declared, or,
+    when it declared none, `seen_address`: where the platform sees its requests come from (then every
+    poll keeps it current).
 
     A new hostname needs a usable enrollment token of its chip type's pool. An enrolled hostname is
     re-registered only by its own agent (presenting its current node token) or after the operator
@@ -60,7 +68,8 @@ def enroll_node(
             node = _renew(existing, chip_type, chips, raw)
         else:
             node = _enroll_with_token(existing, enrollment_token, hostname, chip_type, chips, raw)
-        node.simulated, node.spot_eligible, node.address = simulated, spot_eligible, address
+        node.simulated, node.spot_eligible = simulated, spot_eligible
+        node.address, node.address_observed = (address, False) if address else (seen_address, True)
         node.devices, node.agent_version = devices or [], agent_version
         node.save()
     return Enrolled(node=node, token=raw)
@@ -146,16 +155,24 @@ def heartbeat_status(current: str) -> str:
     return current if current in (AgentStatus.DRAINING, AgentStatus.LOST) else AgentStatus.ONLINE
 
 
-def record_heartbeat(node: Node, health: dict, ranks: list[dict] | None = None, now=None) -> None:
+def record_heartbeat(
+    node: Node, health: dict, ranks: list[dict] | None = None, now=None, seen_address: str | None = None
+) -> None:
     """A poll: the node is alive. A node declared lost comes back into service only once it has
     acked every command queued for it (the kills of its fenced ranks) and reports no live rank, so
-    no new work lands beside ranks of a placement that was moved elsewhere."""
+    no new work lands beside ranks of a placement that was moved elsewhere. A node whose address is
+    observed (its agent declared none) takes the address this poll came from (`seen_address`)."""
     now = now or timezone.now()
     status = heartbeat_status(node.agent_status)
     if status == AgentStatus.LOST and _clean_return(node, ranks or []):
         status = AgentStatus.ONLINE
-    Node.objects.filter(pk=node.pk).update(last_heartbeat_at=now, health=health, agent_status=status)
-    node.agent_status, node.last_heartbeat_at = status, now
+    changes = {"last_heartbeat_at": now, "health": health, "agent_status": status}
+    if node.address_observed and seen_address and seen_address != node.address:
+        logger.info("node %s is now seen at %s (was %s)", node.hostname, seen_address, node.address or "unknown")
+        changes["address"] = seen_address
+    Node.objects.filter(pk=node.pk).update(**changes)
+    for name, value in changes.items():
+        setattr(node, name, value)
 
 
 def _clean_return(node: Node, ranks: list[dict]) -> bool:

@@ -1,8 +1,9 @@
 """A job's trained model as one download: a tar of its Hugging Face folder with a model card.
 
 The runtime exports `model/` (full weights; for LoRA the merged ones) and, for LoRA, `adapter/`
-beside the final or stop checkpoint. The archive is streamed: headers and file chunks are
-yielded as they are read, so a multi-gigabyte model never sits in the web server's memory.
+into the final or stop checkpoint's tree in object storage. The archive is streamed: each file's
+header (its size from the tree's manifest) and then its bytes as they are read from the store, so a
+multi-gigabyte model never sits in the web server's memory.
 """
 
 from __future__ import annotations
@@ -11,14 +12,17 @@ import tarfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 from django.db.models import Sum
 
 from base.money import format_amount
 from workers.choices import TrainingMode
 from workers.models import Job, UploadedModel
-from workers.services.placement import checkpoint_dir
+from workers.runtime.staging import is_stored, key_of
+from workers.services.placement import checkpoint_prefix
+from workers.services.storage import platform_store
+from workers.storage import StorageError, Store
+from workers.storage.trees import FileEntry, Manifest, read_manifest
 
 MODEL_DIR, ADAPTER_DIR = "model", "adapter"
 CHUNK = 1 << 20
@@ -34,41 +38,74 @@ class MergedNotApplicable(ValueError):
 
 
 @dataclass(frozen=True)
+class ExportedStep:
+    """A checkpoint tree that holds an exported model: its key (checkpoints/job-<id>/step-<n>) and manifest."""
+
+    prefix: str
+    manifest: Manifest
+
+    @property
+    def name(self) -> str:
+        return self.prefix.rsplit("/", 1)[-1]
+
+    def folder(self, which: str) -> dict[str, FileEntry]:
+        """The files of `which` (model/ or adapter/), by their names inside it."""
+        inside = which + "/"
+        return {name[len(inside) :]: entry for name, entry in self.manifest.files.items() if name.startswith(inside)}
+
+
+@dataclass(frozen=True)
 class ModelDownload:
     filename: str
-    folder: Path
+    store: Store
+    prefix: str  # the folder's key: checkpoints/job-<id>/step-<n>/model
+    files: dict[str, FileEntry]
     card: str
 
     def stream(self) -> Iterator[bytes]:
-        return tar_stream(self.folder, self.filename.removesuffix(".tar"), {"README.md": self.card.encode()})
+        return tar_stream(
+            self.store, self.prefix, self.files, self.filename.removesuffix(".tar"), {"README.md": self.card.encode()}
+        )
 
 
 def model_download(job: Job, merged: bool = False) -> ModelDownload:
-    """What `GET /jobs/{id}/model/` sends; raises ModelNotReady or MergedNotApplicable."""
+    """What `GET /jobs/{id}/model/` sends; raises ModelNotReady, MergedNotApplicable or StorageError."""
     lora = job.mode == TrainingMode.LORA
     if merged and not lora:
         raise MergedNotApplicable("merged=true applies to LoRA jobs; this job trained every weight (model/ is whole).")
-    step_dir = exported_step(job)
-    if step_dir is None:
+    step = exported_step(job)
+    if step is None:
         raise ModelNotReady(
             f"Job {job.pk} has no model yet ({job.status}): it is exported when the job finishes or is stopped."
         )
     which = ADAPTER_DIR if lora and not merged else MODEL_DIR
     kind = "adapter" if which == ADAPTER_DIR else ("merged" if lora else "model")
-    return ModelDownload(f"job-{job.pk}-{kind}.tar", step_dir / which, model_card(job, which, step_dir))
+    files = step.folder(which)
+    if not files:
+        raise ModelNotReady(f"Job {job.pk}'s export at {step.name} has no {which}/ folder.")
+    return ModelDownload(
+        f"job-{job.pk}-{kind}.tar", platform_store(), f"{step.prefix}/{which}", files, model_card(job, which, step.name)
+    )
 
 
-def exported_step(job: Job) -> Path | None:
-    """The job's newest checkpoint folder that holds an exported model, if any."""
-    if not job.latest_checkpoint:
+def exported_step(job: Job) -> ExportedStep | None:
+    """The job's newest checkpoint, when it is a complete tree of this job's that holds an exported model.
+
+    Raises StorageError when storage can't be read."""
+    latest = job.latest_checkpoint
+    if not latest or not is_stored(latest):
         return None
-    root, step_dir = checkpoint_dir(job).resolve(), Path(job.latest_checkpoint).resolve()
-    if root not in step_dir.parents or not (step_dir / MODEL_DIR / "config.json").is_file():
+    prefix = key_of(latest)
+    name = prefix.removeprefix(checkpoint_prefix(job) + "/")
+    if name == prefix or "/" in name or not name.startswith("step-"):
+        return None  # never a tree outside the job's own checkpoints
+    manifest = read_manifest(platform_store(), prefix)
+    if manifest is None or f"{MODEL_DIR}/config.json" not in manifest.files:
         return None
-    return step_dir
+    return ExportedStep(prefix, manifest)
 
 
-def model_card(job: Job, which: str, step_dir: Path) -> str:
+def model_card(job: Job, which: str, step_name: str) -> str:
     """README.md: what was trained, on what, how far, on which chips, with which losses, for how much."""
     charged = job.allocations.aggregate(total=Sum("charged_total"))["total"] or 0
     chips = job.plan.describe().removeprefix("Placed on ") if job.plan else "–"
@@ -84,7 +121,7 @@ def model_card(job: Job, which: str, step_dir: Path) -> str:
         f"- Base model: `{job.model_name}`",
         f"- Training: {'LoRA ' + _lora_text(job.lora) if job.mode == TrainingMode.LORA else 'full fine-tuning'}",
         f"- Data: {dataset}",
-        f"- Steps: {job.step} of {job.max_steps} ({step_dir.name})",
+        f"- Steps: {job.step} of {job.max_steps} ({step_name})",
         f"- Chips: {chips}",
         f"- Loss: first {_loss(job.first_loss)}, last {_loss(job.loss)}; held-out {_loss(job.eval_loss)}",
         f"- Cost: ¥{format_amount(charged)}",
@@ -133,18 +170,24 @@ def _loss(value: float | None) -> str:
     return f"{value:.4f}" if value is not None else "–"
 
 
-def tar_stream(folder: Path, prefix: str, extra: dict[str, bytes]) -> Iterator[bytes]:
-    """An uncompressed tar of `folder`'s files under `prefix/`, plus `extra` files, yielded piece by piece."""
-    for path in sorted(p for p in folder.rglob("*") if p.is_file() and not p.is_symlink()):
-        relative = path.relative_to(folder).as_posix()
+def tar_stream(
+    store: Store, key_prefix: str, files: dict[str, FileEntry], prefix: str, extra: dict[str, bytes]
+) -> Iterator[bytes]:
+    """An uncompressed tar of the stored `files` (names under `key_prefix`) under `prefix/`, plus `extra`
+    files, yielded piece by piece. Each file's size is its manifest's; a stored object of another size
+    ends the stream with StorageError (the client sees a broken download, never a wrong file)."""
+    for relative, entry in sorted(files.items()):
         if relative in extra:
             continue
-        size = path.stat().st_size
-        yield _header(f"{prefix}/{relative}", size)
-        with path.open("rb") as handle:
-            while chunk := handle.read(CHUNK):
+        yield _header(f"{prefix}/{relative}", entry.size)
+        sent = 0
+        with store.open(f"{key_prefix}/{relative}") as handle:
+            while sent < entry.size and (chunk := handle.read(min(CHUNK, entry.size - sent))):
+                sent += len(chunk)
                 yield chunk
-        yield _padding(size)
+            if sent != entry.size or handle.read(1):
+                raise StorageError(f"{key_prefix}/{relative} is not the {entry.size} bytes its manifest says")
+        yield _padding(entry.size)
     for name, data in extra.items():
         yield _header(f"{prefix}/{name}", len(data))
         yield data

@@ -1,16 +1,19 @@
 """Users' own Hugging Face models: storing an upload, deleting one, and resolving the model a job names.
 
-An upload is checked in full (workers.modelfiles) in a staging folder before anything is kept; only a
-valid model folder is moved into place (MEDIA_ROOT/models/<owner id>/<uuid>/, 0700) and recorded as
-an UploadedModel. A job names its model as a catalog name ("llama-tiny"), an upload ("model:7") or
-a Hugging Face Hub id ("org/name") that this platform's Hugging Face cache already holds:
-`resolve_model_source` turns any of them into what planning and the runtime need, and nothing is
-ever downloaded from the Hub.
+An upload is checked in full (workers.modelfiles) in a private scratch folder before anything is kept;
+only a valid model folder is stored, as the tree models/<owner id>/<uuid> in object storage
+(workers/storage), and recorded as an UploadedModel. A job names its model as a catalog name
+("llama-tiny"), an upload ("model:7") or a Hugging Face Hub id ("org/name") that this platform's Hugging
+Face cache already holds: `resolve_model_source` turns any of them into what planning and the runtime
+need, and nothing is ever downloaded from the Hub. A Hub snapshot is uploaded once, before the first
+launch that trains it, to hub/<org>--<name>/<commit> (`store_hub_snapshot`); launches name a model's tree
+as store:<prefix>.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import re
 import shutil
@@ -29,9 +32,13 @@ from workers.hfconfig import ModelShape
 from workers.modelfiles import Limits, ModelFileError, ModelTooLarge, check_model_dir, extract_archive, too_large
 from workers.models import Job, UploadedModel
 from workers.modelspecs import CATALOG
+from workers.services.storage import StorageUnavailable, delete_stored_tree, platform_store
+from workers.storage import StorageError
+from workers.storage.trees import read_manifest, upload_files, upload_tree, write_manifest
 
-MODELS_FOLDER = "models"
-STAGING_FOLDER = ".incoming"
+logger = logging.getLogger(__name__)
+
+MODELS_PREFIX, HUB_PREFIX = "models", "hub"
 MODEL_REFERENCE = re.compile(r"^model:([0-9]{1,18})$")
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 ARCHIVE_SUFFIX = re.compile(r"(\.tar\.gz|\.tgz|\.tar|\.zip)$", re.IGNORECASE)
@@ -58,17 +65,23 @@ class ModelInUse(Exception):
 
 @dataclass(frozen=True)
 class ModelSource:
-    """A model a job can train: its config, where its files are (None: built from the config), its shape."""
+    """A model a job can train: its config, its stored files (None: built from the config), its shape."""
 
     name: str
     reference: str
     config: dict
-    path: Path | None
+    store_prefix: str | None  # its files' tree in object storage: models/<owner>/<uuid>, hub/<org>--<name>/<commit>
     shape: ModelShape
     seq_len: int
     source: str  # "catalog", "upload" or "hub"
     description: str
     has_chat_template: bool = False  # the catalog's models have no tokenizer (bytes are their tokens)
+    snapshot: Path | None = None  # a Hub model's folder in this platform's Hugging Face cache
+
+    @property
+    def location(self) -> str | None:
+        """How a launch names its files: store:<prefix> (workers/runtime/staging.py), or None."""
+        return f"store:{self.store_prefix}" if self.store_prefix else None
 
 
 def upload_limits() -> Limits:
@@ -102,43 +115,46 @@ class ModelUploadLimit(FileUploadHandler):
 
 
 def store_model(owner, upload, name: str = "") -> UploadedModel:
-    """Check an uploaded archive in full and keep it as the owner's model; raises ModelFileError.
+    """Check an uploaded archive in full and keep it as the owner's model; raises ModelFileError, or
+    StorageUnavailable when object storage fails.
 
-    Nothing is left behind on a refusal or a failure: the staging folder goes, and the kept folder too
+    Nothing is left behind on a refusal or a failure: the scratch folder goes, and the stored tree too
     if its row can't be written.
     """
     limits = upload_limits()
     if upload.size is not None and upload.size > limits.max_archive_bytes:
         raise too_large(f"The upload is {upload.size:,} bytes", limits.max_archive_bytes)
-    staging = Path(tempfile.mkdtemp(dir=private_folder(Path(MODELS_FOLDER) / STAGING_FOLDER)))
+    staging = Path(tempfile.mkdtemp(dir=settings.FILE_UPLOAD_TEMP_DIR, prefix="model-upload-"))  # 0700
     try:
         archive = archive_on_disk(upload, staging, limits.max_archive_bytes)
         unpacked = staging / "unpacked"
         unpacked.mkdir(mode=0o700)
         folder = extract_archive(archive, unpacked, limits)
         checked = check_model_dir(folder)
-        relative = Path(MODELS_FOLDER) / str(owner.pk) / uuid.uuid4().hex
-        private_folder(relative.parent)
-        target = Path(settings.MEDIA_ROOT) / relative
-        folder.chmod(0o700)
-        folder.rename(target)
+        prefix = f"{MODELS_PREFIX}/{owner.pk}/{uuid.uuid4().hex}"
         try:
-            return UploadedModel.objects.create(
-                owner=owner,
-                name=(name.strip() or default_name(upload.name))[:120],
-                architecture=checked.architecture,
-                parameters=checked.parameters,
-                size_bytes=checked.size_bytes,
-                config=checked.config,
-                shape=checked.shape,
-                has_chat_template=checked.has_chat_template,
-                directory=relative.as_posix(),
-            )
-        except BaseException:
-            shutil.rmtree(target, ignore_errors=True)
-            raise
+            upload_tree(platform_store(), prefix, folder, meta={"architecture": checked.architecture})
+        except StorageError as error:
+            logger.error("storing model %s failed: %s", prefix, error)
+            delete_stored_tree(prefix)
+            raise StorageUnavailable("The model") from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+    try:
+        return UploadedModel.objects.create(
+            owner=owner,
+            name=(name.strip() or default_name(upload.name))[:120],
+            architecture=checked.architecture,
+            parameters=checked.parameters,
+            size_bytes=checked.size_bytes,
+            config=checked.config,
+            shape=checked.shape,
+            has_chat_template=checked.has_chat_template,
+            store_prefix=prefix,
+        )
+    except BaseException:
+        delete_stored_tree(prefix)
+        raise
 
 
 def archive_on_disk(upload, staging: Path, limit: int) -> Path:
@@ -156,32 +172,20 @@ def archive_on_disk(upload, staging: Path, limit: int) -> Path:
     return copy
 
 
-def private_folder(relative: Path) -> Path:
-    """MEDIA_ROOT/relative, each folder made 0700 as it is created."""
-    folder = Path(settings.MEDIA_ROOT)
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    for part in relative.parts:
-        folder = folder / part
-        if not folder.is_dir():
-            folder.mkdir(mode=0o700, exist_ok=True)
-            folder.chmod(0o700)  # whatever the umask
-    return folder
-
-
 def default_name(file_name: str | None) -> str:
     return ARCHIVE_SUFFIX.sub("", Path(file_name or "").name) or "model"
 
 
 def delete_model(owner, model: UploadedModel) -> None:
-    """Delete one of the owner's models and its folder; raises ModelInUse while an unfinished job trains it."""
+    """Delete one of the owner's models and its stored tree; raises ModelInUse while an unfinished job trains it."""
     with transaction.atomic():
         locked = UploadedModel.objects.select_for_update().get(pk=model.pk, owner=owner)
         job = jobs_training(locked).first()
         if job is not None:
             raise ModelInUse(locked, job)
-        folder = locked.path
+        prefix = locked.store_prefix
         locked.delete()
-        transaction.on_commit(lambda: shutil.rmtree(folder, ignore_errors=True))
+        transaction.on_commit(lambda: delete_stored_tree(prefix))
 
 
 def lock_for_launch(name: str) -> None:
@@ -222,7 +226,7 @@ def catalog_source(name: str) -> ModelSource:
         name=model.name,
         reference=model.name,
         config=dict(model.config),
-        path=None,
+        store_prefix=None,
         shape=hfconfig.model_shape(model.config),
         seq_len=model.seq_len,
         source="catalog",
@@ -243,7 +247,7 @@ def upload_source(pk: int, owner=None) -> ModelSource:
         name=model.name,
         reference=model.reference,
         config=model.config,
-        path=model.path,
+        store_prefix=model.store_prefix,
         shape=ModelShape.from_dict(model.shape),
         seq_len=default_seq_len(model.config),
         source="upload",
@@ -269,13 +273,44 @@ def hub_source(repo_id: str) -> ModelSource:
         name=repo_id,
         reference=repo_id,
         config=checked.config,
-        path=folder,
+        store_prefix=hub_prefix(repo_id, folder),
         shape=ModelShape.from_dict(checked.shape),
         seq_len=default_seq_len(checked.config),
         source="hub",
         description=f"{repo_id} from this platform's Hugging Face cache, {checked.parameters:,} parameters",
         has_chat_template=checked.has_chat_template,
+        snapshot=folder,
     )
+
+
+def hub_prefix(repo_id: str, snapshot: Path) -> str:
+    """hub/<org>--<name>/<commit>: a snapshot folder is named by its commit and never changes."""
+    return f"{HUB_PREFIX}/{repo_id.replace('/', '--')}/{snapshot.name}"
+
+
+_stored_snapshots: set[tuple[str, str]] = set()  # (store URL, prefix): known to be stored
+
+
+def store_hub_snapshot(source: ModelSource) -> None:
+    """Upload a Hub model's cached snapshot to its tree unless it is stored already (checked once per process:
+    a snapshot never changes). Called before the first placement of a job that trains it; raises StorageError
+    when storage fails."""
+    if source.source != "hub" or source.snapshot is None or source.store_prefix is None:
+        return
+    store = platform_store()
+    if (store.url, source.store_prefix) in _stored_snapshots:
+        return
+    if read_manifest(store, source.store_prefix) is None:
+        names = snapshot_files(source.snapshot)
+        entries = upload_files(store, source.store_prefix, source.snapshot, names)
+        write_manifest(store, source.store_prefix, entries, meta={"hub_id": source.reference})
+        logger.info("stored %s's snapshot as %s (%d files)", source.reference, source.store_prefix, len(names))
+    _stored_snapshots.add((store.url, source.store_prefix))
+
+
+def snapshot_files(folder: Path) -> list[str]:
+    """A snapshot's files as '/'-paths: huggingface_hub links each to its blob, so links to files count."""
+    return sorted(path.relative_to(folder).as_posix() for path in folder.rglob("*") if path.is_file())
 
 
 @functools.lru_cache(maxsize=32)

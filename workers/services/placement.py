@@ -24,11 +24,13 @@ from workers.models import Allocation, Job, Node
 from workers.modelspecs import LORA
 from workers.planner import Plan, Rank
 from workers.protocol import CommandType, RankLaunch
+from workers.runtime.staging import stored
 from workers.services import commands, lifecycle, spot
 from workers.services.fleet import free_chips
-from workers.services.models import resolve_model_source
+from workers.services.models import ModelUnavailable, resolve_model_source, store_hub_snapshot
 from workers.services.planning import model_spec
 from workers.spec import JobSpec
+from workers.storage import StorageError
 
 
 class CapacityChanged(Exception):
@@ -38,6 +40,8 @@ class CapacityChanged(Exception):
 def allocate(job: Job, plan: Plan, now=None) -> list[Allocation]:
     """Hold the plan's chips for the job and queue the start commands, in one transaction."""
     now = now or timezone.now()
+    if not _model_files_stored(job, now):
+        return []
     wanted: dict[int, list[Rank]] = defaultdict(list)
     for rank in plan.ranks:
         wanted[rank.node_pk].append(rank)
@@ -67,6 +71,22 @@ def allocate(job: Job, plan: Plan, now=None) -> list[Allocation]:
         if job.spot:
             spot.sync_bids_with_plan(job, plan, now)
     return held
+
+
+def _model_files_stored(job: Job, now) -> bool:
+    """Before the first placement of a Hub model, its cached snapshot goes to object storage (once; slow
+    for a big model, so outside any transaction). When storage fails the job waits and is planned again."""
+    try:
+        source = resolve_model_source(job.model_name)
+    except ModelUnavailable:
+        return True  # the launch below fails the job, saying why
+    try:
+        store_hub_snapshot(source)
+    except StorageError as error:
+        reason = f"Waiting for storage: {source.reference}'s files can't be stored ({error})"
+        lifecycle.wait_for_chips(job.pk, reason, now)
+        return False
+    return True
 
 
 def _allocation(job: Job, node: Node, ranks: list[Rank], now) -> Allocation:
@@ -116,14 +136,14 @@ def rank_launches(job: Job, plan: Plan, nodes: dict[int, Node]) -> list[tuple[in
                     master_port=master_port(job),
                     model=model,
                     dataset=dataset_location(job),
-                    eval_dataset=job.eval_dataset_upload.file.path if job.eval_dataset_upload_id else None,
+                    eval_dataset=job.eval_dataset_upload.location if job.eval_dataset_upload_id else None,
                     eval_fraction=job.eval_fraction,
                     eval_every=job.eval_every,
                     micro_batches=micro_batches,
                     max_steps=job.max_steps,
                     zero_stage=plan.zero_stage,
                     run_dir=str(settings.RUNS_ROOT / f"job-{job.pk}" / f"epoch-{job.epoch}"),
-                    checkpoint_dir=str(checkpoint_dir(job)),
+                    checkpoint_dir=stored(checkpoint_prefix(job)),
                     resume_from=job.latest_checkpoint or None,
                     checkpoint_every=checkpoint_interval(job),
                     device=device,
@@ -142,7 +162,7 @@ def launch_model(job: Job) -> dict:
     return {
         **model_spec(JobSpec.of_job(job), source).as_dict(),
         "config": source.config,
-        "path": str(source.path) if source.path else None,
+        "path": source.location,  # store:models/... or store:hub/...; None: built from the config
         "lora": lora_settings(job.lora) if job.mode == LORA else None,
         "gradient_checkpointing": job.gradient_checkpointing,
     }
@@ -153,8 +173,9 @@ def master_port(job: Job) -> int:
     return settings.RENDEZVOUS_PORT_BASE + zlib.crc32(f"{job.pk}:{job.epoch}".encode()) % 20000
 
 
-def checkpoint_dir(job: Job):
-    return settings.CHECKPOINT_ROOT / f"job-{job.pk}"
+def checkpoint_prefix(job: Job) -> str:
+    """Where the job's checkpoints are kept in the platform's store: `<prefix>/step-<n>/` trees."""
+    return f"checkpoints/job-{job.pk}"
 
 
 def checkpoint_interval(job: Job) -> int:
@@ -162,4 +183,5 @@ def checkpoint_interval(job: Job) -> int:
 
 
 def dataset_location(job: Job) -> str:
-    return job.dataset_upload.file.path if job.dataset_upload_id else job.dataset
+    """ "synthetic", or an upload's stored file: store:datasets/<owner>/<uuid>/data.<ext>."""
+    return job.dataset_upload.location if job.dataset_upload_id else job.dataset

@@ -16,6 +16,7 @@ from workers.models import Allocation, Job, JobEval, JobLogLine, JobMetric, Node
 from workers.protocol import ReportKind
 from workers.services import lifecycle
 from workers.services.allocations import release_leaving_chips
+from workers.services.checkpoints import record_checkpoint
 from workers.services.events import record_event
 from workers.services.throughput import remember_throughput
 
@@ -153,6 +154,7 @@ def _record_eval(job: Job, item: dict, now) -> None:
 
 
 def _record_checkpoint(job: Job, item: dict, now) -> None:
+    record_checkpoint(job, item, _time(item, now))  # for pruning, even an older step's: it is stored
     if job.latest_checkpoint_step is not None and item["step"] < job.latest_checkpoint_step:
         return
     job.latest_checkpoint = item["path"]

@@ -16,4 +16,12 @@ read trees through a content-addressed, size-capped, hash-verified cache (`cache
 from workers.storage.base import ObjectMissing, StorageError, Store, StoredObject, check_key
 from workers.storage.factory import open_store, store_from_environment
 
-__all__ = ["ObjectMissing", "StorageError", "Store", "StoredObject", "check_key", "open_store", "store_from_environment"]
+__all__ = [
+    "ObjectMissing",
+    "StorageError",
+    "Store",
+    "StoredObject",
+    "check_key",
+    "open_store",
+    "store_from_environment",
+]

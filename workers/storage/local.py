@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import tempfile
@@ -11,8 +12,10 @@ from typing import BinaryIO
 
 from workers.storage.base import ObjectMissing, StorageError, Store, StoredObject, check_key
 
-# What opening a key that names no file raises: nothing there, a folder there, or a file where a folder would be.
+# Opening a key that names no file: nothing there, a folder there, a file where a folder would be, or a
+# name this file system can't hold (too long), which can't name an object here either.
 _NOT_AN_OBJECT = (FileNotFoundError, IsADirectoryError, NotADirectoryError)
+_NO_SUCH_NAME = {errno.ENAMETOOLONG, errno.ELOOP}
 
 
 class LocalStore(Store):
@@ -33,8 +36,8 @@ class LocalStore(Store):
     def _write(self, key: str, fill) -> None:
         target = self.path(key)
         try:
-            target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
+            _private_folders(target.parent)
+            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")  # 0600
         except OSError as exc:  # a file where a folder of the key would be, a full or read-only disk
             raise StorageError(f"can't write {key!r} in {self.url}: {exc}") from None
         try:
@@ -52,30 +55,38 @@ class LocalStore(Store):
     def _missing(self, key: str) -> ObjectMissing:
         return ObjectMissing(f"no object {key!r} in {self.url}")
 
+    def _read_error(self, key: str, exc: OSError) -> StorageError:
+        if isinstance(exc, _NOT_AN_OBJECT) or exc.errno in _NO_SUCH_NAME:
+            return self._missing(key)
+        return StorageError(f"can't read {key!r} in {self.url}: {exc}")
+
     def get_file(self, key: str, dest: Path) -> None:
         try:
             shutil.copyfile(self.path(key), dest)
-        except _NOT_AN_OBJECT:
-            raise self._missing(key) from None
+        except OSError as exc:
+            raise self._read_error(key, exc) from None
 
     def get_bytes(self, key: str) -> bytes:
         try:
             return self.path(key).read_bytes()
-        except _NOT_AN_OBJECT:
-            raise self._missing(key) from None
+        except OSError as exc:
+            raise self._read_error(key, exc) from None
 
     def open(self, key: str) -> BinaryIO:
         try:
             handle = open(self.path(key), "rb")  # noqa: SIM115 - the caller closes it
-        except _NOT_AN_OBJECT:
-            raise self._missing(key) from None
+        except OSError as exc:
+            raise self._read_error(key, exc) from None
         if not os.path.isfile(handle.name):  # opening a folder read-only succeeds on some systems
             handle.close()
             raise self._missing(key)
         return handle
 
     def exists(self, key: str) -> bool:
-        return self.path(key).is_file()
+        try:
+            return self.path(key).is_file()
+        except OSError:  # a name too long for this file system names nothing
+            return False
 
     def list(self, prefix: str) -> Iterator[StoredObject]:
         base = self.path(prefix) if prefix else self.root
@@ -121,9 +132,23 @@ class LocalStore(Store):
 
     def ping(self) -> None:
         try:
-            self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+            _private_folders(self.root)
             fd, probe = tempfile.mkstemp(dir=self.root, prefix=".tmp-ping-")
             os.close(fd)
             os.unlink(probe)
         except OSError as exc:
             raise StorageError(f"storage directory {self.root} is not writable: {exc}") from None
+
+
+def _private_folders(folder: Path) -> None:
+    """Make `folder` and each missing parent 0700, whatever the umask (a store holds users' data)."""
+    if folder.is_dir():
+        return
+    _private_folders(folder.parent)
+    try:
+        folder.mkdir(mode=0o700)
+    except FileExistsError:  # made meanwhile by another writer
+        if not folder.is_dir():
+            raise
+        return
+    folder.chmod(0o700)

@@ -114,7 +114,10 @@ class S3Store(Store):
         return self._call("sign", key, sign, "get_object", Params=params, ExpiresIn=expires_s)
 
     def ping(self) -> None:
-        self._call("reach bucket", self.bucket, self.client.head_bucket, Bucket=self.bucket)
+        try:
+            self._call("reach bucket", self.bucket, self.client.head_bucket, Bucket=self.bucket)
+        except ObjectMissing:
+            raise StorageError(f"there is no bucket {self.bucket!r} at {self.client.meta.endpoint_url}") from None
 
     def describe(self) -> str:
         return f"{self.url} at {self.client.meta.endpoint_url}"

@@ -1,0 +1,99 @@
+"""`make run`'s object store (portal/local/launcher.py start_storage): the data dir's folder by default,
+embedded S3 (SeaweedFS) with STARVERSE_STORAGE=embedded-s3, a set STORAGE_URL kept; what it chose is
+exported to every child (web, Celery, the demo agents and their ranks)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import boto3
+import pytest
+
+from portal.local.launcher import start_storage
+from portal.local.s3 import EmbeddedS3
+from portal.local.stores import StoreError, free_port
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_by_default_the_store_is_a_folder_of_the_data_dir(tmp_path):
+    environ: dict[str, str] = {}
+    started: list = []
+
+    start_storage(tmp_path, started, environ)
+
+    assert environ == {"STORAGE_URL": f"file://{tmp_path / 'storage'}"} and started == []
+
+
+def test_a_storage_url_that_is_set_is_kept(tmp_path):
+    given = {"STORAGE_URL": "s3://their-bucket/starverse", "AWS_ENDPOINT_URL": "https://s3.example.com"}
+    environ, started = dict(given), []
+
+    start_storage(tmp_path, started, environ)
+
+    assert environ == given and started == []
+
+
+def test_embedded_s3_is_started_with_its_data_in_the_data_dir_and_exported(tmp_path):
+    port = free_port()
+    environ = {"STARVERSE_STORAGE": "embedded-s3", "STARVERSE_S3_PORT": str(port)}
+    started: list = []
+    try:
+        start_storage(tmp_path, started, environ)
+
+        (server,) = started
+        assert isinstance(server, EmbeddedS3) and server.running and server.s3_dir == tmp_path.resolve() / "s3"
+        assert environ["STORAGE_URL"] == "s3://starverse/starverse"
+        assert environ["AWS_ENDPOINT_URL"] == f"http://127.0.0.1:{port}"
+        client = boto3.session.Session().client(
+            "s3",
+            endpoint_url=environ["AWS_ENDPOINT_URL"],
+            aws_access_key_id=environ["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=environ["AWS_SECRET_ACCESS_KEY"],
+            region_name=environ["AWS_REGION"],
+        )
+        client.put_object(Bucket="starverse", Key="starverse/probe", Body=b"kept")
+        server.stop()
+        server.start()  # restarted on the same port, with its data
+        assert client.get_object(Bucket="starverse", Key="starverse/probe")["Body"].read() == b"kept"
+    finally:
+        for server in started:
+            server.stop()
+
+
+def test_a_child_sees_the_exported_store(tmp_path):
+    """Children inherit the launcher's environment: a demo agent's ranks open the same store."""
+    environ: dict[str, str] = {}
+    start_storage(tmp_path, [], environ)
+    code = "from workers.storage import store_from_environment as s; print(s().url)"
+
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, env={**os.environ, **environ}, capture_output=True, text=True
+    )
+
+    assert done.stdout.strip() == f"file://{tmp_path / 'storage'}", done.stderr
+
+
+def test_embedded_s3_and_a_storage_url_together_are_refused(tmp_path):
+    environ = {"STARVERSE_STORAGE": "embedded-s3", "STORAGE_URL": "s3://mine/x"}
+
+    with pytest.raises(StoreError, match="Both STARVERSE_STORAGE=embedded-s3 and STORAGE_URL=s3://mine/x"):
+        start_storage(tmp_path, [], environ)
+
+
+def test_an_unknown_storage_choice_names_the_choices(tmp_path):
+    with pytest.raises(StoreError, match="'minio' is not a storage choice: use directory .* or embedded-s3"):
+        start_storage(tmp_path, [], {"STARVERSE_STORAGE": "minio"})
+
+
+def test_a_taken_s3_port_names_the_variable(tmp_path):
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        port = squatter.getsockname()[1]
+        with pytest.raises(StoreError, match=rf"Port {port} .*STARVERSE_S3_PORT"):
+            start_storage(tmp_path, [], {"STARVERSE_STORAGE": "embedded-s3", "STARVERSE_S3_PORT": str(port)})

@@ -1,0 +1,30 @@
+"""Sending one stored file to its owner (checked before this is called): a redirect to a short-lived
+presigned URL where the store has them (S3: the bytes never pass through the web server), else the file
+streamed from the store."""
+
+from __future__ import annotations
+
+from django.http import FileResponse, HttpResponse, HttpResponseRedirect
+from rest_framework import status
+from rest_framework.exceptions import APIException
+
+from workers.services.storage import platform_store
+
+PRESIGNED_URL_SECONDS = 300
+
+
+class StorageDown(APIException):
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_detail = "Object storage is unavailable right now; try again shortly."
+    default_code = "storage_unavailable"
+
+
+def stored_file_response(key: str, filename: str) -> HttpResponse:
+    """302 to a presigned URL, or the file as an attachment; raises StorageError when storage fails."""
+    store = platform_store()
+    url = store.presigned_url(key, filename, expires_s=PRESIGNED_URL_SECONDS)
+    if url is not None:
+        response = HttpResponseRedirect(url)
+        response["Cache-Control"] = "private, no-store"  # the URL is a credential while it lasts
+        return response
+    return FileResponse(store.open(key), as_attachment=True, filename=filename)
