@@ -168,6 +168,26 @@ def test_a_presigned_url_is_only_for_its_object(s3_store):
     assert httpx.get(url.replace("/mine?", "/theirs?")).status_code == 403
 
 
+def test_presigned_urls_name_the_public_endpoint_when_one_is_set(s3_store):
+    s3_store.put_bytes("public", b"for the browser")
+    endpoint = s3_store.client.meta.endpoint_url
+    public = S3Store(s3_store.bucket, s3_store.prefix, client=s3_store.client, public_endpoint="http://localhost:1")
+
+    url = public.presigned_url("public", "public")
+
+    assert url.startswith("http://localhost:1/")
+    # signed for that host: the same path and query on the real endpoint (another host) is refused
+    assert httpx.get(url.replace("http://localhost:1", endpoint)).status_code == 403
+    assert (
+        httpx.get(
+            public.client.generate_presigned_url(
+                "get_object", Params={"Bucket": s3_store.bucket, "Key": f"{s3_store.prefix}/public"}
+            )
+        ).content
+        == b"for the browser"
+    )
+
+
 def test_a_directory_has_no_presigned_urls_the_web_streams_instead(tmp_path):
     store = LocalStore(tmp_path)
     store.put_bytes("a", b"x")

@@ -10,7 +10,8 @@ from workers.storage.base import StorageError, Store
 
 
 def open_store(url: str) -> Store:
-    """`file:///dir` or a plain absolute path: a directory; `s3://bucket/prefix`: S3 (boto3's credentials)."""
+    """`file:///dir` or a plain absolute path: a directory; `s3://bucket/prefix`: S3 (boto3's credentials;
+    presigned download URLs for STORAGE_PUBLIC_ENDPOINT_URL when set)."""
     parsed = urlparse(url)
     if parsed.scheme in ("", "file"):
         path = Path(parsed.path if parsed.scheme else url)
@@ -24,7 +25,9 @@ def open_store(url: str) -> Store:
             raise StorageError(f"STORAGE_URL {url!r}: name a bucket, s3://bucket/prefix")
         from workers.storage.s3 import S3Store
 
-        return S3Store(parsed.netloc, parsed.path)
+        return S3Store(
+            parsed.netloc, parsed.path, public_endpoint=os.environ.get("STORAGE_PUBLIC_ENDPOINT_URL") or None
+        )
     raise StorageError(f"STORAGE_URL {url!r}: unsupported scheme {parsed.scheme!r} (use file:// or s3://)")
 
 

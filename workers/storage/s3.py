@@ -22,21 +22,36 @@ _TRANSFER = TransferConfig(multipart_threshold=64 << 20, multipart_chunksize=64 
 _MISSING = {"404", "NoSuchKey", "NotFound"}
 
 
+_CLIENT_CONFIG = Config(
+    connect_timeout=5,
+    read_timeout=60,
+    retries={"max_attempts": 5, "mode": "standard"},
+    signature_version="s3v4",
+    s3={"addressing_style": "path"},
+)
+
+
 class S3Store(Store):
-    def __init__(self, bucket: str, prefix: str = "", client=None) -> None:
+    """`public_endpoint`: where users' browsers reach the store, when not at the platform's own endpoint
+    (an internal address, say); presigned download URLs are signed for it."""
+
+    def __init__(self, bucket: str, prefix: str = "", client=None, public_endpoint: str | None = None) -> None:
         self.bucket, self.prefix = bucket, prefix.strip("/")
         self.url = f"s3://{bucket}/{self.prefix}".rstrip("/")
         # A session of its own: boto3's default session is not safe to share between threads creating clients.
-        self.client = client or boto3.session.Session().client(
-            "s3",
-            config=Config(
-                connect_timeout=5,
-                read_timeout=60,
-                retries={"max_attempts": 5, "mode": "standard"},
-                signature_version="s3v4",
-                s3={"addressing_style": "path"},
-            ),
-        )
+        self.client = client or boto3.session.Session().client("s3", config=_CLIENT_CONFIG)
+        self.signer = self.client
+        if public_endpoint:
+            credentials = self.client._request_signer._credentials
+            self.signer = boto3.session.Session().client(
+                "s3",
+                endpoint_url=public_endpoint,
+                region_name=self.client.meta.region_name,
+                aws_access_key_id=credentials.access_key if credentials else None,
+                aws_secret_access_key=credentials.secret_key if credentials else None,
+                aws_session_token=credentials.token if credentials else None,
+                config=_CLIENT_CONFIG,
+            )
 
     def _key(self, key: str) -> str:
         return join(self.prefix, check_key(key))
@@ -110,7 +125,7 @@ class S3Store(Store):
             "Key": self._key(key),
             "ResponseContentDisposition": content_disposition(filename),
         }
-        sign = self.client.generate_presigned_url
+        sign = self.signer.generate_presigned_url
         return self._call("sign", key, sign, "get_object", Params=params, ExpiresIn=expires_s)
 
     def ping(self) -> None:
