@@ -8,14 +8,18 @@ when every one passes, else 503; either way a JSON body names each check and wha
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import dataclasses
 import datetime
 from typing import Any
 
 import redis.asyncio
 from django.conf import settings
+from django.db import transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.utils.cache import add_never_cache_headers
+from django.utils.cache import add_never_cache_headers, patch_vary_headers
+from django.utils.decorators import method_decorator
+from django.views import View
 from django.views.decorators.http import require_GET
 from health_check.base import HealthCheck
 from health_check.checks import Database
@@ -102,13 +106,27 @@ class ReadinessView(HealthCheckView):
 
     http_method_names = ["get"]
 
-    async def get(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+    @method_decorator(transaction.non_atomic_requests)
+    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        response = View.dispatch(self, request, *args, **kwargs)
+        patch_vary_headers(response, ["Accept"])
+        add_never_cache_headers(response)
+        return response
+
+    def get(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        """Synchronous on purpose: the checks run on an event loop of their own in a helper thread, so the
+        view works the same under WSGI and where the calling thread already runs a loop (an async test
+        client, a browser driver in tests): django-health-check's own view is async."""
         named = readiness_checks()
         self.checks = list(named.values())
-        with self.get_executor() as executor:
-            results = await asyncio.gather(*(check.get_result(executor) for check in self.get_checks()))
+        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as runner:
+            results = runner.submit(asyncio.run, self._results()).result()
         errors = {name: result.error for name, result in zip(named, results, strict=True)}
         outcome = {name: str(error) if error else "ok" for name, error in errors.items()}
         failed = [name for name, error in errors.items() if error]
         body = {"status": "unavailable" if failed else "ok", "checks": outcome, "failed": failed}
         return JsonResponse(body, status=503 if failed else 200)
+
+    async def _results(self) -> list:
+        with self.get_executor() as executor:
+            return await asyncio.gather(*(check.get_result(executor) for check in self.get_checks()))

@@ -191,8 +191,9 @@ def platform_processes(env: Mapping[str, str]) -> dict[str, str]:
     bind = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     schedule = shlex.quote(str(Path(env["STARVERSE_DATA_DIR"]) / "celerybeat-schedule"))
     web = f"{python} -m gunicorn portal.wsgi:application --bind {bind} --workers 2"
-    # Threads, because node agents hold a request open while they long-poll for commands.
-    web += " --worker-class gthread --threads 16 --access-logfile -"
+    # Threads, because node agents hold a request open while they long-poll for commands. No gunicorn
+    # access log: the site logs each request itself, with its request id (portal/logs.py).
+    web += " --worker-class gthread --threads 16"
     # Django is imported once, before the workers fork: a restarted web answers sooner on a busy machine.
     web += " --preload"
     # Two workers: the meter, reconciler, spot clearing and audits on the default queue; planning, which

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from datetime import timedelta
 
@@ -64,6 +65,19 @@ def test_ready_when_every_store_and_periodic_process_is_up(client, all_running):
         "checks": {"database": "ok", "redis": "ok", "storage": "ok", "beat": "ok", "meter": "ok"},
         "failed": [],
     }
+
+
+def test_readyz_answers_from_a_thread_that_runs_an_event_loop(client, all_running):
+    """Where the caller's thread already runs a loop (a browser driver in the tests, an async client)
+    the checks still run: on a loop of their own."""
+
+    async def from_a_coroutine():
+        return client.get("/readyz")
+
+    response = asyncio.run(from_a_coroutine())
+
+    assert response.status_code == 200, response.content
+    assert response.json()["checks"]["database"] == "ok"
 
 
 def test_not_ready_before_the_beat_and_the_meter_ever_ran(client, storage_here):
