@@ -79,9 +79,28 @@ def logging_config(fmt: str, level: str) -> dict[str, Any]:
                 "foreign_pre_chain": shared_processors(),
             }
         },
-        "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "structured"}},
+        "filters": {"expected_health_failures": {"()": ExpectedHealthFailures}},
+        "handlers": {
+            "console": {
+                "class": "logging.StreamHandler",
+                "formatter": "structured",
+                "filters": ["expected_health_failures"],
+            }
+        },
         "root": {"handlers": ["console"], "level": level},
     }
+
+
+class ExpectedHealthFailures(logging.Filter):
+    """A readiness check that finds a store down is an answer, not a crash: django-health-check logs it
+    with its traceback; keep the line and the reason, drop the traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name.startswith("health_check") and record.exc_info and record.levelno < logging.ERROR:
+            error = record.exc_info[1]
+            record.msg, record.args = f"{record.getMessage()}: {error}", ()
+            record.exc_info = record.exc_text = None
+        return True
 
 
 def request_id_of(request: HttpRequest) -> str:
@@ -101,15 +120,18 @@ class RequestIdMiddleware:
         request.request_id = request_id_of(request)
         structlog.contextvars.bind_contextvars(request_id=request.request_id)
         started = time.monotonic()
-        response = self.get_response(request)
-        response[REQUEST_ID_HEADER] = request.request_id
-        level = logging.DEBUG if request.path in QUIET_PATHS else logging.INFO
-        request_logger.log(
-            level,
-            "request",
-            method=request.method,
-            path=request.path,
-            status=response.status_code,
-            duration_ms=round((time.monotonic() - started) * 1000, 1),
-        )
-        return response
+        try:
+            response = self.get_response(request)
+            response[REQUEST_ID_HEADER] = request.request_id
+            level = logging.DEBUG if request.path in QUIET_PATHS else logging.INFO
+            request_logger.log(
+                level,
+                "request",
+                method=request.method,
+                path=request.path,
+                status=response.status_code,
+                duration_ms=round((time.monotonic() - started) * 1000, 1),
+            )
+            return response
+        finally:  # what the request bound (its node, its job) must not stay on the thread after it
+            structlog.contextvars.clear_contextvars()

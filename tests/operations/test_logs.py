@@ -120,3 +120,27 @@ def test_agent_polls_and_reports_name_their_node_and_job(enroll, agent_api, log_
     report = next(line for line in requests if line["path"] == "/api/v1/agent/report/")
     assert poll["node_id"] == node.pk and "job_id" not in poll
     assert (report["node_id"], report["job_id"], report["epoch"]) == (node.pk, 999, 1)
+
+
+def _record(name: str, level: int, error: Exception) -> logging.LogRecord:
+    try:
+        raise error
+    except type(error):
+        import sys
+
+        return logging.LogRecord(name, level, __file__, 1, "Health check %r failed", ("meter",), sys.exc_info())
+
+
+def test_a_failed_readiness_check_logs_its_reason_without_a_traceback():
+    from health_check.exceptions import ServiceUnavailable
+
+    from portal.logs import ExpectedHealthFailures
+
+    record = _record("health_check.base", logging.WARNING, ServiceUnavailable("meter: no run recorded"))
+    assert ExpectedHealthFailures().filter(record)
+    assert record.exc_info is None
+    assert record.getMessage() == "Health check 'meter' failed: Unavailable: meter: no run recorded"
+    crash = _record("health_check.base", logging.ERROR, RuntimeError("bug"))
+    assert ExpectedHealthFailures().filter(crash) and crash.exc_info is not None  # a real crash keeps it
+    configured = logging.getLogger().handlers
+    assert any(isinstance(f, ExpectedHealthFailures) for h in configured for f in h.filters)
