@@ -255,6 +255,10 @@ JOB_STOP_GRACE_S = env_int("JOB_STOP_GRACE_S", 30)
 # Ranks rendezvous on a port derived from (job, epoch) above this base; two platforms on one host
 # (parallel test runs) pick different bases.
 RENDEZVOUS_PORT_BASE = env_int("RENDEZVOUS_PORT_BASE", 29500)
+# ...within this many ports. The default range, 29500-32499, stays below Linux's ephemeral ports (32768-60999),
+# which any program binding port 0 or connecting out may hold at any moment: a rendezvous port drawn there
+# can be taken, and rank 0 then fails with EADDRINUSE.
+RENDEZVOUS_PORT_SPAN = env_int("RENDEZVOUS_PORT_SPAN", 3000)
 TRUSTED_PROXIES = env_list("TRUSTED_PROXIES")  # proxies (IPs/CIDRs) whose X-Forwarded-For names an agent's address
 JOB_PROVISIONING_TIMEOUT_S = env_int("JOB_PROVISIONING_TIMEOUT_S", 180)
 RUNS_ROOT = Path(env("RUNS_ROOT", str(DATA_DIR / "runs")))

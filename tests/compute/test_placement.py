@@ -15,7 +15,7 @@ from workers.choices import AgentStatus, JobStatus
 from workers.models import AgentCommand, Allocation, Job, Node
 from workers.services.lifecycle import cancel as cancel_job
 from workers.services.monitor import reconcile
-from workers.services.placement import CapacityChanged, allocate
+from workers.services.placement import CapacityChanged, allocate, master_port
 
 
 @pytest.mark.django_db(transaction=True)
@@ -101,3 +101,11 @@ def test_reconciling_twice_changes_nothing_more(enroll, planning_job, settings):
     assert first["lost_nodes"] == 1 and second["lost_nodes"] == 0
     assert Job.objects.get(pk=job.pk).migrations.count() == 1
     assert Job.objects.get(pk=job.pk).events.filter(kind="notice").count() == 1
+
+
+def test_rendezvous_ports_differ_by_placement_and_stay_below_the_ephemeral_range(settings):
+    settings.RENDEZVOUS_PORT_BASE, settings.RENDEZVOUS_PORT_SPAN = 29500, 3000
+    ports = {master_port(Job(pk=job, epoch=epoch)) for job in range(1, 200) for epoch in (1, 2, 3)}
+
+    assert min(ports) >= 29500 and max(ports) < 32768  # Linux hands out ports from 32768 to anyone
+    assert len(ports) > 500  # placements spread over the range

@@ -170,7 +170,7 @@ def launch_model(job: Job) -> dict:
 
 def master_port(job: Job) -> int:
     """A rendezvous port that differs between jobs and between placements of one job."""
-    return settings.RENDEZVOUS_PORT_BASE + zlib.crc32(f"{job.pk}:{job.epoch}".encode()) % 20000
+    return settings.RENDEZVOUS_PORT_BASE + zlib.crc32(f"{job.pk}:{job.epoch}".encode()) % settings.RENDEZVOUS_PORT_SPAN
 
 
 def checkpoint_prefix(job: Job) -> str:
