@@ -189,3 +189,21 @@ def test_the_dashboard_says_when_a_job_was_stopped_for_credit(client, alice):
     html = client.get("/dashboard/").content.decode()
     assert f"Job {job.pk}</a> was stopped before your credit ran out" in html
     assert "would run out within 2 minutes" in html
+
+
+def test_every_page_names_its_icon_and_the_icon_ships(client):
+    from django.contrib.staticfiles import finders
+
+    html = client.get(reverse("pricing")).content.decode()
+
+    assert '<link rel="icon" href="/static/img/favicon.svg' in html
+    assert finders.find("img/favicon.svg")
+
+
+def test_a_missing_page_is_a_404_in_the_site_s_layout_with_ways_back(alice_client):
+    response = alice_client.get("/no/such/page/")
+
+    assert response.status_code == 404
+    html = response.content.decode()
+    assert "Page not found" in html and "/no/such/page/" in html
+    assert 'aria-label="Main"' in html and reverse("jobs") in html
