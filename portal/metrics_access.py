@@ -12,24 +12,17 @@ import ipaddress
 from collections.abc import Sequence
 
 from django.conf import settings
-from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest
 
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+from base import addresses
+from base.addresses import Address, Network, in_networks, parse_address
+
 LOOPBACK: tuple[Network, ...] = (ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("::1/128"))
 
 
 def parse_networks(value: str, variable: str = "METRICS_ALLOWED_ADDRESSES") -> tuple[Network, ...]:
     """Networks from "10.0.0.5, 192.168.0.0/24, ::1"; a bad entry is an ImproperlyConfigured naming it."""
-    networks = []
-    for entry in (item.strip() for item in value.split(",")):
-        if not entry:
-            continue
-        try:
-            networks.append(ipaddress.ip_network(entry, strict=False))
-        except ValueError:
-            raise ImproperlyConfigured(f"{variable}: {entry!r} is not an IP address or CIDR network.") from None
-    return tuple(networks)
+    return addresses.parse_networks(value.split(","), variable)
 
 
 def allowed_networks(configured: Sequence[Network], token: str) -> tuple[Network, ...]:
@@ -39,19 +32,13 @@ def allowed_networks(configured: Sequence[Network], token: str) -> tuple[Network
     return () if token else LOOPBACK
 
 
-def client_address(request: HttpRequest, trusted_proxies: int) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+def client_address(request: HttpRequest, trusted_proxies: int) -> Address | None:
     """The connecting address, or behind our proxies the hop they added to X-Forwarded-For; None if unreadable."""
     address = request.META.get("REMOTE_ADDR", "")
     forwarded = [hop.strip() for hop in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",") if hop.strip()]
     if trusted_proxies and forwarded:
         address = forwarded[-min(trusted_proxies, len(forwarded))]
-    try:
-        parsed = ipaddress.ip_address(address)
-    except ValueError:
-        return None
-    if isinstance(parsed, ipaddress.IPv6Address) and parsed.ipv4_mapped is not None:
-        return parsed.ipv4_mapped
-    return parsed
+    return parse_address(address)
 
 
 def bearer_matches(request: HttpRequest, token: str) -> bool:
@@ -65,6 +52,4 @@ def may_scrape(request: HttpRequest) -> bool:
     if bearer_matches(request, token):
         return True
     address = client_address(request, settings.METRICS_TRUSTED_PROXIES)
-    return address is not None and any(
-        address in network for network in allowed_networks(settings.METRICS_ALLOWED_NETWORKS, token)
-    )
+    return address is not None and in_networks(address, allowed_networks(settings.METRICS_ALLOWED_NETWORKS, token))

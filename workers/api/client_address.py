@@ -8,14 +8,13 @@ else is believed about X-Forwarded-For: any client can write any address there.
 
 from __future__ import annotations
 
-import ipaddress
 from functools import lru_cache
 
 from django.conf import settings
-from django.core.exceptions import ImproperlyConfigured
 
-Address = ipaddress.IPv4Address | ipaddress.IPv6Address
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+from base.addresses import Network, in_networks, parse_address, parse_networks
+
+__all__ = ["parse_address", "seen_address", "trusted_proxies"]
 
 
 def seen_address(request) -> str | None:
@@ -25,31 +24,13 @@ def seen_address(request) -> str | None:
         return None
     proxies = trusted_proxies(tuple(settings.TRUSTED_PROXIES))
     hops = [hop for hop in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",") if hop.strip()]
-    while _is_trusted(peer, proxies) and hops:
+    while in_networks(peer, proxies) and hops:
         peer = parse_address(hops.pop())
         if peer is None:  # a trusted proxy passed on something that is not an address
             return None
     return str(peer)
 
 
-def parse_address(text: str) -> Address | None:
-    """An IP address (an IPv4-mapped IPv6 one as IPv4; a zone index dropped), or None."""
-    try:
-        address = ipaddress.ip_address(text.strip().split("%", 1)[0])
-    except ValueError:
-        return None
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
-        return address.ipv4_mapped
-    return address
-
-
 @lru_cache(maxsize=8)
 def trusted_proxies(entries: tuple[str, ...]) -> tuple[Network, ...]:
-    try:
-        return tuple(ipaddress.ip_network(entry, strict=False) for entry in entries)
-    except ValueError as exc:
-        raise ImproperlyConfigured(f"TRUSTED_PROXIES: {exc} (give addresses or networks, comma-separated)") from exc
-
-
-def _is_trusted(address: Address, proxies: tuple[Network, ...]) -> bool:
-    return any(address.version == network.version and address in network for network in proxies)
+    return parse_networks(entries, "TRUSTED_PROXIES")
