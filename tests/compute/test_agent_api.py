@@ -277,3 +277,10 @@ def test_a_refusal_reason_can_come_beside_the_ack(enroll, agent_api, planning_jo
         format="json",
     )
     assert AgentCommand.objects.get(pk=command["id"]).status == CommandStatus.REFUSED
+
+
+def test_a_drain_set_while_a_poll_is_in_flight_is_not_undone_by_that_poll(enroll):
+    node, _ = enroll("a")  # the poll authenticated the node while it was online...
+    Node.objects.filter(pk=node.pk).update(agent_status=AgentStatus.DRAINING)  # ...then the operator drained it
+    record_heartbeat(node, {"load": 1})
+    assert Node.objects.get(pk=node.pk).agent_status == node.agent_status == AgentStatus.DRAINING

@@ -8,7 +8,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F, Sum
+from django.db.models import Case, F, Sum, Value, When
 from django.utils import timezone
 
 from workers.choices import AgentStatus, CommandStatus
@@ -151,28 +151,32 @@ def authenticate_node(raw: str) -> Node | None:
 
 
 def heartbeat_status(current: str) -> str:
-    """A draining node stays draining and a lost one stays lost (see `record_heartbeat`); else it is online."""
+    """A draining node stays draining and a lost one stays lost; else it is online."""
     return current if current in (AgentStatus.DRAINING, AgentStatus.LOST) else AgentStatus.ONLINE
 
 
 def record_heartbeat(
     node: Node, health: dict, ranks: list[dict] | None = None, now=None, seen_address: str | None = None
 ) -> None:
-    """A poll: the node is alive. A node declared lost comes back into service only once it has
-    acked every command queued for it (the kills of its fenced ranks) and reports no live rank, so
-    no new work lands beside ranks of a placement that was moved elsewhere. A node whose address is
-    observed (its agent declared none) takes the address this poll came from (`seen_address`)."""
+    """A poll: the node is alive. A draining node stays draining and a lost one stays lost, decided
+    on the row as it is when written, so a drain the operator sets while this poll is in flight is
+    never overwritten. A node declared lost comes back into service only once it has acked every
+    command queued for it (the kills of its fenced ranks) and reports no live rank, so no new work
+    lands beside ranks of a placement that was moved elsewhere. A node whose address is observed
+    (its agent declared none) takes the address this poll came from (`seen_address`)."""
     now = now or timezone.now()
-    status = heartbeat_status(node.agent_status)
-    if status == AgentStatus.LOST and _clean_return(node, ranks or []):
-        status = AgentStatus.ONLINE
-    changes = {"last_heartbeat_at": now, "health": health, "agent_status": status}
+    kept = (AgentStatus.DRAINING, AgentStatus.LOST)
+    changes = {"last_heartbeat_at": now, "health": health}
     if node.address_observed and seen_address and seen_address != node.address:
         logger.info("node %s is now seen at %s (was %s)", node.hostname, seen_address, node.address or "unknown")
         changes["address"] = seen_address
-    Node.objects.filter(pk=node.pk).update(**changes)
+    status = Case(When(agent_status__in=kept, then=F("agent_status")), default=Value(AgentStatus.ONLINE))
+    Node.objects.filter(pk=node.pk).update(agent_status=status, **changes)
+    if node.agent_status == AgentStatus.LOST and _clean_return(node, ranks or []):
+        Node.objects.filter(pk=node.pk, agent_status=AgentStatus.LOST).update(agent_status=AgentStatus.ONLINE)
     for name, value in changes.items():
         setattr(node, name, value)
+    node.agent_status = Node.objects.values_list("agent_status", flat=True).get(pk=node.pk)
 
 
 def _clean_return(node: Node, ranks: list[dict]) -> bool:
