@@ -73,9 +73,9 @@ def test_pricing_shows_the_price_of_a_work_unit(client, catalog):
     assert per_unit < tpu.on_demand_per_hour
 
 
-def test_pricing_labels_simulated_capacity(client, catalog):
+def test_pricing_counts_only_chips_online_and_names_declared_ones_offline(client, catalog):
     row = row_of(client.get(reverse("pricing")).content.decode(), "tpu-v5e")
-    assert "8 chips, simulated" in row
+    assert "none online" in row and "8 declared, offline" in row  # seeded pools, no agent enrolled
 
 
 @pytest.mark.parametrize("name", ["dashboard", "tokens"])

@@ -18,12 +18,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 
+from django.db.models import Sum
 from django.utils import timezone
 
 from base.money import round_micros
 from billing.models import Price, SpotPrice
-from workers.choices import AllocationMode
-from workers.models import REFERENCE_CHIP, ChipType
+from workers.choices import AgentStatus, AllocationMode
+from workers.models import REFERENCE_CHIP, Allocation, ChipType
 
 MICROSECOND = timedelta(microseconds=1)
 
@@ -35,14 +36,20 @@ def spot_price(floor: int, clearing: int | None) -> int:
 
 @dataclass(frozen=True)
 class ChipOffer:
-    """What one chip type costs now, and what a 4090-equivalent hour of its compute costs."""
+    """What one chip type costs now, what a 4090-equivalent hour of its compute costs, and its chips.
+
+    Only chips whose node's agent is online count as capacity (they can be rented); chips declared
+    in a pool whose node has no agent online are `offline` and shown as such, never as capacity.
+    """
 
     chip: ChipType
     price: Price | None
-    capacity: int
-    simulated_capacity: int
+    capacity: int  # chips online: enrolled, agent heartbeating, not draining
+    simulated_capacity: int  # of those, simulated
     spot_clearing: int | None = None  # the spot auction's last clearing price, if it has cleared
-    spot_capacity: int = 0
+    spot_capacity: int = 0  # online and spot-eligible
+    free: int = 0  # online and not held by a job now
+    offline: int = 0  # declared in a pool, but no agent online for them
 
     @property
     def on_demand_per_hour(self) -> int | None:
@@ -66,24 +73,34 @@ class ChipOffer:
 
 
 def current_offers(now=None) -> list[ChipOffer]:
-    """Every chip type with its price in force at `now` and its chip counts."""
+    """Every chip type with its price in force at `now` and its chips online, free and offline."""
     now = now or timezone.now()
     prices = {price.chip_type_id: price for price in Price.objects.in_force(now)}
     clearing = latest_spot_prices(now)
+    held = _held_chips(now)
     offers = []
     for chip in ChipType.objects.prefetch_related("pools__nodes"):
         nodes = [node for pool in chip.pools.all() for node in pool.nodes.all()]
+        online = [node for node in nodes if node.agent_status == AgentStatus.ONLINE]
         offers.append(
             ChipOffer(
                 chip=chip,
                 price=prices.get(chip.pk),
-                capacity=sum(node.chips for node in nodes),
-                simulated_capacity=sum(node.chips for node in nodes if node.simulated),
+                capacity=sum(node.chips for node in online),
+                simulated_capacity=sum(node.chips for node in online if node.simulated),
                 spot_clearing=clearing[chip.pk].price_per_hour if chip.pk in clearing else None,
-                spot_capacity=sum(node.chips for node in nodes if node.spot_eligible),
+                spot_capacity=sum(node.chips for node in online if node.spot_eligible),
+                free=sum(max(node.chips - held.get(node.pk, 0), 0) for node in online),
+                offline=sum(node.chips for node in nodes if node.agent_status != AgentStatus.ONLINE),
             )
         )
     return offers
+
+
+def _held_chips(now) -> dict[int, int]:
+    """Chips held per node now: open allocations, and reclaimed ones still inside their notice."""
+    rows = Allocation.objects.holding(now).values("node_id").annotate(used=Sum("chips")).order_by()
+    return {row["node_id"]: row["used"] for row in rows}
 
 
 def reference_chip(offers: list[ChipOffer]) -> ChipType:

@@ -26,8 +26,10 @@ class ChipSerializer(serializers.Serializer):
     spot_price = MoneyField(source="spot_per_hour")
     on_demand_price_per_work_unit = serializers.SerializerMethodField()
     spot_price_per_work_unit = serializers.SerializerMethodField()
-    capacity = serializers.IntegerField()
-    simulated_capacity = serializers.IntegerField()
+    capacity = serializers.IntegerField(help_text="Chips online: their host's agent is enrolled and heartbeating.")
+    simulated_capacity = serializers.IntegerField(help_text="Of the chips online, those that are simulated.")
+    free = serializers.IntegerField(help_text="Chips online and not held by a job now.")
+    offline = serializers.IntegerField(help_text="Chips declared in a pool whose host has no agent online.")
 
     def get_on_demand_price_per_work_unit(self, offer) -> str | None:
         """Currency per RTX 4090-equivalent hour of delivered bf16 compute."""

@@ -27,10 +27,6 @@ class PricingRow:
     def chip(self) -> ChipType:
         return self.offer.chip
 
-    @property
-    def real_capacity(self) -> int:
-        return self.offer.capacity - self.offer.simulated_capacity
-
 
 def pricing_row(offer: ChipOffer, reference: ChipType) -> PricingRow:
     return PricingRow(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -25,13 +26,26 @@ REPOSITORY = Path(__file__).resolve().parents[2]
 MIXED = nodes("rtx-4090", 2, spot=True) + nodes("a100-80g", 1) + nodes("mlu370", 1)
 
 
-def test_a_model_that_fits_no_chip_says_how_much_it_needs():
+def test_a_model_that_fits_no_chip_says_how_much_it_needs_and_what_would_fit():
     with pytest.raises(
         ModelDoesNotFit,
-        match=r"llama-2-70b needs [\d.]+ GiB per chip even at ZeRO-3 across 8 "
-        r"chips \(4 samples each\); the largest chip has 24 GiB",
+        match=r"llama-2-70b does not fit on the 8 chips available \(8 × rtx-4090 24 GiB\): spread over 8 at "
+        r"ZeRO-3 \(4 samples each\), every chip needs [\d.]+ GiB, and none has that much\. "
+        r"It would fit on \d+ × a100-80g \(80 GiB; each needs [\d.]+ GiB\)\.",
     ):
         plan(request("llama-2-70b"), chips(), nodes("rtx-4090", 1))
+
+
+def test_a_model_that_fits_some_of_the_chips_says_how_many_and_never_contradicts_itself():
+    # The demo fleet: one 64 GiB chip can't hold llama-2-7b alone, and the three smaller ones can't share it.
+    fleet = nodes("rtx-4090", 1, free=2) + nodes("tpu-v5e", 1, free=1) + nodes("ascend-910b", 1, free=1)
+    with pytest.raises(ModelDoesNotFit) as refused:
+        plan(request("llama-2-7b"), chips(), fleet)
+    message = str(refused.value)
+    assert "the 4 chips available (1 × ascend-910b 64 GiB, 2 × rtx-4090 24 GiB, 1 × tpu-v5e 16 GiB)" in message
+    need, alone = (float(x) for x in re.findall(r"needs? ([\d.]+) GiB", message)[:2])
+    assert "only 1 of the 4 has that much" in message and need <= 64 < alone
+    assert re.search(r"It would fit on 2 × ascend-910b \(64 GiB; each needs [\d.]+ GiB\)", message)
 
 
 def test_a_budget_below_the_cheapest_plan_names_that_plan():

@@ -67,7 +67,13 @@ def _describe_asked(asked: dict[str, int]) -> str:
     return " + ".join(f"{count} × {slug}" for slug, count in sorted(asked.items()))
 
 
-def explain_failure(request: PlanRequest, kinds: list[Kind], ev: Evaluator, optimiser: Optimiser) -> PlanningError:
+def explain_failure(
+    request: PlanRequest,
+    kinds: list[Kind],
+    ev: Evaluator,
+    optimiser: Optimiser,
+    catalog: Sequence[ChipInfo] = (),
+) -> PlanningError:
     """The most useful reason why `ev` found no feasible mix."""
     unbounded = Evaluator(replace(request, total_budget=None), kinds, None)
     if request.chip_counts:
@@ -78,7 +84,7 @@ def explain_failure(request: PlanRequest, kinds: list[Kind], ev: Evaluator, opti
                 f"{request.model.name} fits only on real and simulated chips together "
                 f"({_describe_sides(kinds)}), and {WHY}."
             )
-        return _does_not_fit(request, _largest_side(kinds))
+        return _does_not_fit(request, _largest_side(kinds), catalog)
     cheapest = _search(request, optimiser, unbounded, "hourly-price")
     if cheapest is None:
         if request.policy == "single-type":
@@ -86,7 +92,7 @@ def explain_failure(request: PlanRequest, kinds: list[Kind], ev: Evaluator, opti
                 f"{request.model.name} fits on no single chip type among the free chips; only a mix of "
                 f"types does. Choose another policy."
             )
-        return _does_not_fit(request, _largest_side(kinds))
+        return _does_not_fit(request, _largest_side(kinds), catalog)
     what = "single-type plan" if request.policy == "single-type" else "plan"
     budget = request.max_budget_per_hour
     if budget is not None and cheapest.price_per_hour > budget:
@@ -159,16 +165,62 @@ def _fits_somewhere(request: PlanRequest, kinds: list[Kind]) -> bool:
     return False
 
 
-def _does_not_fit(request: PlanRequest, kinds: list[Kind]) -> ModelDoesNotFit:
-    chips = min(sum(k.limit for k in kinds), request.max_ranks)
+def _does_not_fit(request: PlanRequest, kinds: list[Kind], catalog: Sequence[ChipInfo] = ()) -> ModelDoesNotFit:
+    """Name the real limit: the chips there are, what each would need spread over all of them (at
+    ZeRO-3, the stage that needs least memory), how many have that much, and what would fit."""
+    memories = sorted((k.chip.memory_gib for k in kinds for _ in range(k.limit)), reverse=True)
+    chips = min(len(memories), request.max_ranks)
     batch = request.global_batch or request.per_device_batch_size * chips
     per_chip = max(math.ceil(batch / chips), 1)
     need = rank_bytes(request.model, 3, chips, per_chip) / GIB
-    largest = max(k.chip.memory_gib for k in kinds)
-    return ModelDoesNotFit(
-        f"{request.model.name} needs {need:.1f} GiB per chip even at ZeRO-3 across {chips} chips "
-        f"({per_chip} sample{'s' if per_chip > 1 else ''} each); the largest chip has {largest} GiB."
+    enough = sum(memory >= need for memory in memories[:chips])
+    samples = f"{per_chip} sample{'s' if per_chip > 1 else ''} each"
+    message = (
+        f"{request.model.name} does not fit on the {len(memories)} chip{'s' if len(memories) > 1 else ''} "
+        f"available ({_describe_memory(kinds)}): spread over {chips} at ZeRO-3 ({samples}), every chip "
+        f"needs {need:.1f} GiB, and {_how_many(enough, chips)} that much."
     )
+    if chips > 1 and enough:
+        alone = rank_bytes(request.model, 3, enough, per_chip) / GIB
+        message += (
+            f" Alone on that one it would need {alone:.1f} GiB."
+            if enough == 1
+            else f" On those {enough} alone, each would need {alone:.1f} GiB."
+        )
+    fitting = _what_would_fit(request, catalog or [k.chip for k in kinds])
+    if fitting:
+        message += f" It would fit on {fitting}."
+    return ModelDoesNotFit(message)
+
+
+def _how_many(enough: int, chips: int) -> str:
+    if enough == 0:
+        return "none has"
+    return f"only {enough} of the {chips} ha{'s' if enough == 1 else 've'}"
+
+
+def _describe_memory(kinds: list[Kind]) -> str:
+    """ "1 × ascend-910b 64 GiB, 2 × rtx-4090 24 GiB" (largest first)"""
+    counts: dict[tuple[int, str], int] = {}
+    for kind in kinds:
+        key = (kind.chip.memory_gib, kind.slug)
+        counts[key] = counts.get(key, 0) + kind.limit
+    ordered = sorted(counts.items(), key=lambda item: (-item[0][0], item[0][1]))
+    return ", ".join(f"{count} × {slug} {memory} GiB" for (memory, slug), count in ordered)
+
+
+def _what_would_fit(request: PlanRequest, catalog: Sequence[ChipInfo]) -> str:
+    """The fewest chips of one catalog type that hold the model at ZeRO-3 with the per-device batch,
+    the cheapest such type per hour: "3 × a100-80g (80 GiB; each needs 47.2 GiB)"; empty if none up
+    to the job's rank limit."""
+    per_chip = request.per_device_batch_size
+    for count in range(1, request.max_ranks + 1):
+        need = rank_bytes(request.model, 3, count, per_chip) / GIB
+        holding = [chip for chip in catalog if chip.memory_gib >= need]
+        if holding:
+            chip = min(holding, key=lambda c: (c.on_demand_per_hour, c.slug))
+            return f"{count} × {chip.slug} ({chip.memory_gib} GiB; each needs {need:.1f} GiB)"
+    return ""
 
 
 def _largest_side(kinds: list[Kind]) -> list[Kind]:

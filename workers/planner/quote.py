@@ -95,7 +95,7 @@ def _quote(request, chips, offers, throughput, optimiser: Optimiser) -> Plan:
     key = OBJECTIVES[policy]
     best = _choose(request, chips, ev, key, optimiser)
     if best is None:
-        raise explain_failure(request, kinds, ev, optimiser)
+        raise explain_failure(request, kinds, ev, optimiser, chips)
     baseline = _best_single_type(ev, key, optimiser)
     return _with_baseline(_assemble(request, ev, best), _assemble(request, ev, baseline) if baseline else None)
 
