@@ -61,7 +61,11 @@ class TrainingForm(forms.Form):
     policy = SpecField(
         initial=Policy.COST_PERFORMANCE,
         widget=forms.Select(choices=Policy.choices),
-        help_text="Cost-performance: most tokens per ¥; fastest: most tokens/s; cheapest: lowest total.",
+        help_text=(
+            "Cost-performance: the best balance, lowest ¥ per token × seconds per token (a chip is added while "
+            "it speeds the job up at least half as much as it adds to the cost); fastest: most tokens/s within "
+            "the hourly budget; cheapest: lowest ¥ per token; single chip type: cost-performance on one type."
+        ),
     )
     max_budget = SpecField(
         label="Hourly budget (¥)", initial="28", widget=forms.NumberInput(attrs={"min": "0", "step": "0.01"})

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.utils import timezone
 
 from tests.compute.conftest import hand_plan
 from workers.choices import JobStatus
-from workers.models import JobMetric, MeasuredThroughput
+from workers.models import JobMetric, MeasuredThroughput, NodeThroughput
 from workers.services.placement import allocate
-from workers.services.planning import throughput_model
-from workers.services.throughput import remember_throughput
+from workers.services.planning import quote, throughput_model
+from workers.services.throughput import FIRST_RUN_SPREAD, remember_throughput
+from workers.spec import JobSpec
 
 pytestmark = pytest.mark.django_db
 
@@ -55,3 +58,53 @@ def test_history_is_a_moving_average_not_the_last_run(enroll, planning_job):
     remember_throughput(second)
     record = MeasuredThroughput.objects.get(model_name="llama-tiny", chip_type__slug="rtx-4090")
     assert record.tokens_per_s == pytest.approx(2500.0) and record.samples == 2
+
+
+def run_on(node, planning_job, tokens_per_s: float, started_s_before_first_step: float, finish_s: float):
+    """A finished one-rank run on `node`: placed, first step after `started_s_before_first_step`,
+    ten steps a second apart, done `finish_s` after the last."""
+    job = planning_job(max_steps=10)
+    allocate(job, hand_plan((node, 2)))
+    placed = job.allocations.get().started_at
+    first = placed + timedelta(seconds=started_s_before_first_step)
+    for step in range(1, 11):
+        JobMetric.objects.create(
+            job=job, epoch=1, rank=0, step=step, loss=1.0, tokens_per_s=tokens_per_s,
+            chip_type="rtx-4090", created_at=first + timedelta(seconds=step - 1),
+        )  # fmt: skip
+    done = first + timedelta(seconds=9 + finish_s)
+    job.allocations.update(ended_at=done)
+    job.refresh_from_db()
+    job.step, job.status = 10, JobStatus.SUCCEEDED
+    return job, done
+
+
+def test_a_finished_run_records_what_each_node_delivered_and_its_overhead(enroll, planning_job):
+    node, _ = enroll("a")
+    job, done = run_on(node, planning_job, 1200.0, started_s_before_first_step=14, finish_s=3)
+    remember_throughput(job, done)
+    record = NodeThroughput.objects.get(node=node, model_name="llama-tiny")
+    assert record.tokens_per_s == pytest.approx(1200.0) and record.overhead_s == pytest.approx(17.0)
+    assert record.samples == 1 and record.spread == FIRST_RUN_SPREAD
+
+    job, done = run_on(node, planning_job, 800.0, started_s_before_first_step=10, finish_s=1)
+    remember_throughput(job, done)
+    record.refresh_from_db()
+    assert record.tokens_per_s == pytest.approx(1000.0) and record.overhead_s == pytest.approx(14.0)
+    assert record.spread == pytest.approx(400 / 1200) and record.samples == 2
+
+
+def test_a_quote_on_measured_nodes_uses_their_speed_and_overhead_and_states_its_uncertainty(enroll, planning_job):
+    node, _ = enroll("a")
+    spec = JobSpec(model_name="llama-tiny", per_device_batch_size=4, max_steps=100, max_budget_per_hour=28_000_000)
+    modelled = quote(spec)
+    assert modelled.uncertainty is None and modelled.overhead_seconds == 0  # no measurement yet
+
+    job, done = run_on(node, planning_job, 100.0, started_s_before_first_step=20, finish_s=5)
+    remember_throughput(job, done)
+    measured = quote(spec)
+
+    assert measured.throughput_source == {"rtx-4090": "measured-on-node"}
+    assert measured.tokens_per_s == pytest.approx(100.0)
+    assert measured.eta_seconds == pytest.approx(100 * measured.tokens_per_step / 100.0 + 25.0)
+    assert measured.overhead_seconds == pytest.approx(25.0) and measured.uncertainty == pytest.approx(0.2)

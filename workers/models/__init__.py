@@ -11,6 +11,7 @@ from workers.models.jobs import (
     JobLogLine,
     JobMetric,
     MeasuredThroughput,
+    NodeThroughput,
     RankExit,
 )
 from workers.models.relocation import JobMigration, MigrationReason, MigrationStatus
@@ -30,6 +31,7 @@ __all__ = [
     "JobMigration",
     "JobMetric",
     "MeasuredThroughput",
+    "NodeThroughput",
     "MigrationReason",
     "MigrationStatus",
     "Node",

@@ -276,6 +276,29 @@ class MeasuredThroughput(models.Model):
         return f"{self.model_name} on {self.chip_type_id}: {self.tokens_per_s:.0f} tokens/s"
 
 
+class NodeThroughput(models.Model):
+    """What one node has delivered on one model: the per-rank speed of its ranks inside a whole
+    job (the wait for slower peers and the collectives included, and the host's CPU limits when it
+    simulates chips), and the seconds a job spent starting there before its first step and
+    finishing after its last. Quotes use it in place of the chip's modelled speed once it exists."""
+
+    node = models.ForeignKey("workers.Node", on_delete=models.CASCADE, related_name="measured")
+    model_name = models.CharField(max_length=200)
+    tokens_per_s = models.FloatField(help_text="Per rank, averaged over a run's steady steps")
+    overhead_s = models.FloatField(default=0, help_text="Start-up before the first step plus finishing after the last")
+    spread = models.FloatField(
+        default=0, help_text="How much runs differ: moving average of |run − estimate| / estimate"
+    )
+    samples = models.PositiveIntegerField(default=0)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["node", "model_name"], name="one_measure_per_node_model")]
+
+    def __str__(self) -> str:
+        return f"{self.model_name} on node {self.node_id}: {self.tokens_per_s:.0f} tokens/s per rank"
+
+
 class RankExit(models.Model):
     """How one rank of one placement ended."""
 

@@ -28,7 +28,7 @@ from base.money import round_micros
 from workers.planner.fleet import Kind
 from workers.planner.memory import GIB, ZERO_STAGES, activation_bytes_per_sample, fixed_bytes
 from workers.planner.split import GroupShare, largest_remainder, split_groups
-from workers.planner.throughput import comm_seconds
+from workers.planner.throughput import MEASURED_ON_NODE, comm_seconds
 from workers.planner.types import PlanRequest
 
 Counts = tuple[int, ...]
@@ -87,6 +87,8 @@ class Evaluator:
         self.memories = [kind.chip.memory_gib * GIB for kind in kinds]
         self.speeds = [kind.speed for kind in kinds]
         self.simulated = [kind.simulated for kind in kinds]
+        self.on_node = [kind.source == MEASURED_ON_NODE for kind in kinds]
+        self.overheads = [kind.overhead_s for kind in kinds]
         self._stages: dict[int, tuple[list[int], list[tuple[int, ...]]]] = {}
         self._cache: dict[Counts, Candidate | None] = {}
         # Key-independent facts the optimiser derives once per request (sweep points, price segments).
@@ -164,8 +166,10 @@ class Evaluator:
         seq = self.model.seq_len
         compute = max((b + (1 if e else 0)) * seq / self.speeds[i] for i, b, e in zip(used, bases, extras, strict=True))
         cross = self._cross_pool(counts, used)
-        step = compute + comm_seconds(self.params, stage, ranks, cross)
-        eta = self.request.max_steps * step
+        # A speed measured on the node already holds its waits for peers and its collectives.
+        measured = all(self.on_node[i] for i in used)
+        step = compute + (0.0 if measured else comm_seconds(self.params, stage, ranks, cross))
+        eta = self.request.max_steps * step + max(self.overheads[i] for i in used)
         total_budget = self.request.total_budget
         if total_budget is not None and total_cost(price, eta) > total_budget:
             return None  # over budget

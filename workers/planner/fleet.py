@@ -15,7 +15,6 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from workers.modelspecs import ModelSpec
 from workers.planner.throughput import ThroughputModel
 from workers.planner.types import ON_DEMAND, SPOT, ChipInfo, NodeOffer, PlanRequest
 
@@ -39,6 +38,8 @@ class Kind:
     source: str
     slots: list[Slot]
     simulated: bool = False
+    overhead_s: float = 0.0  # measured start-up + finishing per job on these nodes (0: not measured)
+    spread: float = 0.0  # how much measured runs on these nodes vary (relative)
     price_prefix: list[int] = field(default_factory=list)
     pools_prefix: list[frozenset[str]] = field(default_factory=list)
 
@@ -67,36 +68,34 @@ def build_kinds(
 ) -> list[Kind]:
     """Group usable free chips into kinds, sorted by chip slug, fastest first, real first (determinism)."""
     by_slug = {chip.slug: chip for chip in chips}
-    groups: dict[tuple[str, float, bool], list[NodeOffer]] = defaultdict(list)
+    groups: dict[tuple, list[NodeOffer]] = defaultdict(list)
     for node in offers:
         if _usable(node, request, by_slug):
-            groups[(node.chip, throughput.node_multiplier(node), node.simulated)].append(node)
+            speed, source, measure = throughput.on_node(request.model, by_slug[node.chip], node)
+            overhead, spread = (measure.overhead_s, measure.spread) if measure else (0.0, 0.0)
+            groups[(node.chip, speed, source, overhead, spread, node.simulated)].append(node)
+    reference = {slug: throughput.tokens_per_s(request.model, chip) for slug, chip in by_slug.items()}
     kinds = [
-        _make_kind(request.model, by_slug[slug], multiplier, simulated, nodes, request, throughput)
-        for (slug, multiplier, simulated), nodes in groups.items()
+        Kind(
+            chip=by_slug[slug],
+            multiplier=speed / reference[slug],
+            speed=speed,
+            source=source,
+            slots=_ordered_slots(by_slug[slug], nodes, request),
+            simulated=simulated,
+            overhead_s=overhead,
+            spread=spread,
+        )
+        for (slug, speed, source, overhead, spread, simulated), nodes in groups.items()
     ]
     kinds = [kind for kind in kinds if kind.slots]
-    return sorted(kinds, key=lambda k: (k.slug, -k.multiplier, k.simulated))
+    return sorted(kinds, key=lambda k: (k.slug, -k.speed, k.simulated, k.overhead_s, k.spread))
 
 
 def _usable(node: NodeOffer, request: PlanRequest, by_slug: dict) -> bool:
     if node.free_chips <= 0 or node.chip not in by_slug:
         return False
     return node.spot_eligible or not request.spot_only
-
-
-def _make_kind(
-    model: ModelSpec,
-    chip: ChipInfo,
-    multiplier: float,
-    simulated: bool,
-    nodes: list[NodeOffer],
-    request: PlanRequest,
-    throughput: ThroughputModel,
-) -> Kind:
-    speed = throughput.tokens_per_s(model, chip) * multiplier
-    slots = _ordered_slots(chip, nodes, request)
-    return Kind(chip, multiplier, speed, throughput.source(model, chip), slots, simulated)
 
 
 def _ordered_slots(chip: ChipInfo, nodes: list[NodeOffer], request: PlanRequest) -> list[Slot]:

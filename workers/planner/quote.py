@@ -13,7 +13,7 @@ from workers.planner.evaluate import OBJECTIVES, Candidate, Evaluator, total_cos
 from workers.planner.fleet import build_kinds
 from workers.planner.memory import GIB, rank_bytes
 from workers.planner.search import exhaustive, optimise
-from workers.planner.throughput import ThroughputModel, link_gbps
+from workers.planner.throughput import MEASURED_ON_NODE, ThroughputModel, link_gbps
 from workers.planner.types import (
     POLICIES,
     ChipInfo,
@@ -26,6 +26,7 @@ from workers.planner.types import (
 )
 
 Optimiser = Callable[..., Candidate | None]
+_POLICY_KEYS = [OBJECTIVES[policy] for policy in ("cost-performance", "fastest", "cheapest")]
 
 
 def plan(
@@ -106,7 +107,11 @@ def _choose(request, chips, ev: Evaluator, key, optimiser: Optimiser) -> Candida
         return min((candidate for candidate in found if candidate is not None), key=key, default=None)
     if request.policy == "single-type":
         return _best_single_type(ev, key, optimiser)
-    return optimiser(ev, key)
+    # The search is a heuristic: a climb towards another policy's optimum can end on a mix that is
+    # better by this policy's measure too. Take the best of the three (their evaluations are shared),
+    # so no policy's plan is ever beaten on its own terms by a plan the quote shows beside it.
+    found = [optimiser(ev, objective) for objective in _POLICY_KEYS if objective is not key]
+    return min((c for c in [optimiser(ev, key), *found] if c is not None), key=key, default=None)
 
 
 def _best_single_type(ev: Evaluator, key, optimiser: Optimiser) -> Candidate | None:
@@ -155,7 +160,21 @@ def _assemble(request: PlanRequest, ev: Evaluator, best: Candidate) -> Plan:
         total_cost=total_cost(best.price_per_hour, best.eta_seconds),
         throughput_source={k.slug: k.source for k, c in zip(kinds, best.counts, strict=True) if c},
         chip_counts=_chip_counts(ranks),
+        overhead_seconds=max(k.overhead_s for k, c in zip(kinds, best.counts, strict=True) if c),
+        uncertainty=_uncertainty([k for k, c in zip(kinds, best.counts, strict=True) if c]),
     )
+
+
+# The least a measured estimate claims: runs on a shared host never repeat exactly.
+MIN_UNCERTAINTY = 0.05
+
+
+def _uncertainty(used: list) -> float | None:
+    """±(twice the largest spread measured on the plan's nodes), about a p90 for errors that scatter
+    normally; None when some rank's node has no measurement for this model."""
+    if not all(kind.source == MEASURED_ON_NODE for kind in used):
+        return None
+    return max(MIN_UNCERTAINTY, 2 * max(kind.spread for kind in used))
 
 
 def _per_million_tokens(price_per_hour: int, tokens_per_s: float) -> int:

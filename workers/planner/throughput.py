@@ -21,20 +21,33 @@ from workers.planner.types import ChipInfo, NodeOffer
 
 INTRA_POOL_GBPS = 400
 CROSS_POOL_GBPS = 100
-MEASURED, FLOPS_MODEL = "measured", "flops-model"
+MEASURED, FLOPS_MODEL, MEASURED_ON_NODE = "measured", "flops-model", "measured-on-node"
+
+
+@dataclass(frozen=True)
+class NodeMeasure:
+    """What one node delivered on this model: tokens/s per rank inside a whole job (waits for peers
+    and collectives included), seconds of start-up and finishing per job, and how much runs vary."""
+
+    tokens_per_s: float
+    overhead_s: float = 0.0
+    spread: float = 0.0
 
 
 @dataclass
 class ThroughputModel:
-    """Tokens/s per (model, chip): measured history when the platform has it, else the FLOPs model.
+    """Tokens/s per (model, chip): measured on the node when the platform has it, else measured on
+    the chip type, else the FLOPs model.
 
-    `measured` maps (model name, chip slug) to tokens/s per chip. `simulation_scale` is the
-    fleet-wide factor by which simulated nodes are paced (workers/runtime/pacing.py); callers with
-    other per-node differences override `node_multiplier`.
+    `measured` maps (model name, chip slug) to tokens/s per chip; `per_node` maps a node id to what
+    that node delivered on the model being planned (the planner is asked about one model at a time).
+    `simulation_scale` is the fleet-wide factor by which simulated nodes are paced
+    (workers/runtime/pacing.py); callers with other per-node differences override `node_multiplier`.
     """
 
     measured: Mapping[tuple[str, str], float] = field(default_factory=dict)
     simulation_scale: float = 1.0
+    per_node: Mapping[str, NodeMeasure] = field(default_factory=dict)
 
     def tokens_per_s(self, model: ModelSpec, chip: ChipInfo) -> float:
         measured = self.measured.get((model.name, chip.slug))
@@ -48,6 +61,13 @@ class ThroughputModel:
     def node_multiplier(self, node: NodeOffer) -> float:
         """Speed of this node relative to its chip type's figure."""
         return self.simulation_scale if node.simulated else 1.0
+
+    def on_node(self, model: ModelSpec, chip: ChipInfo, node: NodeOffer) -> tuple[float, str, NodeMeasure | None]:
+        """(tokens/s per rank, where that figure comes from, the node's measure if any) for a rank there."""
+        measure = self.per_node.get(node.node_id)
+        if measure is not None and measure.tokens_per_s > 0:
+            return measure.tokens_per_s, MEASURED_ON_NODE, measure
+        return self.tokens_per_s(model, chip) * self.node_multiplier(node), self.source(model, chip), None
 
 
 def link_gbps(cross_pool: bool) -> int:

@@ -154,6 +154,10 @@ class Plan:
     speedup_vs_baseline: float | None = None
     cost_ratio_vs_baseline: float | None = None
     chip_counts: dict[str, dict[str, int]] = field(default_factory=dict)
+    overhead_seconds: float = 0.0  # measured start-up and finishing, inside eta_seconds
+    # Relative error the estimate may have (0.1: ±10%) when every rank's node has measurements;
+    # None when some has none, so the speed comes from the chip's modelled figure.
+    uncertainty: float | None = None
 
     @property
     def world_size(self) -> int:
@@ -206,6 +210,8 @@ class Plan:
             "baseline": self.baseline.to_dict() if self.baseline else None,
             "speedup_vs_baseline": _round(self.speedup_vs_baseline),
             "cost_ratio_vs_baseline": _round(self.cost_ratio_vs_baseline),
+            "overhead_seconds": round(self.overhead_seconds, 3),
+            "uncertainty": _round(self.uncertainty),
         }
 
     @classmethod
@@ -232,6 +238,8 @@ class Plan:
             speedup_vs_baseline=data.get("speedup_vs_baseline"),
             cost_ratio_vs_baseline=data.get("cost_ratio_vs_baseline"),
             chip_counts={slug: dict(modes) for slug, modes in (data.get("chip_counts") or {}).items()},
+            overhead_seconds=float(data.get("overhead_seconds") or 0),
+            uncertainty=data.get("uncertainty"),
         )
 
 

@@ -18,7 +18,7 @@ from workers.modelspecs import LORA, ModelSpec, spec_from_config
 from workers.services import spot
 from workers.services.fleet import free_chips, schedulable_nodes
 from workers.services.models import ModelSource, resolve_model_source
-from workers.services.throughput import measured_history
+from workers.services.throughput import measured_history, measured_on_nodes
 from workers.spec import JobSpec
 
 
@@ -64,12 +64,17 @@ def node_offers(market: spot.ChipView | None = None) -> list[planner.NodeOffer]:
 
 
 def throughput_model(model_name: str) -> planner.ThroughputModel:
-    """Measured history first; a simulated node's measure is scaled back to its chip's real speed."""
+    """What each node measured on the model first; then the chip type's history (a simulated node's
+    measure scaled back to its chip's real speed); then the FLOPs model."""
     measured: dict[tuple[str, str], float] = {}
     for (chip, simulated), tokens_per_s in sorted(measured_history(model_name).items(), key=lambda kv: kv[0][1]):
         real = tokens_per_s * settings.SIMULATION_SLOWDOWN if simulated else tokens_per_s
         measured.setdefault((model_name, chip), real)
-    return planner.ThroughputModel(measured=measured, simulation_scale=1 / settings.SIMULATION_SLOWDOWN)
+    return planner.ThroughputModel(
+        measured=measured,
+        simulation_scale=1 / settings.SIMULATION_SLOWDOWN,
+        per_node=measured_on_nodes(model_name),
+    )
 
 
 def model_spec(spec: JobSpec, source: ModelSource | None = None) -> ModelSpec:
@@ -111,6 +116,29 @@ def plan_request(spec: JobSpec) -> planner.PlanRequest:
 
 def quote(spec: JobSpec, market: spot.ChipView | None = None) -> planner.Plan:
     """The plan the job would get now (raises planner.PlanningError)."""
+    request, chips, offers, throughput = _planning_inputs(spec, market)
+    return _with_pacing(planner.plan(request, list(chips.values()), offers, throughput), request.model, chips)
+
+
+# The policies a quote compares its plan with, in the order the page lists them.
+COMPARED_POLICIES = ("cost-performance", "fastest", "cheapest", "single-type")
+
+
+def policy_alternatives(spec: JobSpec, market: spot.ChipView | None = None) -> dict[str, planner.Plan | None]:
+    """The plan each policy would pick for this job now, on the same chips, prices and speeds (None
+    where a policy finds none), so a quote can show what its policy gave up and gained."""
+    request, chips, offers, throughput = _planning_inputs(spec, market)
+    plans: dict[str, planner.Plan | None] = {}
+    for policy in COMPARED_POLICIES:
+        try:
+            plans[policy] = planner.plan(replace(request, policy=policy), list(chips.values()), offers, throughput)
+        except planner.PlanningError:
+            plans[policy] = None
+    return plans
+
+
+def _planning_inputs(spec: JobSpec, market: spot.ChipView | None):
+    """What planning the job now reads: its request, chip prices, free chips and speeds."""
     request = plan_request(spec)
     chips = chip_infos()
     if market is None and spec.spot:
@@ -118,8 +146,7 @@ def quote(spec: JobSpec, market: spot.ChipView | None = None) -> planner.Plan:
     offers = node_offers(market)
     if spec.chip_types:  # a migrating job that may not change chip types
         offers = [offer for offer in offers if offer.chip in spec.chip_types]
-    result = planner.plan(request, list(chips.values()), offers, throughput_model(request.model.name))
-    return _with_pacing(result, request.model, chips)
+    return request, chips, offers, throughput_model(request.model.name)
 
 
 def enrolled_nodes():

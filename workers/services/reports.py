@@ -203,7 +203,7 @@ def _record_exit(job: Job, item: dict, now) -> None:
     world = job.plan.world_size
     if RankExit.objects.filter(job=job, epoch=job.epoch, code=0).count() == world:
         if job.step >= job.max_steps and not job.cancel_requested_at:
-            remember_throughput(job)  # a whole run's measured speed feeds the next quotes
+            remember_throughput(job, now)  # a whole run's measured speed feeds the next quotes
         lifecycle.finish_when_ranks_done(job, now)
 
 

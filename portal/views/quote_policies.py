@@ -1,0 +1,89 @@
+"""What each planning policy would pick for the job in the quote box, side by side.
+
+Each policy minimises what its help text says (workers.planner.evaluate.objective_value); showing
+the others' plans beside the chosen one lets a user see what it traded: a faster mix for a higher
+price per token, or the reverse.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from base.money import format_estimate
+from workers import planner
+from workers.choices import Policy
+from workers.services.planning import policy_alternatives
+from workers.spec import JobSpec
+
+# What each policy minimises, in the words the rows use.
+GOALS = {
+    "cost-performance": "¥ per token × seconds per token",
+    "fastest": "seconds per token (most tokens/s)",
+    "cheapest": "¥ per token",
+    "single-type": "cost-performance on one chip type",
+}
+
+
+@dataclass(frozen=True)
+class PolicyRow:
+    policy: str
+    label: str
+    goal: str
+    chips: str
+    tokens_per_s: str
+    price_per_hour: str
+    price_per_million_tokens: str
+    chosen: bool
+    same_as: str = ""
+
+
+def policy_rows(spec: JobSpec) -> list[PolicyRow]:
+    """One row per policy that finds a plan; plans equal to an earlier row's say so."""
+    labels = dict(Policy.choices)
+    rows: list[PolicyRow] = []
+    seen: dict[tuple, str] = {}
+    for policy, plan in policy_alternatives(spec).items():
+        if plan is None:
+            continue
+        key = _mix(plan)
+        rows.append(
+            PolicyRow(
+                policy=policy,
+                label=labels.get(policy, policy),
+                goal=GOALS[policy],
+                chips=describe(plan),
+                tokens_per_s=f"{plan.tokens_per_s:,.0f}",
+                price_per_hour=format_estimate(plan.price_per_hour),
+                price_per_million_tokens=format_estimate(plan.price_per_million_tokens),
+                chosen=policy == spec.policy,
+                same_as=seen.get(key, ""),
+            )
+        )
+        seen.setdefault(key, labels.get(policy, policy))
+    return rows
+
+
+def describe(plan: planner.Plan) -> str:
+    """ "2 × rtx-4090 + 1 × tpu-v5e" """
+    counts: dict[str, int] = {}
+    for rank in plan.ranks:
+        counts[rank.chip] = counts.get(rank.chip, 0) + 1
+    return " + ".join(f"{count} × {chip}" for chip, count in sorted(counts.items()))
+
+
+def _mix(plan: planner.Plan) -> tuple:
+    return tuple(sorted((rank.node_id, rank.mode) for rank in plan.ranks))
+
+
+def accuracy(plan: planner.Plan) -> str:
+    """How far the quote may be off, in words: from what the plan's nodes measured, or why unknown."""
+    if plan.uncertainty is not None:
+        overhead = f" and {plan.overhead_seconds:,.0f} s of start-up and finishing" if plan.overhead_seconds else ""
+        return (
+            f"Estimated from what these nodes delivered on this model{overhead}: expect within ±{plan.uncertainty:.0%}."
+        )
+    return (
+        "No measurements yet for this model on some of these nodes: the speed comes from the chip's "
+        "modelled figure and start-up is not counted, so the ETA and total may be off by 2× or more. "
+        "Quotes sharpen once a run has finished here."
+    )
