@@ -9,6 +9,9 @@ from celery import shared_task
 
 from base import heartbeats
 from billing.models import StripeEvent
+
+# The e-mail tasks live with what decides to send them; imported so every worker registers them.
+from billing.notifications import send_job_end_email, send_low_balance_email  # noqa: F401
 from billing.services.ledger import audit_ledger as find_ledger_problems
 from billing.services.meter import run_meter as charge_due_allocations
 from billing.services.stripe_payments import process_event

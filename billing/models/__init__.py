@@ -1,4 +1,5 @@
 from billing.models.ledger import Account, AppendOnlyError, Entry, Transaction
+from billing.models.notifications import NotificationSettings, SentNotification
 from billing.models.operator_settings import OperatorSettings
 from billing.models.payments import Payment, PaymentStatus, Refund, StripeEvent
 from billing.models.prices import Price, SpotPrice
@@ -9,11 +10,13 @@ __all__ = [
     "AppendOnlyError",
     "Charge",
     "Entry",
+    "NotificationSettings",
     "OperatorSettings",
     "Payment",
     "PaymentStatus",
     "Price",
     "Refund",
+    "SentNotification",
     "SpotPrice",
     "StripeEvent",
     "Transaction",

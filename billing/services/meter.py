@@ -42,6 +42,7 @@ from django.utils import timezone
 from base.money import format_price
 from billing.choices import AccountKind, TransactionKind
 from billing.models import Account
+from billing.notifications import note_balances
 from billing.services.ledger import Leg, fingerprint_of, lock_wallets, platform_account, wallet_for
 from billing.services.pricing import MICROSECOND, PriceBook
 from billing.signals import credit_shortfall
@@ -285,6 +286,11 @@ def _post(bills: list[Bill], now: datetime) -> MeterResult:
     paid = [bill for bill in bills if bill.charged > 0]
     posted = _post_ledger(paid, wallets, revenue, now)
     _save(bills, posted, now)
+    # One statement a batch: who fell below their low-balance threshold is e-mailed after the commit.
+    spent: dict[int, int] = defaultdict(int)
+    for bill in paid:
+        spent[bill.owner_id] += bill.charged
+    note_balances({owner_id: wallets[owner_id].balance - amount for owner_id, amount in spent.items()})
     return MeterResult(
         allocations=len(bills),
         seconds=sum(bill.seconds * bill.chips for bill in bills),

@@ -4,6 +4,12 @@ Money moves only here and only after re-reading the PaymentIntent from Stripe: a
 says which object changed, never how much to credit. Every outgoing call that
 creates something carries a deterministic idempotency key, and every ledger posting has one too
 (`topup:{payment_intent_id}`), so a duplicate, reordered or replayed event credits once.
+
+Two ways to pay, one server flow: with real Stripe.js the page uses the Payment Element
+(`stripe.confirmPayment`, card, Alipay or WeChat Pay for yuan: Alipay redirects back, WeChat Pay
+shows a QR code); against localstripe's stand-in, which only has a card element, the page
+tokenises the card and this server confirms the intent (`confirm_topup`). Either way the credit
+comes only from the `payment_intent.succeeded` webhook.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import logging
 import re
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
+from urllib.parse import urlparse
 
 import stripe
 from django.conf import settings
@@ -24,6 +31,7 @@ from django.utils import timezone
 from base.money import MICROS_PER_UNIT, format_amount, format_price, to_micros
 from billing.choices import AccountKind, TransactionKind
 from billing.models import OperatorSettings, Payment, PaymentStatus, Refund, StripeEvent, Transaction
+from billing.notifications import rearm_low_balance
 from billing.services.ledger import (
     InsufficientFunds,
     balance_of,
@@ -38,7 +46,19 @@ logger = logging.getLogger(__name__)
 WEBHOOK_TOLERANCE_S = 300
 # Currencies without a minor unit (Stripe's list); everything else here has two decimals.
 ZERO_DECIMAL_CURRENCIES = {"bif", "clp", "djf", "gnf", "jpy", "kmf", "krw", "mga", "pyg", "rwf", "ugx", "vnd", "vuv"}
-HANDLED_EVENTS = {"payment_intent.succeeded", "payment_intent.payment_failed", "payment_intent.created"}
+HANDLED_EVENTS = {
+    "payment_intent.succeeded",
+    "payment_intent.payment_failed",
+    "payment_intent.canceled",
+    "payment_intent.created",
+    "payment_intent.requires_action",
+    "payment_intent.processing",
+}
+# What a top-up can be paid with, by currency; Alipay and WeChat Pay take yuan (they must be
+# enabled on the Stripe account). Anything else: cards only.
+PAYMENT_METHOD_TYPES = {"cny": ["card", "alipay", "wechat_pay"]}
+TEST_KEY_PREFIXES = ("sk_test_", "rk_test_")
+REAL_STRIPE_JS_HOST = "js.stripe.com"
 NONCE_RE = re.compile(r"^[A-Za-z0-9_-]{8,64}$")
 
 
@@ -63,6 +83,7 @@ class TopupIntent:
     amount: int  # micro-units
     currency: str
     status: str
+    payment_method_types: tuple[str, ...] = ("card",)
 
 
 # -- configuration -----------------------------------------------------------------------------
@@ -70,6 +91,20 @@ class TopupIntent:
 
 def is_configured() -> bool:
     return bool(settings.STRIPE_SECRET_KEY and settings.STRIPE_PUBLISHABLE_KEY)
+
+
+def is_test_mode() -> bool:
+    """A Stripe test key: no real money moves (the billing page says so, in production too)."""
+    return is_configured() and settings.STRIPE_SECRET_KEY.startswith(TEST_KEY_PREFIXES)
+
+
+def uses_payment_element() -> bool:
+    """Whether the page loads Stripe's own Stripe.js (Payment Element); a stand-in has only a card element."""
+    return urlparse(settings.STRIPE_JS_URL).hostname == REAL_STRIPE_JS_HOST
+
+
+def payment_method_types(currency: str) -> list[str]:
+    return list(PAYMENT_METHOD_TYPES.get(currency.lower(), ["card"]))
 
 
 def _client() -> None:
@@ -132,6 +167,9 @@ def create_topup(user, micros: int, *, nonce: str) -> TopupIntent:
         raise PaymentError("The form expired; reload the page and try again.")
     _client()
     currency = settings.CURRENCY.lower()
+    methods = payment_method_types(currency)
+    # WeChat Pay on a web page shows a QR code to scan (the other clients are apps).
+    options = {"wechat_pay": {"client": "web"}} if "wechat_pay" in methods else {}
     # Stripe dedupes by the idempotency key too; this local memo also covers Stripe stand-ins that don't.
     memo_key = f"topup-intent:{user.pk}:{nonce}"
     try:
@@ -140,7 +178,8 @@ def create_topup(user, micros: int, *, nonce: str) -> TopupIntent:
         intent = intent or stripe.PaymentIntent.create(
             amount=to_minor(micros, currency),
             currency=currency,
-            payment_method_types=["card"],
+            payment_method_types=methods,
+            **({"payment_method_options": options} if options else {}),
             metadata={"user_id": str(user.pk), "platform": "starverse"},
             idempotency_key=f"topup-create:{user.pk}:{nonce}",
         )
@@ -149,7 +188,11 @@ def create_topup(user, micros: int, *, nonce: str) -> TopupIntent:
         raise PaymentError("The payment service is unavailable; please try again in a minute.") from error
     cache.set(memo_key, intent.id, 24 * 3600)
     payment = _sync_payment(intent, user=user)
-    return TopupIntent(intent.id, intent.client_secret, payment.amount, payment.currency, intent.status)
+    if payment is None:
+        raise PaymentError("The payment service answered in another currency; please contact support.")
+    # localstripe leaves payment_method_types out of its answer: what was asked for is what it takes.
+    types = tuple(getattr(intent, "payment_method_types", None) or methods)
+    return TopupIntent(intent.id, intent.client_secret, payment.amount, payment.currency, intent.status, types)
 
 
 def confirm_topup(user, payment_intent_id: str, token_id: str) -> str:
@@ -244,7 +287,7 @@ def process_event(event_id: str) -> None:
 def _apply_intent(event_type: str, intent) -> None:
     if event_type == "payment_intent.succeeded" and intent.status == "succeeded":
         credit_payment(intent)
-    elif event_type == "payment_intent.payment_failed" and intent.status != "succeeded":
+    elif event_type in ("payment_intent.payment_failed", "payment_intent.canceled") and intent.status != "succeeded":
         _sync_payment(intent)
         _mark_failed(intent.id)
     else:
@@ -271,6 +314,7 @@ def credit_payment(intent) -> Payment | None:
         payment.credited = txn
         payment.status = PaymentStatus.SUCCEEDED
         payment.save(update_fields=["credited", "status", "updated_at"])
+        rearm_low_balance(payment.user)
     return payment
 
 

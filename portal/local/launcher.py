@@ -30,6 +30,7 @@ from portal.local._child import ChildServer, StoreError, ensure_port_free
 from portal.local.private import mail_to_private_files, make_private
 from portal.local.s3 import EmbeddedS3
 from portal.local.stores import EmbeddedPostgres, EmbeddedRedis
+from portal.local.stripe import configure_test_mode
 from portal.local.supervisor import Output, RestartPolicy, Supervisor, command_children
 
 REPO = Path(__file__).resolve().parents[2]
@@ -144,6 +145,28 @@ def start_storage(data_dir: Path, started: list[ChildServer], environ: MutableMa
     elif not environ.get("STORAGE_URL"):
         environ["STORAGE_URL"] = f"file://{data_dir / 'storage'}"
     say(f"object storage: {environ['STORAGE_URL']}")
+
+
+def stripe_test_mode(data_dir: Path, environ: MutableMapping[str, str]) -> dict[str, str]:
+    """Without STRIPE_SECRET_KEY: Stripe test mode (portal.local.stripe), so top-ups work out of the box.
+
+    Returns the localstripe process to run under the supervisor ({} when real keys are set). Its
+    webhooks go to this platform's own /stripe/webhook/ on the web server's address.
+    """
+    host, port = web_address(environ)
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+    webhook_url = (
+        f"http://[{shown}]:{port}/stripe/webhook/" if ":" in shown else f"http://{shown}:{port}/stripe/webhook/"
+    )
+    command = configure_test_mode(environ, data_dir, webhook_url)
+    if command is None:
+        say("Stripe: live configuration from STRIPE_SECRET_KEY (test mode not started)")
+        return {}
+    say(
+        f"Stripe test mode: localstripe on {environ['STRIPE_API_BASE']}, no real money "
+        "(card 4242 4242 4242 4242); set STRIPE_SECRET_KEY for real Stripe"
+    )
+    return {"stripe": command}
 
 
 def stop_stores(started: list[ChildServer]) -> None:
@@ -304,9 +327,10 @@ def run() -> int:
     started: list[ChildServer] = []
     try:
         start_stores(data_dir, started, keep_external=True)
+        payments = stripe_test_mode(data_dir, os.environ)
         for args in SETUP_COMMANDS:
             manage(*args)
-        return serve(platform_processes(os.environ), host, port, started)
+        return serve({**payments, **platform_processes(os.environ)}, host, port, started)
     finally:
         stop_stores(started)  # a no-op when serve() got that far: it stops them after the children
 

@@ -1,24 +1,36 @@
-// Card top-up: create a PaymentIntent on the server, tokenise the card with Stripe.js Elements,
-// let the server confirm the intent with that token, finish 3-D Secure in the browser if asked,
-// then poll until the signed webhook has credited the wallet. Credit never comes from this page.
+// Top-up: create a PaymentIntent on the server, have the payment confirmed, then poll until the
+// signed webhook has credited the wallet. Credit never comes from this page.
+//
+// Two ways, chosen by the server (data-element):
+// - "payment": Stripe's Payment Element on the intent (card, Alipay, WeChat Pay). The first submit
+//   creates the intent and mounts the element; the second confirms it in the browser. Alipay leaves
+//   the page and comes back with ?payment_intent=...; WeChat Pay shows its QR code over the page.
+// - "card": a stand-in Stripe.js that has only a card element (localstripe, Stripe test mode under
+//   `make run`): the card is tokenised here and the server confirms the intent with the token.
 (() => {
   const form = document.getElementById("topup-form");
   if (!form || typeof Stripe === "undefined") return;
 
   const stripe = Stripe(form.dataset.publishableKey);
-  const card = stripe.elements().create("card");
-  card.mount("#card-element");
+  const usePaymentElement = form.dataset.element === "payment";
+  const card = usePaymentElement ? null : stripe.elements().create("card");
+  if (card) card.mount("#card-element");
 
   const amountError = document.getElementById("amount-error");
   const topupError = document.getElementById("topup-error");
   const statusLine = document.getElementById("topup-status");
   const submit = document.getElementById("topup-submit");
   const balance = document.getElementById("balance");
+  const paymentField = document.getElementById("payment-field");
+  const changeAmount = document.getElementById("topup-change");
   const csrf = form.querySelector("[name=csrfmiddlewaretoken]").value;
 
   const show = (el, text) => { el.textContent = text; el.hidden = !text; };
   const urlFor = (template, id) => template.replace("/PI/", `/${encodeURIComponent(id)}/`);
   const freshNonce = () => (window.crypto && crypto.randomUUID ? crypto.randomUUID() : `${Date.now()}-${Math.random().toString(36).slice(2)}`);
+
+  // The Payment Element's state: the intent it is mounted on, and its elements group.
+  let pending = null;
 
   async function post(url, data) {
     const body = new URLSearchParams({ csrfmiddlewaretoken: csrf, ...data });
@@ -31,7 +43,10 @@
     for (let i = 0; i < 120; i += 1) {
       const response = await fetch(urlFor(form.dataset.statusUrl, id), { credentials: "same-origin" });
       const state = await response.json().catch(() => ({}));
-      if (state.balance) balance.textContent = state.balance;
+      if (state.balance) {
+        balance.textContent = state.balance;
+        balance.title = state.balance_exact || "";
+      }
       if (state.credited) return true;
       if (state.status === "failed") return false;
       await new Promise((resolve) => setTimeout(resolve, 1000));
@@ -39,7 +54,16 @@
     return false;
   }
 
-  async function pay() {
+  async function announceCredit(id, amount) {
+    show(statusLine, "Payment received, credit will appear shortly.");
+    const credited = await waitForCredit(id);
+    const added = amount ? `${form.dataset.symbol}${amount} added to your balance.` : "the credit was added to your balance.";
+    show(statusLine, credited
+      ? `Payment received: ${added}`
+      : "Payment received; the credit is taking longer than usual. Refresh this page in a minute.");
+  }
+
+  async function createIntent() {
     const created = await post(form.action, { amount: form.amount.value, nonce: form.nonce.value });
     if (!created.ok) {
       const amountErrors = (created.json.errors || {}).amount;
@@ -49,12 +73,16 @@
       } else {
         show(topupError, created.json.detail || "The top-up could not be started.");
       }
-      return;
+      return null;
     }
-    const intent = created.json;
     // A new intent for the next attempt: a declined intent cannot take another card here.
     form.nonce.value = freshNonce();
+    return created.json;
+  }
 
+  async function payByCardToken() {
+    const intent = await createIntent();
+    if (!intent) return;
     const { token, error } = await stripe.createToken(card);
     if (error) { show(topupError, error.message || "The card could not be read."); return; }
 
@@ -64,12 +92,63 @@
       const result = await stripe.confirmCardPayment(intent.client_secret);
       if (result.error) { show(topupError, result.error.message || "Card authentication failed."); return; }
     }
-    show(statusLine, "Payment received, credit will appear shortly.");
-    const credited = await waitForCredit(intent.id);
-    show(statusLine, credited
-      ? `Payment received: ${form.dataset.symbol}${intent.amount} added to your balance.`
-      : "Payment received; the credit is taking longer than usual. Refresh this page in a minute.");
+    await announceCredit(intent.id, intent.amount);
   }
+
+  function resetPaymentElement() {
+    if (pending) pending.element.destroy();
+    pending = null;
+    paymentField.hidden = true;
+    form.amount.readOnly = false;
+    submit.textContent = "Continue";
+  }
+
+  async function mountPaymentElement() {
+    const intent = await createIntent();
+    if (!intent) return;
+    const elements = stripe.elements({ clientSecret: intent.client_secret });
+    const element = elements.create("payment", { layout: "tabs" });
+    element.mount("#payment-element");
+    pending = { intent, elements, element };
+    paymentField.hidden = false;
+    form.amount.readOnly = true;
+    submit.textContent = `${submit.dataset.payLabel} ${form.dataset.symbol}${intent.amount}`;
+  }
+
+  async function confirmPaymentElement() {
+    const { intent, elements } = pending;
+    const back = new URL(window.location.href);
+    back.search = "";
+    back.hash = "";
+    // Alipay (and a card needing a bank's page) leave the page; the others resolve here.
+    const { error, paymentIntent } = await stripe.confirmPayment({
+      elements,
+      confirmParams: { return_url: back.toString() },
+      redirect: "if_required",
+    });
+    if (error) { show(topupError, error.message || "The payment failed."); return; }
+    if (paymentIntent && paymentIntent.status === "requires_payment_method") {
+      show(topupError, "The payment was not completed; choose a payment method and try again.");
+      return;
+    }
+    resetPaymentElement();
+    await announceCredit(intent.id, intent.amount);
+  }
+
+  // Back from a redirect (Alipay, a bank's page): Stripe.js appended the intent to the return URL.
+  async function resumeAfterRedirect() {
+    const params = new URLSearchParams(window.location.search);
+    const id = params.get("payment_intent");
+    if (!id || !/^pi_\w+$/.test(id)) return;
+    window.history.replaceState(null, "", window.location.pathname);
+    if (params.get("redirect_status") === "failed") {
+      show(topupError, "The payment was not completed; nothing was charged. Please try again.");
+      return;
+    }
+    await announceCredit(id, "");
+  }
+
+  if (changeAmount) changeAmount.addEventListener("click", resetPaymentElement);
 
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
@@ -77,11 +156,15 @@
     form.querySelector("#amount-field").classList.remove("field-invalid");
     submit.disabled = true;
     try {
-      await pay();
+      if (!usePaymentElement) await payByCardToken();
+      else if (pending) await confirmPaymentElement();
+      else await mountPaymentElement();
     } catch (err) {
       show(topupError, "Something went wrong talking to the payment service. Please try again.");
     } finally {
       submit.disabled = false;
     }
   });
+
+  if (usePaymentElement) resumeAfterRedirect();
 })();

@@ -74,6 +74,39 @@ def test_a_good_card_tops_up_50_once(live_server, stack, alice, browser_page, sc
     page.screenshot(path=str(screenshots / "topup-3-after-reload.png"), full_page=True)
 
 
+def test_test_mode_says_so_and_a_top_up_credits_the_balance_on_desktop_and_phone(
+    live_server, stack, alice, chromium, screenshots
+):
+    """Stripe test mode (sk_test_ keys, as `make run` configures with localstripe): the banner names
+    the test card, and paying with it credits the balance, at 1366x900 and at a phone's 390x844."""
+    before = balance_of(alice)
+    for size, amount in (((1366, 900), 50_000_000), ((390, 844), 20_000_000)):
+        context = chromium.new_context(viewport={"width": size[0], "height": size[1]})
+        page = context.new_page()
+        page.set_default_timeout(15_000)
+        try:
+            log_in_and_open_billing(page, live_server.url)
+            banner = page.get_by_test_id("stripe-test-mode")
+            expect(banner).to_have_text(
+                "Test mode: no real money. Use card 4242 4242 4242 4242, any future date, any CVC."
+            )
+            expect(banner).to_be_in_viewport()
+            wide = page.evaluate("document.documentElement.scrollWidth > document.documentElement.clientWidth")
+            assert not wide, f"the billing page scrolls sideways at {size}"
+            page.screenshot(path=str(screenshots / f"topup-test-mode-{size[0]}.png"), full_page=True)
+
+            pay(page, f"{amount // 1_000_000}.00", GOOD_CARD)
+
+            expect(page.get_by_test_id("topup-status")).to_contain_text("added to your balance", timeout=60_000)
+            before += amount
+            expect(page.get_by_test_id("balance")).to_have_text(f"¥{before / 1_000_000:,.2f}")
+            page.screenshot(path=str(screenshots / f"topup-test-mode-{size[0]}-credited.png"), full_page=True)
+        finally:
+            context.close()
+    assert balance_of(alice) == before
+    assert Transaction.objects.filter(kind=TransactionKind.TOPUP).count() == 2
+
+
 def test_a_declining_card_credits_nothing(live_server, stack, alice, browser_page, screenshots):
     page = browser_page
     before = balance_of(alice)

@@ -29,11 +29,12 @@ import logging
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.core.mail import send_mail
 from django.db import transaction
 from django.dispatch import Signal
 from django.utils import timezone
 
+from billing.notifications import credit_stop_requested as credit_stop_requested_email
+from billing.notifications import job_ended
 from market.services.bids import close_job_bids
 from workers.choices import JobEventKind, JobStatus
 from workers.models import Allocation, Job, JobEvent, JobMigration, MigrationReason, Node
@@ -194,7 +195,7 @@ def stop_for_credit(job_id: int, reason: str, *, data: dict | None = None, now: 
         job.save(update_fields=["status", "status_reason", "updated_at"])
         stop_ranks(job, NO_CREDIT, checkpoint=True, now=now)
         record_event(job, JobEventKind.NOTICE, reason, data={**(data or {}), "stop": NO_CREDIT}, now=now)
-        transaction.on_commit(lambda: _tell_owner_of_credit_stop(job, reason))
+        transaction.on_commit(lambda: credit_stop_requested_email(job_id))
     logger.info("job %s stopped for credit: %s", job_id, reason)
     return True
 
@@ -202,19 +203,6 @@ def stop_for_credit(job_id: int, reason: str, *, data: dict | None = None, now: 
 def credit_stop_requested(job: Job) -> bool:
     """Whether the current placement was stopped for credit (so its end is `stopped_no_credit`)."""
     return JobEvent.objects.filter(job=job, epoch=job.epoch, kind=JobEventKind.NOTICE, data__stop=NO_CREDIT).exists()
-
-
-def _tell_owner_of_credit_stop(job: Job, reason: str) -> None:
-    if not job.owner.email:
-        return
-    send_mail(
-        f"Starverse: job {job.pk} was stopped ({job.name or job.model_name})",
-        f"{reason}\n\nA checkpoint was taken before stopping, so no finished work is lost. "
-        "Top up your balance and submit the job again to continue.",
-        None,
-        [job.owner.email],
-        fail_silently=True,
-    )
 
 
 def finish(job: Job, status: str, reason: str = "", now: datetime | None = None) -> Job:
@@ -239,6 +227,8 @@ def finish(job: Job, status: str, reason: str = "", now: datetime | None = None)
         status, JobEventKind.STOPPED
     )
     record_event(job, kind, reason or job.get_status_display(), now=now)
+    # One e-mail per job end (billing.notifications: succeeded, failed, out of credit), after the commit.
+    transaction.on_commit(lambda: job_ended(job.pk, status))
     return job
 
 
