@@ -33,3 +33,25 @@ spot_chips_lost = Signal()
 
 # Keyword arguments: job_ids (list[int]), now (datetime).
 spot_chips_won = Signal()
+
+
+@dataclass(frozen=True)
+class MoveDestination:
+    """Where a job moved off its spot chips would be re-planned now, as the compute side sees it.
+
+    `chips`: "1 × TPU v5e (on-demand)", empty when nothing would be free (then `reason` says why);
+    `cost_ratio`: its cost per token against the job's current plan (None when unknown).
+    """
+
+    chips: str
+    price_per_hour: int | None = None
+    cost_ratio: float | None = None
+    reason: str = ""
+
+
+# Sent (not after a commit: it asks, nothing changes) before a bid change that would move a running job.
+# Keyword arguments: job (Job), chip_type (ChipType), bid_price (int: the job's bid for that type after
+# the change; None: the bid is withdrawn), spot_price (int: that type's clearing price after it), reserved
+# (int: chips of that type the change lets other waiting bids win, kept for them).
+# A receiver returns a MoveDestination, or None when it can't tell.
+bid_move_preview = Signal()

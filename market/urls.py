@@ -9,5 +9,6 @@ router.register("bids", api.BidViewSet, basename="bid")
 
 urlpatterns = [
     path("prices/history/", api.PriceHistoryView.as_view(), name="api-price-history"),
+    path("market/advice/", api.MarketAdviceView.as_view(), name="api-market-advice"),
     *router.urls,
 ]

@@ -1,4 +1,9 @@
-"""The bids page (place, raise, lower, cancel) and the spot price history the pages chart."""
+"""The bids page (place, raise, lower, cancel) and the spot price history the pages chart.
+
+Beside every bid input: the spot price now, the floor, the on-demand price and the bid's advice
+(static/js/spot.js asks the API as you type); a bid above on-demand is placed with a warning. A change
+or cancellation that would move a running job shows what would happen and waits for a confirmation.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ from django.contrib.auth.decorators import login_required
 from django.db.models import Case, IntegerField, Value, When
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
@@ -21,6 +27,8 @@ from billing.services.pricing import current_offers
 from market.forms import BidChangeForm, BidForm
 from market.models import Bid, BidStatus, MarketSettings
 from market.services.bids import BidRefused, cancel_bid, change_bid, place_bid
+from market.services.hints import bid_hint
+from market.services.moves import JobMove, move_of_cancel, move_of_change
 from workers.models import ChipType
 
 TEMPLATE = "market/bids.html"
@@ -75,13 +83,46 @@ def bid_rows(user, editing: tuple[int, BidChangeForm] | None = None) -> list[Bid
     return rows
 
 
-def bids_context(request: HttpRequest, form: BidForm | None = None, editing=None) -> dict:
+@dataclass(frozen=True)
+class PendingMove:
+    """A change or cancellation that would move a running job, shown for confirmation with what to resend."""
+
+    move: JobMove
+    action: str  # the URL the confirmation posts to
+    fields: dict[str, str]  # the change's own fields, sent again with confirm=1
+    verb: str
+
+
+def bids_context(
+    request: HttpRequest, form: BidForm | None = None, editing=None, pending: PendingMove | None = None
+) -> dict:
+    offers = [offer for offer in current_offers() if offer.price]
     return {
         "form": form or BidForm(user=request.user),
         "rows": bid_rows(request.user, editing),
-        "offers": [offer for offer in current_offers() if offer.price],
+        "offers": offers,
         "notice_seconds": MarketSettings.load().notice_seconds,
+        "advice_url": reverse("api-market-advice"),
+        "advice_curves": advice_curves(offers),
+        "pending": pending,
     }
+
+
+def advice_curves(offers) -> list[dict]:
+    """Per chip type with history: expected uninterrupted hours against bid, for the advice chart."""
+    now = timezone.now()
+    curves = []
+    for offer in offers:
+        hint = bid_hint(offer.chip, now=now, curve=True, offers=offers)
+        if hint.curve:
+            points = [[format_amount(point.bid), round(point.expected_hours, 3)] for point in hint.curve]
+            curves.append({"chip": offer.chip.slug, "name": offer.chip.name, "points": points})
+    return curves
+
+
+def warn_above_on_demand(request: HttpRequest, bid: Bid) -> None:
+    for warning in bid_hint(bid.chip_type, bid.max_price_per_hour).warnings:
+        messages.warning(request, warning)
 
 
 @login_required
@@ -103,6 +144,7 @@ def bids(request: HttpRequest) -> HttpResponse:
             form.add_refusal(error)
         else:
             messages.success(request, f"Bid {bid.pk} placed: the {bid.chip_type.name} market clears it now.")
+            warn_above_on_demand(request, bid)
             return redirect("bids")
     return render(request, TEMPLATE, bids_context(request, form=form))
 
@@ -114,8 +156,13 @@ def bid_change(request: HttpRequest, pk: int) -> HttpResponse:
     form = BidChangeForm(request.POST, auto_id=f"id_bid{bid.pk}_%s")
     if form.is_valid():
         old = bid.max_price_per_hour
+        chips, price = form.cleaned_data["chips"], form.max_price_per_hour
+        if not request.POST.get("confirm") and (move := move_of_change(bid, chips=chips, max_price_per_hour=price)):
+            fields = {name: request.POST.get(name, "") for name in ("chips", "max_price")}
+            pending = PendingMove(move, reverse("bid_change", args=[bid.pk]), fields, "Change bid and move job")
+            return render(request, TEMPLATE, bids_context(request, pending=pending))
         try:
-            bid = change_bid(bid, chips=form.cleaned_data["chips"], max_price_per_hour=form.max_price_per_hour)
+            bid = change_bid(bid, chips=chips, max_price_per_hour=price)
         except BidRefused as error:
             if error.field == "status":  # cancelled or closed: there is no form left to correct
                 messages.error(request, str(error))
@@ -130,6 +177,7 @@ def bid_change(request: HttpRequest, pk: int) -> HttpResponse:
                 f"Bid {bid.pk} {verb}: {bid.chips} chip(s) "
                 f"at up to {format_price(bid.max_price_per_hour)} per chip-hour.",
             )
+            warn_above_on_demand(request, bid)
             return redirect("bids")
     return render(request, TEMPLATE, bids_context(request, editing=(bid.pk, form)))
 
@@ -138,6 +186,9 @@ def bid_change(request: HttpRequest, pk: int) -> HttpResponse:
 @login_required
 def bid_cancel(request: HttpRequest, pk: int) -> HttpResponse:
     bid = get_object_or_404(Bid, pk=pk, owner=request.user)
+    if not request.POST.get("confirm") and (move := move_of_cancel(bid)):
+        pending = PendingMove(move, reverse("bid_cancel", args=[bid.pk]), {}, "Cancel bid and move job")
+        return render(request, TEMPLATE, bids_context(request, pending=pending))
     try:
         bid = cancel_bid(bid)
     except BidRefused as error:

@@ -11,8 +11,8 @@ from __future__ import annotations
 from django.dispatch import receiver
 
 from billing.signals import credit_shortfall
-from market.signals import SpotLoss, spot_chips_lost, spot_chips_won
-from workers.services import lifecycle, queue, scheduling
+from market.signals import SpotLoss, bid_move_preview, spot_chips_lost, spot_chips_won
+from workers.services import lifecycle, move_preview, queue, scheduling
 
 
 @receiver(credit_shortfall, dispatch_uid="workers.stop_jobs_short_of_credit")
@@ -30,6 +30,12 @@ def move_jobs_off_lost_spot_chips(
         lifecycle.reclaim(
             loss.job_id, loss.reason, loss.detail, chip_type_id=chip_type_id, notice_seconds=notice_seconds, now=now
         )
+
+
+@receiver(bid_move_preview, dispatch_uid="workers.preview_bid_move")
+def preview_bid_move(sender, *, job, chip_type, bid_price, spot_price, reserved, **kwargs):
+    """A bid change would take a running job's chips: say where the job would be re-planned now."""
+    return move_preview.preview_move(job, chip_type, bid_price, spot_price, reserved)
 
 
 @receiver(spot_chips_won, dispatch_uid="workers.plan_jobs_holding_won_chips")

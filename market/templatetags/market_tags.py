@@ -4,16 +4,18 @@ from __future__ import annotations
 
 from django import template
 from django.db.models import Sum
+from django.utils.html import format_html, format_html_join
 
-from base.money import format_price
+from base.templatetags.money import money_html
+from market.models import Bid
 
 register = template.Library()
 
 
 @register.simple_tag
-def job_cost(job) -> str:
+def job_cost(job):
     """What the job has been charged so far (all its allocations, every epoch)."""
-    return format_price(job.allocations.aggregate(total=Sum("charged_total"))["total"] or 0)
+    return money_html(job.allocations.aggregate(total=Sum("charged_total"))["total"] or 0)
 
 
 @register.filter
@@ -25,3 +27,19 @@ def seconds(value: float | None) -> str:
         return f"{value:.1f} s"
     minutes, rest = divmod(round(value), 60)
     return f"{minutes} min {rest} s" if rest else f"{minutes} min"
+
+
+@register.simple_tag
+def bid_in_force(job):
+    """The job's bid now: its active bids' prices (a raise or a cut shows at once), else its launch bid.
+
+    "¥0.80/chip-h"; one price per chip type when they differ ("¥0.80/chip-h RTX 4090, ¥1.10/chip-h TPU v5e").
+    """
+    bids = list(Bid.objects.active().filter(job=job).select_related("chip_type").order_by("chip_type__sort_order"))
+    if not bids:
+        return format_html("{}/chip-h", money_html(job.spot_bid_per_hour))
+    if len({bid.max_price_per_hour for bid in bids}) == 1:
+        return format_html("{}/chip-h", money_html(bids[0].max_price_per_hour))
+    return format_html_join(
+        ", ", "{}/chip-h {}", ((money_html(bid.max_price_per_hour), bid.chip_type.name) for bid in bids)
+    )

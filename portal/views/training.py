@@ -13,7 +13,11 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from base.money import format_estimate
+from billing.services.pricing import current_offers
+from market.services.hints import bid_hints
 from portal.forms import TrainingForm
+from portal.views.quote_lines import on_demand_note, quote_lines
+from portal.views.quote_policies import accuracy, policy_rows
 from workers import planner
 from workers.choices import AllocationMode
 from workers.models import ChipType
@@ -221,8 +225,17 @@ def train_quote(request: HttpRequest) -> HttpResponse:
     context: dict = {"form": form, "simulation_slowdown": f"{settings.SIMULATION_SLOWDOWN:,.0f}"}
     if form.is_valid():
         spec = form.job_spec()
+        offers = {offer.chip.slug: offer for offer in current_offers() if offer.price}
+        hinted = list(offers)
         try:
-            context["plan"] = summarize_plan(quote(spec))
+            plan = quote(spec)
         except planner.PlanningError as error:
             context["problem"] = quote_problem(error, spec)
+        else:
+            lines = quote_lines(plan, offers)
+            context.update(plan=summarize_plan(plan), lines=lines, on_demand_note=on_demand_note(spec, lines, offers))
+            context.update(accuracy=accuracy(plan), policies=policy_rows(spec))
+            hinted = list(dict.fromkeys(line.slug for line in lines))
+        if spec.spot:  # beside the bid field (an out-of-band swap): each chip type's prices and the bid's advice
+            context["bid_hints"] = bid_hints({slug: spec.spot_bid_per_hour for slug in hinted})
     return render(request, "partials/training/quote.html", context)

@@ -283,12 +283,22 @@ class Client:
         body = {"job": int(job), "chip": chip, "chips": int(chips), "max_price": str(max_price)}
         return self.post("bids/", body, idempotency_key=idempotency_key or new_key())
 
-    def update_bid(self, bid_id: int, **changes) -> dict:
+    def update_bid(self, bid_id: int, *, confirm: bool = False, **changes) -> dict:
+        """Raise or lower a bid. A change that would move its running job raises MoveNotConfirmed (409, saying
+        where the job would go) unless `confirm=True`. The answer's `warnings` flag a price above on-demand."""
         body = {key: str(value) if key == "max_price" else value for key, value in changes.items()}
+        if confirm:
+            body["confirm"] = True
         return self.request("PATCH", f"bids/{int(bid_id)}/", json=body)
 
-    def cancel_bid(self, bid_id: int) -> dict:
-        return self.post(f"bids/{int(bid_id)}/cancel/")
+    def cancel_bid(self, bid_id: int, *, confirm: bool = False) -> dict:
+        """Cancel a bid; one whose job runs on its chips raises MoveNotConfirmed unless `confirm=True`."""
+        return self.post(f"bids/{int(bid_id)}/cancel/", {"confirm": True} if confirm else None)
+
+    def bid_advice(self, chip: str, bid: str | None = None, *, days: int | None = None) -> dict:
+        """For a chip type (and a bid, ¥ per chip-hour): the spot price now, the floor, the on-demand price,
+        the expected uninterrupted hours at that bid from the price history, and the curve of hours by bid."""
+        return self.get("market/advice/", chip=chip, bid=None if bid is None else str(bid), days=days)
 
     # -- tokens -------------------------------------------------------------------------------------
 

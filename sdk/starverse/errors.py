@@ -73,6 +73,14 @@ class ModelDoesNotFit(ValidationError):
     """The model fits no chip the platform has, even fully sharded."""
 
 
+class MoveNotConfirmed(APIError):
+    """409: the bid change would move a running job (`move` says where); send it again with confirm."""
+
+    @property
+    def move(self) -> dict:
+        return self.body.get("move", {}) if isinstance(self.body, dict) else {}
+
+
 class IdempotencyConflict(APIError):
     """422: the Idempotency-Key was already used for a different request."""
 
@@ -126,6 +134,8 @@ def error_for(status: int, body: Any, retry_after: float | None = None) -> APIEr
         )
         message = first_message(errors) if kind is not ValidationError else detail
         return kind(message or detail, status=status, errors=errors, body=body)
+    if status == 409 and body_dict.get("code") == "confirm_required":
+        return MoveNotConfirmed(detail, status=status, errors=errors, body=body)
     if status == 422 and errors and "Idempotency-Key" not in detail:
         return ValidationError(detail, status=status, errors=errors, body=body)
     kind = STATUS_ERRORS.get(status) or (ServerError if status >= 500 else APIError)

@@ -86,3 +86,113 @@
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", startAll);
   else startAll();
 })();
+
+// Bid hints: beside every bid input, the chip type's prices now and, for the bid as typed, how long it would
+// have run uninterrupted (GET /api/v1/market/advice/), with a warning when it is above the on-demand price.
+(() => {
+  const DELAY_MS = 300;
+
+  function paragraph(className, text, testid) {
+    const p = document.createElement("p");
+    p.className = className;
+    p.textContent = text;
+    if (testid) p.dataset.testid = testid;
+    return p;
+  }
+
+  function render(hint, body, currency, chipName) {
+    const money = (value) => (value === null || value === undefined ? "—" : `${currency}${value}`);
+    const nodes = [
+      paragraph("bid-prices", `${chipName}: spot now ${money(body.spot_price)} · floor ${money(body.floor)} · on-demand ${money(body.on_demand_price)} per chip-hour`),
+    ];
+    if (body.bid !== null) nodes.push(paragraph("bid-advice", `At ${money(body.bid)}: ${body.summary}`, "bid-advice"));
+    body.warnings.forEach((warning) => {
+      const p = paragraph("bid-warning", warning, "bid-warning");
+      p.setAttribute("role", "alert");
+      nodes.push(p);
+    });
+    hint.replaceChildren(...nodes);
+  }
+
+  function wire(hint, url, currency) {
+    const form = hint.closest("form");
+    const select = form.querySelector("select[name=chip]");
+    const input = form.querySelector("input[name=max_price]");
+    let timer = null;
+    let asked = 0;
+    async function update() {
+      const chip = hint.dataset.chip || (select && select.value);
+      if (!chip) return;
+      const chipName = select ? select.selectedOptions[0].textContent : hint.closest("tr").querySelector(".chip-name").textContent;
+      const params = new URLSearchParams({ chip });
+      const bid = input.value.trim();
+      if (bid && Number(bid) > 0) params.set("bid", bid);
+      const mine = ++asked;
+      try {
+        const response = await fetch(`${url}?${params}`, { headers: { Accept: "application/json" } });
+        if (mine !== asked || !response.ok) return;
+        render(hint, await response.json(), currency, chipName.trim());
+        hint.dataset.ready = "true";
+      } catch {
+        // A network blip: the next keystroke asks again.
+      }
+    }
+    const later = () => {
+      window.clearTimeout(timer);
+      timer = window.setTimeout(update, DELAY_MS);
+    };
+    input.addEventListener("input", later);
+    if (select) select.addEventListener("change", later);
+    update();
+  }
+
+  function curveChart(root, currency) {
+    const data = document.getElementById("advice-curves");
+    const canvas = root.querySelector("canvas");
+    if (!data || !canvas || !window.Chart) return;
+    const curves = JSON.parse(data.textContent);
+    if (!curves.length) return;
+    const palette = ["#4f46e5", "#15803d", "#b45309", "#be185d", "#0e7490", "#7c3aed", "#b42318", "#475569"];
+    const datasets = curves.map((curve, index) => ({
+      label: curve.name,
+      data: curve.points.map(([bid, hours]) => ({ x: Number(bid), y: hours })),
+      stepped: true,
+      borderColor: palette[index % palette.length],
+      backgroundColor: palette[index % palette.length],
+      borderWidth: 2,
+      pointRadius: 2,
+    }));
+    new window.Chart(canvas, {
+      type: "line",
+      data: { datasets },
+      options: {
+        parsing: false,
+        animation: false,
+        maintainAspectRatio: false,
+        interaction: { mode: "nearest", intersect: false },
+        scales: {
+          x: { type: "linear", title: { display: true, text: `Bid (${currency} per chip-hour)` }, ticks: { callback: (v) => `${currency}${Number(v).toFixed(2)}` } },
+          y: { beginAtZero: true, title: { display: true, text: "Expected uninterrupted hours" } },
+        },
+        plugins: {
+          legend: { position: "bottom", labels: { boxWidth: 12 } },
+          tooltip: { callbacks: { label: (item) => `${item.dataset.label}: ${item.parsed.y.toFixed(1)} h at ${currency}${item.parsed.x.toFixed(2)}` } },
+        },
+      },
+    });
+    root.classList.add("has-data");
+    root.dataset.drawn = "true";
+  }
+
+  function startAll() {
+    const page = document.querySelector("[data-advice-url]");
+    if (!page) return;
+    const currency = page.dataset.currency || "";
+    document.querySelectorAll("[data-bid-hint]").forEach((hint) => wire(hint, page.dataset.adviceUrl, currency));
+    const chart = document.querySelector(".advice-chart");
+    if (chart) curveChart(chart, currency);
+  }
+
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", startAll);
+  else startAll();
+})();

@@ -324,8 +324,8 @@ def test_the_live_quote_follows_the_spot_box(alice_client, fleet):
     on_demand = alice_client.post(reverse("train_quote"), LAUNCH).content.decode()
     spot = alice_client.post(reverse("train_quote"), {**LAUNCH, "spot": "on", "bid": "5.00"}).content.decode()
     assert 'data-testid="quote-chips"' in on_demand and 'data-testid="quote-chips"' in spot
-    assert '<span class="tag">Spot</span>' in spot
-    assert '<span class="tag">Spot</span>' not in on_demand
+    assert 'data-mode="spot"' in spot
+    assert 'data-mode="spot"' not in on_demand
 
 
 # The job page
@@ -362,8 +362,10 @@ def test_the_job_page_shows_each_migration_with_its_refund(alice_client, alice):
     assert "step 42" in section and "from step 43" in section
     assert re.search(r'data-testid="migration-downtime">8\.5 s<', section)
     assert re.search(r'data-testid="migration-steps-lost">0<', section)
-    assert re.search(r'data-testid="migration-refund">¥0\.012345<', section)
-    assert re.search(r"<strong>spot</strong>, bid ¥0\.90/chip-h, spot only, may move to other chips", html)
+    # To the cent on the page, every micro-unit on hover.
+    assert re.search(r'data-testid="migration-refund"><span class="money" title="¥0\.012345">¥0\.01</span><', section)
+    bid = r'<span class="money"[^>]*>¥0\.90</span>'
+    assert re.search(rf"<strong>spot</strong>, bid {bid}/chip-h, spot only, may move to other chips", html)
 
 
 def test_a_migrating_job_says_so_clearly(alice_client, alice):
@@ -388,4 +390,4 @@ def test_a_migrating_job_says_so_clearly(alice_client, alice):
 def test_a_job_without_migrations_has_no_migrations_section(alice_client, alice):
     html = alice_client.get(reverse("job", args=[make_job(alice).pk])).content.decode()
     assert "Migrations</h2>" not in html
-    assert re.search(r'data-testid="cost">¥0\.00<', html)
+    assert re.search(r'data-testid="cost"><span class="money" title="¥0\.00">¥0\.00</span><', html)

@@ -92,7 +92,10 @@ def test_reclaiming_a_node_for_maintenance_gives_its_running_jobs_notice_and_dra
     assert "going into maintenance" in migration.detail
     assert AgentCommand.objects.filter(node=node, job=job, type="stop").exists()
     assert not Allocation.objects.open().filter(job=job).exists()  # billing of its chips stopped at the notice
-    assert said(response) == [f"{node.hostname} is draining; job {job.pk} given 45 s notice to checkpoint and move."]
+    assert said(response) == [
+        f"Reclaimed {node.hostname} for maintenance: job {job.pk} has 45 s to checkpoint and move; "
+        "nothing new is placed on it."
+    ]
 
 
 def test_reclaiming_a_lost_node_is_refused_with_a_clear_message_and_changes_nothing(console, alice, fund):
@@ -130,7 +133,9 @@ def test_draining_a_node_lets_its_running_jobs_finish_and_places_nothing_new_on_
     node = online(Node.objects.order_by("pk").first().hostname)
     job = running_job(alice, node)
     response = act(console, "drain", node)
-    assert said(response) == ["1 node(s) draining: their running jobs finish, nothing new is placed."]
+    assert said(response) == [
+        f"Drained {node.hostname} (1 node): the jobs running there finish where they are; nothing new is placed there."
+    ]
     node.refresh_from_db()
     job.refresh_from_db()
     assert node.agent_status == AgentStatus.DRAINING

@@ -47,8 +47,18 @@ class PlanDocSerializer(serializers.Serializer):
     tokens_per_s = serializers.FloatField()
     price_per_hour = MoneyField(help_text="Currency per hour for all chips of the plan.")
     price_per_million_tokens = MoneyField()
-    eta_seconds = serializers.FloatField(help_text="Estimated time to run max_steps.")
+    eta_seconds = serializers.FloatField(
+        help_text="Estimated time from placement to done: max_steps, plus measured start-up and finishing."
+    )
     total_cost = MoneyField(help_text="Estimated cost of the whole run.")
+    overhead_seconds = serializers.FloatField(
+        help_text="Of eta_seconds, the start-up and finishing measured on these nodes (0: not measured yet)."
+    )
+    uncertainty = serializers.FloatField(
+        allow_null=True,
+        help_text="How far the estimate may be off (0.1: ±10%), from what these nodes measured; "
+        "null when some node has no measurement for this model yet (the speed is the chip's modelled figure).",
+    )
     baseline = BaselineDocSerializer(allow_null=True, help_text="The best single-chip-type plan, to compare.")
     speedup_vs_baseline = serializers.FloatField(allow_null=True)
     cost_ratio_vs_baseline = serializers.FloatField(allow_null=True)

@@ -1,0 +1,108 @@
+"""Planned against actual on the job page: `{% load job_estimate %}{% planned_vs_actual job %}`.
+
+The plan's speed, run time and cost beside what the run has done so far, projected to its end
+from its recent steps, so a user sees at once whether the quote holds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django import template
+from django.db.models import Min, Sum
+from django.utils import timezone
+
+from base.money import format_estimate
+from workers.models import Allocation, Job, JobMetric
+
+register = template.Library()
+
+RECENT_STEPS = 10
+
+
+@dataclass(frozen=True)
+class Line:
+    label: str
+    planned: str
+    actual: str
+    off_by: float | None  # (actual - planned) / planned; None before there is anything to compare
+    testid: str
+
+    @property
+    def deviation(self) -> str:
+        return "" if self.off_by is None else f"{self.off_by:+.0%}"
+
+    def beyond(self, uncertainty: float | None) -> bool:
+        return self.off_by is not None and abs(self.off_by) > (uncertainty or 0.15)
+
+
+@register.inclusion_tag("partials/training/job_estimate.html")
+def planned_vs_actual(job: Job) -> dict:
+    plan = job.plan
+    if plan is None or not plan.eta_seconds:
+        return {"lines": []}
+    allocations = Allocation.objects.filter(job=job)
+    totals = allocations.aggregate(started=Min("started_at"), charged=Sum("charged_total"))
+    started, charged = totals["started"], totals["charged"] or 0
+    if started is None:
+        return {"lines": []}
+    elapsed = ((job.finished_at or timezone.now()) - started).total_seconds()
+    remaining = 0.0 if job.finished_at else _remaining_seconds(job)
+    run_time = None if remaining is None else elapsed + remaining
+    cost = None if remaining is None else charged + plan.price_per_hour * remaining / 3600
+    speed = job.tokens_per_s
+    ended = job.finished_at is not None
+    lines = [
+        Line(
+            "Tokens/s",
+            f"{plan.tokens_per_s:,.0f}",
+            f"{speed:,.0f}" if speed else "—",
+            _off(speed, plan.tokens_per_s),
+            "speed",
+        ),
+        Line(
+            "Run time" if ended else "Run time (projected)",
+            _duration(plan.eta_seconds),
+            _duration(run_time) if run_time is not None else "—",
+            _off(run_time, plan.eta_seconds),
+            "run-time",
+        ),
+        Line(
+            "Cost" if ended else "Cost (projected)",
+            format_estimate(plan.total_cost),
+            format_estimate(round(cost)) if cost is not None else "—",
+            _off(cost, plan.total_cost),
+            "run-cost",
+        ),
+    ]
+    if plan.uncertainty is not None:
+        basis = f"quoted from what these nodes measured, ±{plan.uncertainty:.0%}"
+    else:
+        basis = "quoted from the chips' modelled speed: no measurements yet"
+    return {"lines": lines, "basis": basis}
+
+
+def _remaining_seconds(job: Job) -> float | None:
+    """Steps left × the mean of rank 0's recent step times; None before a step was reported."""
+    recent = JobMetric.objects.filter(job=job, epoch=job.epoch, rank=0).order_by("-step")[:RECENT_STEPS]
+    times = [metric.step_time_s for metric in recent if metric.step_time_s]
+    if not times:
+        return None
+    return max(job.max_steps - job.step, 0) * sum(times) / len(times)
+
+
+def _off(actual: float | None, planned: float | None) -> float | None:
+    if not actual or not planned:
+        return None
+    return (actual - planned) / planned
+
+
+def _duration(seconds: float) -> str:
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes} min {seconds:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min"
