@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test install install-test browser lint format clean-data
+.PHONY: run test install install-test browser lint format clean-data screenshots
 
 run: install
 	$(BIN)/python -m portal.local run
@@ -33,6 +33,11 @@ $(VENV)/.installed-test: pyproject.toml sdk/pyproject.toml $(VENV)/.installed
 browser:
 	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
 		($(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium chromium-driver)
+
+# PNGs of the pricing, train, job and bids pages at 1366x900 and 390x844 in artifacts/screenshots/: the test that
+# takes them (tests/e2e/test_responsive_layout.py, marked `screenshots`) also runs in `make test`, so it can't rot.
+screenshots: install-test browser
+	$(BIN)/python -m pytest -q -m screenshots tests/e2e/test_responsive_layout.py
 
 lint:
 	$(BIN)/ruff check .

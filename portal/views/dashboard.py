@@ -1,60 +1,25 @@
-"""Signed-in pages: balance and ledger history, API tokens."""
+"""Signed-in pages: balance and ledger history (grouped as on the billing page), API tokens."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 
-from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.paginator import Paginator
-from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
-from base.money import format_price, format_signed
-from billing.choices import AccountKind
-from billing.models import Entry
+from base.money import format_price
 from billing.services.ledger import balance_of
 from billing.services.statements import format_hours, spend_rate
 from portal.forms import ApiTokenForm
 from portal.models.tokens import ApiToken
+from portal.views.billing import ledger_context
 from workers.choices import JobStatus
 from workers.models import Job
-
-LEDGER_PAGE_SIZE = 25
-
-
-@dataclass(frozen=True)
-class LedgerLine:
-    """One entry of the user's wallet as the dashboard shows it."""
-
-    created_at: datetime
-    description: str
-    kind: str
-    amount: str
-    is_credit: bool
-
-
-def ledger_line(entry: Entry) -> LedgerLine:
-    txn = entry.transaction
-    return LedgerLine(
-        created_at=entry.created_at,
-        description=txn.memo or txn.get_kind_display(),
-        kind=txn.get_kind_display(),
-        amount=format_signed(entry.amount),
-        is_credit=entry.amount > 0,
-    )
-
-
-def wallet_entries(user) -> QuerySet[Entry]:
-    return Entry.objects.filter(
-        account__owner=user, account__kind=AccountKind.WALLET, account__currency=settings.CURRENCY
-    ).select_related("transaction")
 
 
 def credit_stopped_jobs(user, days: int = 7):
@@ -65,16 +30,16 @@ def credit_stopped_jobs(user, days: int = 7):
 
 @login_required
 def dashboard(request: HttpRequest) -> HttpResponse:
-    page = Paginator(wallet_entries(request.user), LEDGER_PAGE_SIZE).get_page(request.GET.get("page"))
     rate = spend_rate(request.user)
     context = {
-        "balance": format_price(balance_of(request.user)),
+        "balance": balance_of(request.user),
         "spend_rate": f"{format_price(rate.per_hour)}/h" if rate.per_hour else "—",
         "balance_lasts": format_hours(rate.lasts_hours),
         "this_month": timezone.localdate().strftime("%Y-%m"),
         "credit_stops": credit_stopped_jobs(request.user),
-        "page": page,
-        "lines": [ledger_line(entry) for entry in page.object_list],
+        # No job yet: the page leads with "Train your first model"; after that, a smaller "New training run".
+        "has_jobs": Job.objects.filter(owner=request.user).exists(),
+        **ledger_context(request),
     }
     return render(request, "portal/dashboard.html", context)
 
