@@ -1,13 +1,17 @@
-"""A user's training jobs: the list, the live job page and its partials, metrics, cancel and artifacts."""
+"""A user's training jobs: the list (cost, re-run, cancel), the live job page and its partials, logs, metrics,
+cancel and artifacts."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
+from django.db.models import Sum
+from django.db.models.functions import Coalesce
 from django.http import (
     Http404,
     HttpRequest,
@@ -17,17 +21,25 @@ from django.http import (
     StreamingHttpResponse,
 )
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils import timezone
+from django.utils.html import escape
+from django.utils.http import urlencode
+from django.utils.safestring import SafeString, mark_safe
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
+from django_htmx.http import HttpResponseClientRedirect
 
-from base.money import format_price
+from base.money import format_price, to_decimal
 from portal.views.training import format_duration, format_rate, summarize_plan
+from workers.api.job_serializers import JobSpecSerializer
 from workers.api.stored_files import stored_file_response
 from workers.choices import AllocationMode, JobStatus, TrainingMode
 from workers.models import ChipType, Job
-from workers.services import metrics
-from workers.services.artifacts import list_artifacts, stored_artifact
+from workers.services import job_logs, metrics
+from workers.services.artifacts import group_artifacts, list_artifacts, stored_artifact
+from workers.services.events import timeline
+from workers.services.launch import LaunchRefused, launch
 from workers.services.lifecycle import cancel as cancel_job
 from workers.services.model_download import (
     ADAPTER_DIR,
@@ -42,9 +54,7 @@ from workers.storage import StorageError
 
 STORAGE_DOWN = "Object storage is unavailable right now; try again shortly."
 JOBS_PAGE_SIZE = 20
-LOG_TAIL = 100
-EVENT_LIMIT = 50
-# The API's cap on metric rows per request: enough for 2,500 steps of an 8-rank job.
+FOLLOW_LINES = 500  # the most new log lines one poll of a followed log brings
 REASON_TONES = {
     JobStatus.FAILED: "error",
     JobStatus.STOPPED_NO_CREDIT: "error",
@@ -110,9 +120,9 @@ def eta_seconds(job: Job, now: datetime) -> float | None:
 
 
 def job_context(job: Job, now: datetime | None = None) -> dict:
+    """What every live section of the job page needs (the log view has its own: `log_context`)."""
     now = now or timezone.now()
     names = dict(ChipType.objects.values_list("slug", "name"))
-    events = list(job.events.order_by("-created_at", "-id")[:EVENT_LIMIT])
     started = job.started_at
     return {
         "job": job,
@@ -127,11 +137,59 @@ def job_context(job: Job, now: datetime | None = None) -> dict:
         "budget": format_price(job.max_budget_per_hour),
         "plan": summarize_plan(job.plan, names),
         "ranks": rank_rows(job, names),
-        "events": events,
-        "event_count": job.events.count() if len(events) == EVENT_LIMIT else len(events),
-        "logs": list(reversed(job.log_lines.order_by("-id")[:LOG_TAIL])),
-        "artifacts": list_artifacts(job),
+        "timeline": timeline(job),
+        "artifacts": group_artifacts(list_artifacts(job)),
         "model": model_links(job),
+    }
+
+
+def highlight(text: str, search: str) -> SafeString:
+    """The line, escaped, with each case-insensitive occurrence of the search marked."""
+    if not search:
+        return escape(text)
+    pattern = re.compile(re.escape(search), re.IGNORECASE)
+    pieces, start = [], 0
+    for found in pattern.finditer(text):
+        pieces += [escape(text[start : found.start()]), f"<mark>{escape(found[0])}</mark>"]
+        start = found.end()
+    pieces.append(escape(text[start:]))
+    return mark_safe("".join(pieces))  # every piece of the line is escaped
+
+
+@dataclass(frozen=True)
+class LogLine:
+    id: int
+    rank: int
+    html: SafeString
+
+
+def log_lines(lines, search: str) -> list[LogLine]:
+    return [LogLine(line.pk, line.rank, highlight(line.line, search)) for line in lines]
+
+
+def log_query(params) -> dict:
+    """`search`, `before` and `after` from a query string, checked (LogQueryError names the one at fault)."""
+    return {
+        "search": job_logs.clean_search(params.get("search")),
+        "before": job_logs.clean_cursor("before", params.get("before")),
+        "after": job_logs.clean_cursor("after", params.get("after")),
+    }
+
+
+def log_context(job: Job, query: dict) -> dict:
+    """The log view: one page of lines (the newest, followed live, by default) and its links."""
+    page = job_logs.log_page(job, **query)
+    search = {"search": page.search} if page.search else {}
+    return {
+        "job": job,
+        "live": not job.is_finished,
+        "log": page,
+        "log_lines": log_lines(page.lines, page.search),
+        "links": {
+            "older": urlencode({**search, "before": page.first_id or 0}),
+            "newer": urlencode({**search, "after": page.last_id}),
+            "newest": urlencode(search),
+        },
     }
 
 
@@ -152,21 +210,64 @@ def model_links(job: Job) -> dict | None:
 
 @login_required
 def job_list(request: HttpRequest) -> HttpResponse:
-    jobs = Job.objects.filter(owner=request.user).order_by("-created_at", "-id")
+    """The user's jobs, newest first, each with its cost so far (summed in the query: no query per row)."""
+    jobs = (
+        Job.objects.filter(owner=request.user)
+        .annotate(cost=Coalesce(Sum("allocations__charged_total"), 0))
+        .order_by("-created_at", "-id")
+    )
     page = Paginator(jobs, JOBS_PAGE_SIZE).get_page(request.GET.get("page"))
     return render(request, "portal/training/jobs.html", {"page": page, "jobs": page.object_list})
 
 
 @login_required
 def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
-    return render(request, "portal/training/job.html", job_context(owned_job(request, pk)))
+    """The job page; `search`, `before` and `after` pick its log view's page (the links work without script)."""
+    job = owned_job(request, pk)
+    try:
+        query = log_query(request.GET)
+        logs = log_context(job, query)
+    except job_logs.LogQueryError as error:
+        return HttpResponseBadRequest(str(error))
+    return render(request, "portal/training/job.html", {**job_context(job), **logs})
 
 
 @never_cache
 @login_required
 def job_live(request: HttpRequest, pk: int) -> HttpResponse:
     """Every live section of the job page at once, swapped in out of band; polling stops once it ends."""
-    return render(request, "partials/training/job_live.html", job_context(owned_job(request, pk)))
+    context = job_context(owned_job(request, pk))
+    return render(request, "partials/training/job_live.html", {**context, "swap_poller": not context["live"]})
+
+
+@never_cache
+@login_required
+def job_logs_view(request: HttpRequest, pk: int) -> HttpResponse:
+    """The job page's log view: a page (`before`/`after` a line id, `search`), or with `since` the lines that
+    arrived after that id, for a followed log (appended, with the follower's next cursor out of band)."""
+    job = owned_job(request, pk)
+    try:
+        query = log_query(request.GET)
+        since = job_logs.clean_cursor("since", request.GET.get("since"))
+        if since is None:
+            return render(request, "partials/training/job_log_view.html", log_context(job, query))
+    except job_logs.LogQueryError as error:
+        return HttpResponseBadRequest(str(error))
+    search = query["search"]
+    lines = job_logs.lines_after(job, since, search=search, limit=FOLLOW_LINES)
+    context = {
+        "job": job,
+        "live": not job.is_finished,
+        "log_lines": log_lines(lines, search),
+        "search": search,
+        "cursor": lines[-1].pk if lines else since,
+        # A finished job's log is complete once a poll brings nothing new: the follower stops.
+        "following": bool(lines) or not job.is_finished,
+    }
+    if lines:  # the summary's count, brought up to date out of band
+        total = job_logs.matching(job, search).count()
+        context["log"] = job_logs.LogPage([], search, total, has_older=False, has_newer=False, follow=True)
+    return render(request, "partials/training/job_log_follow.html", context)
 
 
 @never_cache
@@ -184,11 +285,73 @@ def job_metrics(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 @login_required
 def job_cancel(request: HttpRequest, pk: int) -> HttpResponse:
+    """Cancel from the job page (its live sections come back, out of band) or from the jobs list (`next=jobs`:
+    back to the list)."""
     job = cancel_job(owned_job(request, pk))
-    if request.htmx:
+    from_list = request.POST.get("next") == "jobs"
+    if request.htmx and not from_list:
+        # The poller is left alone: swapping it while its own request is in flight would leave that response
+        # without its page (htmx:oobErrorNoTarget); its next poll stops it once the job has ended.
         return render(request, "partials/training/job_live.html", job_context(job))
-    messages.success(request, f"Job {job.pk}: {job.get_status_display().lower()}.")
+    messages.success(request, cancel_message(job))
+    if from_list:
+        return HttpResponseClientRedirect(reverse("jobs")) if request.htmx else redirect("jobs")
     return redirect("job", job.pk)
+
+
+def cancel_message(job: Job) -> str:
+    if job.is_finished:
+        return f"Job {job.pk} is {job.get_status_display().lower()}."
+    return f"Job {job.pk} is stopping: its chips are let go as its ranks exit."
+
+
+def rerun_data(job: Job) -> dict:
+    """The job's settings as the API's job spec takes them, so a re-run passes the same validation as a launch."""
+    return {
+        "model": job.model_name,
+        "dataset": job.dataset,
+        "seq_len": job.seq_len,
+        "mode": job.mode,
+        "lora": dict(job.lora) if job.mode == TrainingMode.LORA and job.lora else None,
+        "gradient_checkpointing": job.gradient_checkpointing,
+        "eval_dataset": f"upload:{job.eval_dataset_upload_id}" if job.eval_dataset_upload_id else None,
+        "eval_fraction": job.eval_fraction,
+        "eval_every": job.eval_every,
+        "per_device_batch_size": job.per_device_batch_size,
+        "max_steps": job.max_steps,
+        "policy": job.policy,
+        "max_budget": to_decimal(job.max_budget_per_hour),
+        "total_budget": to_decimal(job.total_budget) if job.total_budget else None,
+        "chip_counts": dict(job.chip_counts) if job.chip_counts else None,
+        "name": job.name,
+        "spot": job.spot,
+        "bid": to_decimal(job.spot_bid_per_hour) if job.spot and job.spot_bid_per_hour is not None else None,
+        "allow_on_demand": job.allow_on_demand,
+        "allow_other_chips": job.allow_other_chips,
+    }
+
+
+@require_POST
+@login_required
+def job_rerun(request: HttpRequest, pk: int) -> HttpResponse:
+    """A new job with the same settings, validated and launched as the API launches one; a refusal (a dataset
+    since deleted, a balance too low) goes back to the jobs list with the reason."""
+    original = owned_job(request, pk)
+    spec = JobSpecSerializer(data=rerun_data(original), context={"request": request})
+    job = None
+    if not spec.is_valid():
+        problems = "; ".join(f"{field}: {' '.join(map(str, errors))}" for field, errors in spec.errors.items())
+        messages.error(request, f"Job {original.pk} can't be run again as it was: {problems}")
+    else:
+        try:
+            job = launch(request.user, spec.job_spec())
+        except LaunchRefused as error:
+            messages.error(request, f"Job {original.pk} can't be run again now: {error}")
+    if job is None:
+        return HttpResponseClientRedirect(reverse("jobs")) if request.htmx else redirect("jobs")
+    messages.success(request, f"Job {job.pk} started with the settings of job {original.pk}.")
+    target = reverse("job", args=[job.pk])
+    return HttpResponseClientRedirect(target) if request.htmx else redirect(target)
 
 
 @login_required

@@ -202,7 +202,8 @@ def train(request: HttpRequest) -> HttpResponse:
         return render(request, "portal/training/train.html", launch_context(form))
     form = TrainingForm(request.POST, request=request)
     if form.is_valid() and (job := _submit(request, form)):
-        messages.success(request, f"Job {job.pk} is queued: the scheduler is placing it on chips.")
+        # Not "queued": this message stays on the live job page after the job has moved on (its status is live).
+        messages.success(request, f"Job {job.pk} submitted: its status below follows it live.")
         return redirect("job", job.pk)
     return render(request, "portal/training/train.html", launch_context(form))
 

@@ -1,7 +1,7 @@
 from django.urls import path
 
 from market import views as market
-from portal.views import billing, dashboard, datasets, jobs, models, pages, statements, training
+from portal.views import billing, dashboard, datasets, jobs, models, notifications, pages, statements, training
 
 urlpatterns = [
     path("", pages.home, name="home"),
@@ -16,6 +16,8 @@ urlpatterns = [
     path("jobs/<int:pk>/live/", jobs.job_live, name="job_live"),
     path("jobs/<int:pk>/metrics.json", jobs.job_metrics, name="job_metrics"),
     path("jobs/<int:pk>/cancel/", jobs.job_cancel, name="job_cancel"),
+    path("jobs/<int:pk>/rerun/", jobs.job_rerun, name="job_rerun"),
+    path("jobs/<int:pk>/logs/", jobs.job_logs_view, name="job_logs"),
     path("jobs/<int:pk>/artifacts/<path:path>", jobs.job_artifact, name="job_artifact"),
     path("jobs/<int:pk>/model.tar", jobs.job_model, name="job_model"),
     path("datasets/", datasets.datasets, name="datasets"),
@@ -26,9 +28,11 @@ urlpatterns = [
     path("bids/<int:pk>/cancel/", market.bid_cancel, name="bid_cancel"),
     path("pricing/spot-history.json", market.spot_history, name="spot_history"),
     path("billing/", billing.billing, name="billing"),
+    path("billing/emails/", notifications.email_settings, name="email_settings"),
     path("billing/topups/", billing.topup_create, name="topup_create"),
     path("billing/topups/<str:payment_intent_id>/confirm/", billing.topup_confirm, name="topup_confirm"),
     path("billing/topups/<str:payment_intent_id>/", billing.topup_status, name="topup_status"),
+    path("billing/ledger/<int:job_id>/<int:hour>/", billing.ledger_group, name="ledger_group"),
     # Statements; /billing/ itself is the top-up page.
     path("billing/usage/", statements.usage, name="billing_usage"),
     path("billing/ledger.csv", statements.ledger_csv, name="billing_ledger_csv"),

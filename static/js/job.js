@@ -1,32 +1,40 @@
-// The job page: loss and tokens/s charts fed by metrics.json, and a log tail that stays scrolled
-// to its end. The rest of the page is live through htmx (#job-poller).
+// The job page: loss and tokens/s charts fed by metrics.json, a followed log that stays scrolled to its
+// end, and collapsed sections that stay open across the live swaps. The rest of the page is live through
+// htmx (#job-poller; the logs through #job-log-follower).
 (() => {
   const POLL_MS = 2000;
   const CATCH_UP_STEPS = 100;
 
-  // The log box is replaced on every poll: keep it at its end, unless the reader has scrolled up.
+  // Logs: new lines are appended to the box; keep it at its end, unless the reader has scrolled up.
   const LOGS = "job-log-lines";
   let logsPinned = true;
-  let logsScrollTop = 0;
+  const atEnd = (box) => box.scrollTop + box.clientHeight >= box.scrollHeight - 4;
+  const toEnd = (box) => {
+    if (box) box.scrollTop = box.scrollHeight;
+  };
 
-  // Called as each out-of-band section is about to be replaced; only the logs section counts.
-  function rememberLogs(event) {
-    const box = event.target.querySelector?.(`#${LOGS}`);
-    if (!box) return;
-    logsPinned = box.scrollTop + box.clientHeight >= box.scrollHeight - 4;
-    logsScrollTop = box.scrollTop;
-  }
-
-  function placeLogs(box) {
-    if (box) box.scrollTop = logsPinned ? box.scrollHeight : logsScrollTop;
-  }
-
-  document.addEventListener("htmx:oobBeforeSwap", rememberLogs);
+  document.addEventListener("htmx:beforeSwap", (event) => {
+    if (event.detail.target?.id === LOGS) logsPinned = atEnd(event.detail.target);
+  });
+  document.addEventListener("htmx:afterSwap", (event) => {
+    if (event.detail.target?.id === LOGS && logsPinned) toEnd(event.detail.target);
+  });
+  // A new page of the log (paging, a search) opens at its end, where the newest of its lines are.
   document.addEventListener("htmx:load", (event) => {
     const elt = event.detail.elt;
-    placeLogs(elt.id === LOGS ? elt : elt.querySelector?.(`#${LOGS}`));
+    if (elt.id === "job-log-view") toEnd(elt.querySelector(`#${LOGS}`));
   });
-  document.addEventListener("DOMContentLoaded", () => placeLogs(document.getElementById(LOGS)));
+  document.addEventListener("DOMContentLoaded", () => toEnd(document.getElementById(LOGS)));
+
+  // A live section replaced out of band keeps the <details data-keep-open> its reader opened (checkpoints).
+  document.addEventListener("htmx:oobBeforeSwap", (event) => {
+    const fresh = event.detail.fragment;
+    if (!fresh?.querySelectorAll || !event.target.querySelectorAll) return;
+    for (const old of event.target.querySelectorAll("details[data-keep-open]")) {
+      const twin = fresh.querySelector(`details[data-keep-open="${CSS.escape(old.dataset.keepOpen)}"]`);
+      if (twin) twin.open = old.open;
+    }
+  });
 
   // Charts
   const css = getComputedStyle(document.documentElement);

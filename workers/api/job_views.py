@@ -28,6 +28,7 @@ from workers.api import job_docs as docs
 from workers.api import job_serializers as s
 from workers.api.stored_files import StorageDown, stored_file_response
 from workers.models import Dataset, Job
+from workers.services import job_logs
 from workers.services.artifacts import list_artifacts, stored_artifact
 from workers.services.datasets import DatasetInUse, DatasetRejected, delete_dataset, store_dataset
 from workers.services.launch import LaunchRefused, fleet_refusal, launch, refusal_of
@@ -205,9 +206,17 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
 
     @extend_schema(
         summary="Log lines of a job",
-        description="The ranks' output, oldest first. Follow a job by passing the last `id` you saw as `after`.",
+        description=(
+            "The ranks' output, oldest first. Follow a job by passing the last `id` you saw as `after`; page "
+            "back with `before` (the first `id` of the page you have), or get the newest lines with `tail=true`. "
+            "`search` keeps the lines containing it, case-insensitively (at most 200 characters; `%` and `_` "
+            "match themselves)."
+        ),
         parameters=[
-            OpenApiParameter("after", int, description="Only lines with a greater id."),
+            OpenApiParameter("after", int, description="Only lines with a greater id (the oldest of them first)."),
+            OpenApiParameter("before", int, description="Only lines with a smaller id: the newest `limit` of them."),
+            OpenApiParameter("tail", bool, description="The newest `limit` lines (with `search`: matching ones)."),
+            OpenApiParameter("search", str, description="Only lines containing this text, ignoring case."),
             OpenApiParameter("limit", int, description="At most this many lines (1-1000, default 200)."),
         ],
         responses={200: s.JobLogLineSerializer(many=True), **errors(400, *READ_ERRORS)},
@@ -215,9 +224,21 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     @action(detail=True, pagination_class=None)
     def logs(self, request, pk=None):
         job = self.get_object()
-        after = int_param(request, "after", 0)
-        limit = max(1, min(1000, int_param(request, "limit", 200)))
-        lines = job.log_lines.filter(pk__gt=after).order_by("id")[:limit]
+        limit = max(1, min(job_logs.MAX_LINES, int_param(request, "limit", 200)))
+        params = request.query_params
+        try:
+            search = job_logs.clean_search(params.get("search"))
+            after = job_logs.clean_cursor("after", params.get("after"))
+            before = job_logs.clean_cursor("before", params.get("before"))
+        except job_logs.LogQueryError as error:
+            raise ValidationError({error.field: [str(error)]}) from None
+        tail = params.get("tail", "").lower() in ("1", "true", "yes")
+        if sum((after is not None, before is not None, tail)) > 1:
+            raise ValidationError({"before": ["Give one of after, before and tail."]})
+        if before is not None or tail:
+            lines = job_logs.lines_before(job, before, search=search, limit=limit)
+        else:
+            lines = job_logs.lines_after(job, after or 0, search=search, limit=limit)
         return Response(s.JobLogLineSerializer(lines, many=True).data)
 
     @extend_schema(

@@ -10,7 +10,8 @@ artifacts.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 
 from workers.models import Job
 from workers.runtime.staging import is_stored, key_of
@@ -21,6 +22,7 @@ from workers.storage.trees import MANIFEST, read_manifest
 
 logger = logging.getLogger(__name__)
 
+FINAL_MODEL, CHECKPOINT = "final model", "checkpoint"  # an artifact's kind
 TAKE_HOME = {"model", "adapter"}  # the Hugging Face folders an exported checkpoint holds
 UNIVERSAL = "universal"
 MAX_PATH, MAX_NAME = 512, 255
@@ -34,7 +36,8 @@ class Artifact:
 
 
 def list_artifacts(job: Job) -> list[Artifact]:
-    """Every file of the job's complete checkpoint trees, in path order; [] when storage can't be read."""
+    """Every file of the job's complete checkpoint trees in natural path order (step-20 before step-100);
+    [] when storage can't be read."""
     prefix = checkpoint_prefix(job)
     try:
         objects = [(item.key[len(prefix) + 1 :], item.size) for item in platform_store().list(prefix)]
@@ -43,11 +46,82 @@ def list_artifacts(job: Job) -> list[Artifact]:
         return []
     complete = {relative.removesuffix("/" + MANIFEST) for relative, _ in objects if relative.endswith("/" + MANIFEST)}
     final = final_step_name(job)
-    return [
+    artifacts = [
         Artifact(relative, size, _kind(relative, final))
         for relative, size in objects
         if tree_of(relative) in complete and not relative.endswith("/" + MANIFEST)
     ]
+    return ordered(artifacts)
+
+
+NUMBER = re.compile(r"(\d+)")
+STEP_NAME = re.compile(r"step-(\d+)")
+
+
+def natural_key(path: str) -> tuple:
+    """Sorts numbers inside names as numbers: step-20 < step-100, mp_rank_2 < mp_rank_10."""
+    return tuple(int(part) if part.isdigit() else part for part in NUMBER.split(path))
+
+
+def step_of(relative: str) -> int | None:
+    """The step of the checkpoint tree a file belongs to (`step-240/...` is 240); None outside one."""
+    found = STEP_NAME.fullmatch(relative.split("/", 1)[0])
+    return int(found[1]) if found else None
+
+
+@dataclass(frozen=True)
+class CheckpointFiles:
+    """One checkpoint (its tree and its universal form): the files that resume training from a step."""
+
+    step: int
+    files: list[Artifact]
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(artifact.size_bytes for artifact in self.files)
+
+
+@dataclass(frozen=True)
+class ArtifactGroups:
+    """The job page's view of the artifacts: the final model first, then checkpoints, newest first, then
+    anything else, instead of one long list sorted as text."""
+
+    final_model: list[Artifact] = field(default_factory=list)
+    final_step: int | None = None
+    checkpoints: list[CheckpointFiles] = field(default_factory=list)
+    other: list[Artifact] = field(default_factory=list)
+
+    @property
+    def final_size_bytes(self) -> int:
+        return sum(artifact.size_bytes for artifact in self.final_model)
+
+    def __bool__(self) -> bool:
+        return bool(self.final_model or self.checkpoints or self.other)
+
+
+def ordered(files: list[Artifact]) -> list[Artifact]:
+    return sorted(files, key=lambda artifact: natural_key(artifact.path))
+
+
+def group_artifacts(artifacts: list[Artifact]) -> ArtifactGroups:
+    """Split `list_artifacts` into the final model, the checkpoints by step (newest first) and the rest."""
+    final = [artifact for artifact in artifacts if artifact.kind == FINAL_MODEL]
+    by_step: dict[int, list[Artifact]] = {}
+    other = []
+    for artifact in artifacts:
+        if artifact.kind == FINAL_MODEL:
+            continue
+        step = step_of(artifact.path)
+        if step is None:
+            other.append(artifact)
+        else:
+            by_step.setdefault(step, []).append(artifact)
+    return ArtifactGroups(
+        final_model=ordered(final),
+        final_step=step_of(final[0].path) if final else None,
+        checkpoints=[CheckpointFiles(step, ordered(by_step[step])) for step in sorted(by_step, reverse=True)],
+        other=ordered(other),
+    )
 
 
 @dataclass(frozen=True)
@@ -98,5 +172,5 @@ def _kind(relative: str, final_step: str) -> str:
     """The newest export's Hugging Face folders are what the user takes home; the rest is resumable state."""
     parts = relative.split("/")
     if parts[0] == final_step and len(parts) > 2 and parts[1] in TAKE_HOME:
-        return "final model"
-    return "checkpoint"
+        return FINAL_MODEL
+    return CHECKPOINT
