@@ -1,8 +1,12 @@
 """Money is integer micro-units of the platform currency. These are the only conversions and formats.
 
-Amounts as numbers ("10.00", for the API, CSV and forms): `format_amount`. Amounts for people, with the
-currency symbol: `format_price` ("¥1.20", a dash for none), `format_signed` ("+¥10.00", "−¥1.50") and
-`format_estimate` ("¥1,234.57" from ¥1 up).
+Amounts as numbers ("10.00", for the API, CSV and forms): `format_amount`. Exact amounts for people,
+with the currency symbol: `format_price` ("¥1.20", "¥0.000333", a dash for none: prices per chip-hour,
+where the sixth decimal matters, and the exact figure behind a rounded one) and `format_signed`
+("+¥10.00", "−¥1.50"). Balances, costs, charges and refunds for people: `format_money` ("¥9.88",
+"¥1,234.57", "<¥0.01") and `format_money_signed` ("+¥10.00", "−¥9.88"), rounded to cents half up;
+pages show them with the exact amount on hover (the `money` template filters).
+`format_estimate` ("¥1,234.57" from ¥1 up, every digit below) is for quotes.
 """
 
 from __future__ import annotations
@@ -10,6 +14,8 @@ from __future__ import annotations
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 
 MICROS_PER_UNIT = 1_000_000
+CENT = Decimal("0.01")
+MINUS = "−"  # U+2212: the same width as "+" in a column of amounts
 # The symbol where no Django settings are configured (the planner run on its own); the settings'
 # CURRENCY_SYMBOL has the same default.
 DEFAULT_CURRENCY_SYMBOL = "¥"
@@ -70,13 +76,38 @@ def format_price(micros: int | None) -> str:
 
 def format_signed(micros: int) -> str:
     """The sign first ("+¥10.00", "−¥1.50"), so a column of amounts reads at a glance."""
-    sign = "−" if micros < 0 else "+"
+    sign = MINUS if micros < 0 else "+"
     return f"{sign}{format_price(abs(micros))}"
+
+
+def format_money(micros: int | None) -> str:
+    """An amount for people, to the cent, rounded half up: "¥9.88", "¥1,234.57", "−¥1.50".
+
+    A non-zero amount that rounds to nothing shows "<¥0.01", not "¥0.00": a charge of ¥0.000333
+    happened and must not read as free. A dash when there is none.
+    """
+    if micros is None:
+        return NO_AMOUNT
+    sign = MINUS if micros < 0 else ""
+    return f"{sign}{_cents(abs(micros))}"
+
+
+def format_money_signed(micros: int) -> str:
+    """`format_money` with its sign always first ("+¥10.00", "−¥0.05", "+<¥0.01"), for ledger columns."""
+    sign = MINUS if micros < 0 else "+"
+    return f"{sign}{_cents(abs(micros))}"
+
+
+def _cents(micros: int) -> str:
+    cents = to_decimal(micros).quantize(CENT, rounding=ROUND_HALF_UP)
+    if micros and not cents:
+        return f"<{currency_symbol()}{CENT}"
+    return f"{currency_symbol()}{cents:,}"
 
 
 def format_estimate(micros: int) -> str:
     """An estimated amount: cents and thousands separators from ¥1 up ("¥1,234.57"), every digit below."""
     if abs(micros) < MICROS_PER_UNIT:
         return format_price(micros)
-    cents = to_decimal(micros).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
+    cents = to_decimal(micros).quantize(CENT, rounding=ROUND_HALF_UP)
     return f"{currency_symbol()}{cents:,}"

@@ -1,13 +1,19 @@
-"""Admin console: prices with history, the ledger (read-only), operator settings; changes are audited."""
+"""Admin console: prices with history, the ledger (read-only), operator settings; changes are audited.
+
+Money shows as ¥ amounts: prices per chip-hour with every significant decimal (`format_price`), balances
+and ledger amounts to the cent with the exact amount on hover (`money_html`).
+"""
 
 from __future__ import annotations
 
 from django.contrib import admin, messages
+from django.db.models import BooleanField, Case, Value, When
 from django.utils import timezone
 
 from base.admin import AuditedChangesMixin, ReadOnlyMixin
 from base.audit import already_recorded, record
-from base.money import format_amount
+from base.money import format_amount, format_price
+from base.templatetags.money import money_html, signed_money_html
 from billing import admin_payments, admin_reports  # noqa: F401  (operator reports: /admin/billing-reports/*, a box on the index)
 from billing.forms import OperatorSettingsForm, PriceForm
 from billing.models import Account, Entry, OperatorSettings, Price, Transaction
@@ -23,18 +29,37 @@ class PriceAdmin(admin.ModelAdmin):
     """Prices are versioned: the operator adds a new row; past rows are shown, never edited."""
 
     form = PriceForm
-    list_display = ["chip_type", "on_demand", "spot_floor", "effective_at", "author", "note"]
+    list_display = ["chip_type", "on_demand", "spot_floor", "effective_at", "in_force", "author", "note"]
     list_filter = ["chip_type"]
     ordering = ["chip_type__sort_order", "-effective_at", "-id"]
     date_hierarchy = "effective_at"
 
+    def get_queryset(self, request):
+        """Each row knows whether it is the price in force now, by the rule billing charges with
+        (`Price.objects.in_force`: the newest row per chip type whose time has come)."""
+        in_force_now = Price.objects.in_force(timezone.now()).values("pk")
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                is_in_force=Case(
+                    When(pk__in=in_force_now, then=Value(True)), default=Value(False), output_field=BooleanField()
+                )
+            )
+        )
+
     @admin.display(description="On-demand /chip-h")
     def on_demand(self, price: Price) -> str:
-        return format_amount(price.on_demand_per_hour)
+        return format_price(price.on_demand_per_hour)
 
     @admin.display(description="Spot floor /chip-h")
     def spot_floor(self, price: Price) -> str:
-        return format_amount(price.spot_floor_per_hour)
+        return format_price(price.spot_floor_per_hour)
+
+    @admin.display(description="In force")
+    def in_force(self, price: Price) -> str:
+        """ "✓" on the row billing charges with now; blank on past rows and on rows not yet effective."""
+        return "✓" if getattr(price, "is_in_force", False) else ""
 
     def has_change_permission(self, request, obj=None) -> bool:
         return obj is None and super().has_change_permission(request, obj)
@@ -73,13 +98,17 @@ def price_values(price: Price | None) -> dict[str, str] | None:
 
 class EntryInline(admin.TabularInline):
     model = Entry
-    fields = ["account", "amount_display", "created_at"]
+    fields = ["account", "amount_money", "created_at"]
     readonly_fields = fields
     extra = 0
     can_delete = False
 
     def has_add_permission(self, request, obj=None) -> bool:
         return False
+
+    @admin.display(description="Amount")
+    def amount_money(self, entry: Entry):
+        return signed_money_html(entry.amount)
 
 
 @admin.register(Transaction)
@@ -98,12 +127,17 @@ class TransactionAdmin(ReadOnlyAdmin):
                     txn, reason=f"reversed by {request.user} in the admin", actor=request.user
                 )
             except LedgerError as error:
-                self.message_user(request, f"#{txn.pk}: {error}", messages.ERROR)
+                self.message_user(request, f"Transaction #{txn.pk} was not reversed: {error}", messages.ERROR)
             else:
                 # A transaction is reversed once, however often asked: one entry.
                 if not already_recorded("transaction.reverse", reversal=reversal.pk):
                     record(request.user, "transaction.reverse", txn, reversal=reversal.pk, kind=txn.kind, memo=txn.memo)
-                self.message_user(request, f"#{txn.pk} reversed by #{reversal.pk}.", messages.SUCCESS)
+                self.message_user(
+                    request,
+                    f"Reversed transaction #{txn.pk} ({txn.get_kind_display().lower()}): reversal #{reversal.pk} "
+                    "puts every account back where it was before it.",
+                    messages.SUCCESS,
+                )
 
 
 @admin.register(Account)
@@ -111,17 +145,27 @@ class AccountAdmin(ReadOnlyAdmin):
     list_display = ["id", "owner", "kind", "currency", "balance_amount"]
     list_filter = ["kind", "currency"]
     search_fields = ["owner__username", "owner__email"]
+    fields = ["owner", "kind", "currency", "balance_amount", "created_at"]
+    readonly_fields = fields
 
     @admin.display(description="Balance", ordering="balance")
-    def balance_amount(self, account: Account) -> str:
-        return format_amount(account.balance)
+    def balance_amount(self, account: Account):
+        return money_html(account.balance)
 
 
 @admin.register(OperatorSettings)
 class OperatorSettingsAdmin(AuditedChangesMixin, admin.ModelAdmin):
     form = OperatorSettingsForm
     audit_name = "operator_settings"
-    list_display = ["__str__", "trial_credit_display", "updated_at"]
+    list_display = ["__str__", "trial_credit_money", "topup_limits", "updated_at"]
+
+    @admin.display(description="Trial credit")
+    def trial_credit_money(self, obj: OperatorSettings):
+        return money_html(obj.trial_credit)
+
+    @admin.display(description="Top-up limits")
+    def topup_limits(self, obj: OperatorSettings) -> str:
+        return f"{format_price(obj.topup_minimum)} to {format_price(obj.topup_maximum)}"
 
     def has_add_permission(self, request) -> bool:
         return not OperatorSettings.objects.exists()

@@ -15,13 +15,18 @@ from django.utils.html import format_html
 
 from base.admin import ReadOnlyMixin
 from base.audit import already_recorded, record
-from base.money import format_amount, format_price
+from base.money import format_price
+from base.templatetags.money import money_html
 from billing.models import Payment, Refund, StripeEvent
 from billing.services import stripe_payments as payments
 
 
 class RefundForm(forms.Form):
-    amount = forms.CharField(label=f"Amount ({settings.CURRENCY_SYMBOL})", max_length=32)
+    amount = forms.CharField(
+        label=f"Amount ({settings.CURRENCY_SYMBOL})",
+        max_length=32,
+        help_text=f"In {settings.CURRENCY_SYMBOL} (yuan), at most two decimals, e.g. 20.00.",
+    )
     reason = forms.CharField(max_length=400, widget=forms.TextInput(attrs={"size": 60}))
     nonce = forms.CharField(widget=forms.HiddenInput, max_length=64)
 
@@ -44,8 +49,8 @@ class RefundInline(ReadOnlyMixin, admin.TabularInline):
     extra = 0
 
     @admin.display(description="Amount")
-    def amount_display(self, refund: Refund) -> str:
-        return format_amount(refund.amount)
+    def amount_display(self, refund: Refund):
+        return money_html(refund.amount)
 
 
 @admin.register(Payment)
@@ -53,7 +58,19 @@ class PaymentAdmin(ReadOnlyMixin, admin.ModelAdmin):
     list_display = ["payment_intent_id", "user", "amount_display", "status", "refunded_display", "created_at"]
     list_filter = ["status"]
     search_fields = ["payment_intent_id", "user__username", "user__email"]
-    readonly_fields = ["refund_link"]
+    fields = [
+        "user",
+        "payment_intent_id",
+        "amount_display",
+        "currency",
+        "status",
+        "credited",
+        "refunded_display",
+        "refund_link",
+        "created_at",
+        "updated_at",
+    ]
+    readonly_fields = fields
     inlines = [RefundInline]
     actions = ["refund_selected"]
 
@@ -61,12 +78,12 @@ class PaymentAdmin(ReadOnlyMixin, admin.ModelAdmin):
         return request.user.is_staff
 
     @admin.display(description="Amount", ordering="amount")
-    def amount_display(self, payment: Payment) -> str:
-        return format_amount(payment.amount)
+    def amount_display(self, payment: Payment):
+        return money_html(payment.amount)
 
-    @admin.display(description="Refunded")
-    def refunded_display(self, payment: Payment) -> str:
-        return format_amount(payment.refunded_amount)
+    @admin.display(description="Refunded", ordering="refunded_amount")
+    def refunded_display(self, payment: Payment):
+        return money_html(payment.refunded_amount)
 
     @admin.display(description="Refund")
     def refund_link(self, payment: Payment) -> str:
@@ -112,7 +129,8 @@ class PaymentAdmin(ReadOnlyMixin, admin.ModelAdmin):
                     )
                 self.message_user(
                     request,
-                    f"Refunded {format_price(refund.amount)} (Stripe refund {refund.stripe_refund_id}).",
+                    f"Refunded {format_price(refund.amount)} of {payment.payment_intent_id} to {payment.user}'s card "
+                    f"and took it from their balance (Stripe refund {refund.stripe_refund_id}).",
                     messages.SUCCESS,
                 )
                 return HttpResponseRedirect(reverse("admin:billing_payment_change", args=[payment.pk]))
@@ -122,10 +140,11 @@ class PaymentAdmin(ReadOnlyMixin, admin.ModelAdmin):
             "opts": self.model._meta,
             "payment": payment,
             "form": form,
-            "amount": format_price(payment.amount),
-            "refunded": format_price(payment.refunded_amount),
+            "amount": money_html(payment.amount),
+            "refunded": money_html(payment.refunded_amount),
+            # Exact, not rounded: it bounds what the operator may type.
             "refundable": format_price(payments.refundable_micros(payment)),
-            "balance": format_price(payments.balance_of(payment.user)),
+            "balance": money_html(payments.balance_of(payment.user)),
         }
         return TemplateResponse(request, "portal/billing/admin_refund.html", context)
 
@@ -141,7 +160,9 @@ class StripeEventAdmin(ReadOnlyMixin, admin.ModelAdmin):
 class RefundAdmin(ReadOnlyMixin, admin.ModelAdmin):
     list_display = ["payment", "amount_display", "reason", "stripe_refund_id", "created_by", "created_at"]
     search_fields = ["payment__payment_intent_id", "stripe_refund_id", "reason"]
+    fields = ["payment", "amount_display", "reason", "stripe_refund_id", "transaction", "created_by", "created_at"]
+    readonly_fields = fields
 
-    @admin.display(description="Amount")
-    def amount_display(self, refund: Refund) -> str:
-        return format_amount(refund.amount)
+    @admin.display(description="Amount", ordering="amount")
+    def amount_display(self, refund: Refund):
+        return money_html(refund.amount)

@@ -19,6 +19,7 @@ from django.urls import path
 from django.utils import timezone
 
 from base.money import format_price
+from base.templatetags.money import money_html
 from billing.choices import AccountKind
 from billing.models import Account, Payment, Refund
 from billing.services.pricing import PriceBook
@@ -58,7 +59,7 @@ class RevenueLine:
     day: date
     chip: str
     chip_hours: str
-    amount: str
+    amount: str  # safe HTML: cents, the exact amount on hover
 
 
 def revenue_period(request: HttpRequest) -> Period:
@@ -84,7 +85,7 @@ def revenue_view(request: HttpRequest) -> HttpResponse:
         .order_by("-day", "chip_type__slug")
     )
     lines = [
-        RevenueLine(r["day"], r["chip_type__slug"], f"{r['chip_seconds'] / 3600:.3f}", format_price(r["amount"]))
+        RevenueLine(r["day"], r["chip_type__slug"], f"{r['chip_seconds'] / 3600:.3f}", money_html(r["amount"]))
         for r in rows
     ]
     by_chip = charges.values("chip_type__slug").annotate(amount=Sum("amount")).order_by("chip_type__slug")
@@ -92,8 +93,8 @@ def revenue_view(request: HttpRequest) -> HttpResponse:
         "since": period.since.isoformat() if period.since else "",
         "until": period.until.isoformat() if period.until else "",
         "lines": lines,
-        "by_chip": [(r["chip_type__slug"], format_price(r["amount"])) for r in by_chip],
-        "total": format_price(charges.aggregate(total=Sum("amount", default=0))["total"]),
+        "by_chip": [(r["chip_type__slug"], money_html(r["amount"])) for r in by_chip],
+        "total": money_html(charges.aggregate(total=Sum("amount", default=0))["total"]),
     }
     return _render(request, "admin_revenue.html", title, context)
 
@@ -107,7 +108,7 @@ class OpenAllocationLine:
 
     allocation: Allocation
     rate: str
-    charged: str
+    charged: str  # safe HTML, as RevenueLine.amount
     balance: str
     lasts: str
 
@@ -134,7 +135,7 @@ def open_allocations_view(request: HttpRequest) -> HttpResponse:
         lasts = format_hours(SpendRate(owner_rate, balance).lasts_hours)
         lines.append(
             OpenAllocationLine(
-                a, f"{format_price(rates[a.pk])}/h", format_price(a.charged_total), format_price(balance), lasts
+                a, f"{format_price(rates[a.pk])}/h", money_html(a.charged_total), money_html(balance), lasts
             )
         )
     context = {"lines": lines, "total_rate": f"{format_price(sum(rates.values()))}/h", "limit": OPEN_LIMIT}
@@ -147,11 +148,11 @@ def open_allocations_view(request: HttpRequest) -> HttpResponse:
 def payments_view(request: HttpRequest) -> HttpResponse:
     context = {
         "payments": [
-            (p, format_price(p.amount), format_price(p.refunded_amount))
+            (p, money_html(p.amount), money_html(p.refunded_amount))
             for p in Payment.objects.select_related("user").order_by("-created_at")[:RECENT_LIMIT]
         ],
         "refunds": [
-            (r, format_price(r.amount))
+            (r, money_html(r.amount))
             for r in Refund.objects.select_related("payment__user", "created_by").order_by("-created_at")[:RECENT_LIMIT]
         ],
         "limit": RECENT_LIMIT,

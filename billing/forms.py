@@ -16,6 +16,8 @@ MAX_ADJUSTMENT = Decimal("1000000")
 
 
 def money_field(label: str, **kwargs) -> forms.DecimalField:
+    """An amount typed in currency units (yuan, "1.35"), up to six decimals; `to_micros` stores it exactly."""
+    kwargs.setdefault("help_text", f"In {settings.CURRENCY_SYMBOL} (yuan), e.g. 1.35; up to six decimals.")
     return forms.DecimalField(label=f"{label} ({settings.CURRENCY_SYMBOL})", max_digits=14, decimal_places=6, **kwargs)
 
 
@@ -45,7 +47,8 @@ class CreditAdjustmentForm(forms.Form):
         "Amount",
         min_value=-MAX_ADJUSTMENT,
         max_value=MAX_ADJUSTMENT,
-        help_text="Positive credits the wallet, negative debits it.",
+        help_text=f"In {settings.CURRENCY_SYMBOL} (yuan), e.g. 5.50: positive credits the wallet, negative (-5.50) "
+        "debits it.",
     )
     reason = forms.CharField(max_length=400, widget=forms.Textarea(attrs={"rows": 3}))
     # A key per rendered form: submitting the same form twice posts one transaction.

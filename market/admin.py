@@ -78,16 +78,24 @@ class BidAdmin(admin.ModelAdmin):
 
     @admin.action(description="Cancel the selected bids (their jobs are moved off spot chips with notice)")
     def cancel_selected(self, request, queryset) -> None:
-        cancelled = 0
-        for bid in queryset.filter(status=BidStatus.ACTIVE):
+        cancelled = []
+        for bid in queryset.filter(status=BidStatus.ACTIVE).select_related("chip_type"):
             try:
                 cancel_bid(bid)
             except BidRefused as error:
                 self.message_user(request, str(error), messages.ERROR)
             else:
                 record(request.user, "bid.cancel", bid, job=bid.job_id, owner=bid.owner, chip_type=bid.chip_type)
-                cancelled += 1
-        self.message_user(request, f"{cancelled} bid(s) cancelled.", messages.SUCCESS if cancelled else messages.INFO)
+                cancelled.append(f"bid {bid.pk} (job {bid.job_id}, {bid.chips}× {bid.chip_type.slug})")
+        if not cancelled:
+            self.message_user(request, "Nothing was cancelled: only active bids can be cancelled.", messages.INFO)
+            return
+        self.message_user(
+            request,
+            f"Cancelled {', '.join(cancelled)}. The market clears again now: a job holding spot chips under a "
+            "cancelled bid gets notice to move; chips won but not yet held stop being billed.",
+            messages.SUCCESS,
+        )
 
 
 @admin.register(SpotPrice)

@@ -14,7 +14,8 @@ from django.utils.html import format_html
 
 from base.admin import AuditedChangesMixin
 from base.audit import already_recorded, record
-from base.money import format_price, to_micros
+from base.money import format_money, format_price, to_micros
+from base.templatetags.money import money_html
 from billing.choices import AccountKind
 from billing.forms import CreditAdjustmentForm
 from billing.models import Account
@@ -37,8 +38,8 @@ class OperatorUserAdmin(AuditedChangesMixin, UserAdmin):
         return super().get_queryset(request).annotate(wallet_balance=Subquery(wallets.values("balance")[:1]))
 
     @admin.display(description="Balance", ordering="wallet_balance")
-    def balance(self, user) -> str:
-        return format_price(user.wallet_balance or 0)
+    def balance(self, user):
+        return money_html(user.wallet_balance or 0)
 
     @admin.display(description="Credit")
     def adjust_link(self, user) -> str:
@@ -84,13 +85,20 @@ class OperatorUserAdmin(AuditedChangesMixin, UserAdmin):
                         before={"balance": format_price(balance_before)},
                         after={"balance": format_price(balance_of(user))},
                     )
-                self.message_user(request, f"Adjusted {user}'s credit.", messages.SUCCESS)
+                micros = to_micros(form.cleaned_data["amount"])
+                self.message_user(
+                    request,
+                    f"{'Credited' if micros > 0 else 'Debited'} {format_money(abs(micros))} "
+                    f"{'to' if micros > 0 else 'from'} {user}'s wallet; the balance is now "
+                    f"{format_price(balance_of(user))} (transaction #{txn.pk}).",
+                    messages.SUCCESS,
+                )
                 return redirect("admin:auth_user_changelist")
         context = {
             **self.admin_site.each_context(request),
             "title": f"Adjust credit: {user}",
             "subject": user,
-            "balance": format_price(balance_of(user)),
+            "balance": money_html(balance_of(user)),
             "form": form,
             "opts": self.model._meta,
         }
@@ -121,9 +129,16 @@ class ApiTokenAdmin(AuditedChangesMixin, admin.ModelAdmin):
 
     @admin.action(description="Revoke the selected tokens")
     def revoke_selected(self, request, queryset) -> None:
+        revoked = []
         for token in queryset:
             already = token.revoked_at is not None
             token.revoke()
             if not already:
                 record(request.user, "api_token.revoke", token, user=token.user, prefix=token.prefix)
-        self.message_user(request, f"Revoked {queryset.count()} token(s).", messages.SUCCESS)
+                revoked.append(f"“{token.name}” of {token.user} ({token.prefix}…)")
+        if not revoked:
+            self.message_user(request, "Nothing was revoked: the selected tokens were revoked already.", messages.INFO)
+            return
+        self.message_user(
+            request, f"Revoked {', '.join(revoked)}: API calls with them are refused from now on.", messages.SUCCESS
+        )

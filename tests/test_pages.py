@@ -14,6 +14,7 @@ from base.money import format_amount
 from billing.services.credits import adjust_credit, grant_trial_credit
 from billing.services.pricing import current_offers, reference_chip
 from portal.models.tokens import ApiToken, TokenScope, hash_token
+from tests.money_html import money
 from workers.models import ChipType
 
 pytestmark = pytest.mark.django_db
@@ -88,9 +89,9 @@ def test_signed_in_pages_need_a_login(client, name):
 def test_the_dashboard_shows_the_balance_and_the_ledger(alice_client, alice):
     grant_trial_credit(alice)
     html = alice_client.get(reverse("dashboard")).content.decode()
-    assert re.search(r'data-testid="balance">¥10\.00<', html)
+    assert f'data-testid="balance">{money("¥10.00")}<' in html
     assert "trial credit" in html
-    assert "+¥10.00" in html
+    assert money("+¥10.00") in html
 
 
 def test_the_ledger_history_pages_by_25(alice_client, alice):

@@ -1,16 +1,21 @@
-"""Billing statements: usage per job, chip type and day, CSV exports, and the monthly statement."""
+"""Billing statements: usage per job, chip type and day, CSV exports, and the monthly statement.
+
+Amounts reach the templates as micro-units; the `money` filters show them to the cent with the exact
+amount on hover. The CSV exports keep every micro-unit (billing.csv_export).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 
-from base.money import format_price, format_signed
 from billing import csv_export
+from billing.models import Entry
 from billing.services.statements import (
     ALL_TIME,
     Period,
@@ -26,7 +31,6 @@ from billing.services.statements import (
     total_of,
     usage_rows,
 )
-from portal.views.dashboard import ledger_line
 
 
 @dataclass(frozen=True)
@@ -34,13 +38,27 @@ class UsageLine:
     """One usage row as the pages show it."""
 
     label: str
-    seconds: int
+    chip_seconds: int
     chip_hours: str
-    amount: str
+    amount: int
 
 
 def usage_lines(rows: list[UsageRow]) -> list[UsageLine]:
-    return [UsageLine(row.label, row.seconds, f"{row.chip_hours}", format_price(row.amount)) for row in rows]
+    return [UsageLine(row.label, row.chip_seconds, f"{row.chip_hours}", row.amount) for row in rows]
+
+
+@dataclass(frozen=True)
+class EntryLine:
+    """One payment or refund of the month as the statement lists it."""
+
+    created_at: datetime
+    description: str
+    amount: int
+
+
+def entry_line(entry: Entry) -> EntryLine:
+    txn = entry.transaction
+    return EntryLine(entry.created_at, txn.memo or txn.get_kind_display(), entry.amount)
 
 
 def default_period() -> Period:
@@ -76,7 +94,7 @@ def usage(request: HttpRequest) -> HttpResponse:
         "since": period.since.isoformat() if period.since else "",
         "until": period.until.isoformat() if period.until else "",
         "tables": tables,
-        "total": format_price(total_of(by_job)),
+        "total": total_of(by_job),
     }
     return render(request, "portal/statements/usage.html", context)
 
@@ -125,15 +143,15 @@ def statement(request: HttpRequest, month: str) -> HttpResponse:
     context = {
         "month": month,
         "report": report,
-        "opening": format_price(report.opening),
-        "closing": format_price(report.closing),
-        "net": format_signed(report.net),
-        "movements": [(m.label, format_signed(m.amount), m.amount > 0) for m in report.movements],
-        "payments": [ledger_line(entry) for entry in report.payments],
-        "refunds": [ledger_line(entry) for entry in report.refunds],
+        "opening": report.opening,
+        "closing": report.closing,
+        "net": report.net,
+        "movements": [(m.label, m.amount, m.amount > 0) for m in report.movements],
+        "payments": [entry_line(entry) for entry in report.payments],
+        "refunds": [entry_line(entry) for entry in report.refunds],
         "usage_by_job": usage_lines(report.usage_by_job),
         "usage_by_chip": usage_lines(report.usage_by_chip),
-        "usage_total": format_price(report.usage_total),
+        "usage_total": report.usage_total,
         "generated_at": timezone.now(),
     }
     return render(request, "portal/statements/statement.html", context)

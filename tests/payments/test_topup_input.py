@@ -133,7 +133,7 @@ def test_the_page_shows_the_balance_and_the_card_form(client, stripe_on, alice):
     assert 'data-testid="balance"' in page
     assert 'id="card-element"' in page
     assert stripe_on.js_url() in page
-    assert "Between ¥10.00 and ¥10000.00" in page
+    assert "Between ¥10.00 and ¥10,000.00" in page
 
 
 @pytest.mark.django_db

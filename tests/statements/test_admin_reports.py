@@ -7,6 +7,7 @@ from django.contrib import admin
 from django.urls import include, path
 
 import billing.admin_reports  # noqa: F401  (installs the report URLs; billing/admin.py will import it)
+from tests.money_html import money
 from tests.statements import make_allocation, make_job, refund, seed_march
 
 pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.statements.test_admin_reports")]
@@ -32,12 +33,12 @@ def test_revenue_is_shown_per_chip_type_and_day(march, console):
     assert response.status_code == 200
     lines = {(str(line.day), line.chip): line.amount for line in response.context["lines"]}
     assert lines == {
-        ("2026-03-10", "rtx-4090"): "¥2.40",
-        ("2026-03-10", "h100-80g"): "¥9.80",
-        ("2026-03-11", "rtx-4090"): "¥2.40",
-        ("2026-03-11", "a100-80g"): "¥2.25",
+        ("2026-03-10", "rtx-4090"): money("¥2.40"),
+        ("2026-03-10", "h100-80g"): money("¥9.80"),
+        ("2026-03-11", "rtx-4090"): money("¥2.40"),
+        ("2026-03-11", "a100-80g"): money("¥2.25"),
     }
-    assert 'data-testid="revenue-total">¥16.85<' in response.content.decode()
+    assert f'data-testid="revenue-total">{money("¥16.85")}<' in response.content.decode()
 
 
 def test_the_revenue_report_is_refused_to_non_staff(march, client, alice):

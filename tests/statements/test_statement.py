@@ -6,6 +6,7 @@ import pytest
 
 from base.money import to_micros
 from billing.services.statements import StatementError, monthly_statement, parse_month, statement_months
+from tests.money_html import money
 from tests.statements import seed_march
 
 pytestmark = pytest.mark.django_db
@@ -47,9 +48,9 @@ def test_the_statement_page_shows_balances_and_only_the_users_usage(march, clien
     response = client.get("/billing/statements/2026-03/")
     assert response.status_code == 200
     page = response.content.decode()
-    assert 'data-testid="opening">¥100.00<' in page
-    assert 'data-testid="closing">¥132.95<' in page
-    assert "+¥50.00" in page and "−¥10.00" in page and "−¥7.05" in page
+    assert f'data-testid="opening">{money("¥100.00")}<' in page
+    assert f'data-testid="closing">{money("¥132.95")}<' in page
+    assert money("+¥50.00") in page and money("−¥10.00") in page and money("−¥7.05") in page
     assert "alpha" in page and "NVIDIA A100 80G" in page
     assert "bobs-secret-run" not in page and "9.80" not in page
     assert 'class="site-header"' in page  # hidden by the print CSS, not by the page
@@ -58,7 +59,7 @@ def test_the_statement_page_shows_balances_and_only_the_users_usage(march, clien
 def test_bobs_statement_never_shows_alices_money(march, client, bob):
     client.force_login(bob)
     page = client.get("/billing/statements/2026-03/").content.decode()
-    assert 'data-testid="closing">¥40.20<' in page
+    assert f'data-testid="closing">{money("¥40.20")}<' in page
     assert "alpha" not in page and "132.95" not in page
 
 

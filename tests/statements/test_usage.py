@@ -11,6 +11,7 @@ import pytest
 from base.money import to_micros
 from billing.models import Charge
 from billing.services.statements import StatementError, charges_for, parse_period, total_of, usage_rows
+from tests.money_html import money
 from tests.statements import seed_march
 
 pytestmark = pytest.mark.django_db
@@ -79,7 +80,7 @@ def test_the_usage_page_shows_the_users_usage_and_never_another_users(march, as_
     response = as_alice.get("/billing/usage/", MARCH)
     assert response.status_code == 200
     page = response.content.decode()
-    assert 'data-testid="usage-total">¥7.05<' in page
+    assert f'data-testid="usage-total">{money("¥7.05")}<' in page
     assert "alpha" in page and "rtx-4090" not in page  # chip rows show the chip's name
     assert "NVIDIA RTX 4090" in page and "2026-03-11" in page
     assert "bobs-secret-run" not in page

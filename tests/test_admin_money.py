@@ -1,0 +1,158 @@
+"""The operator console shows money as ¥ amounts, marks the price in force, and keeps jobs read-only but cancellable."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import Permission
+from django.contrib.messages import get_messages
+from django.utils import timezone
+
+from base.models import AuditEntry
+from billing.admin import PriceAdmin
+from billing.models import Price
+from billing.services.credits import adjust_credit, grant_trial_credit
+from tests.money_html import money
+from workers.choices import JobStatus
+from workers.models import ChipType, Job
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def console(client, operator, catalog):
+    client.force_login(operator)
+    return client
+
+
+def said(response) -> list[str]:
+    return [str(message) for message in get_messages(response.wsgi_request)]
+
+
+def make_job(owner, status=JobStatus.QUEUED) -> Job:
+    return Job.objects.create(
+        owner=owner,
+        model_name="llama-tiny",
+        per_device_batch_size=4,
+        max_steps=100,
+        max_budget_per_hour=28_500_000,
+        total_budget=9_880_288,
+        credit_hold=2_375_000,
+        status=status,
+    )
+
+
+# Money as ¥ amounts
+
+
+def test_balances_and_payments_show_as_yuan_to_the_cent_with_the_exact_amount_on_hover(console, alice):
+    adjust_credit(alice, 9_880_288, reason="odd amount", actor=None, key="odd")
+    users = console.get("/admin/auth/user/").content.decode()
+    accounts = console.get("/admin/billing/account/").content.decode()
+    assert money("¥9.88", "¥9.880288") in users and money("¥9.88", "¥9.880288") in accounts
+    account = alice.accounts.get()
+    detail = console.get(f"/admin/billing/account/{account.pk}/change/").content.decode()
+    assert money("¥9.88", "¥9.880288") in detail and "9880288" not in detail
+
+
+def test_a_job_page_shows_its_budgets_as_yuan_not_micro_units(console, alice):
+    job = make_job(alice)
+    page = console.get(f"/admin/workers/job/{job.pk}/change/").content.decode()
+    assert "¥28.50/h" in page and money("¥9.88", "¥9.880288") in page and money("¥2.38", "¥2.375") in page
+    assert "28500000" not in page and "9880288" not in page and "2375000" not in page
+
+
+def test_money_inputs_say_they_take_yuan(console, alice):
+    price_form = console.get("/admin/billing/price/add/").content.decode()
+    adjust_form = console.get(f"/admin/auth/user/{alice.pk}/adjust-credit/").content.decode()
+    assert "In ¥ (yuan), e.g. 1.35" in price_form
+    assert "In ¥ (yuan), e.g. 5.50" in adjust_form
+
+
+def test_a_credit_adjustment_says_what_it_did(console, alice):
+    grant_trial_credit(alice)
+    response = console.post(
+        f"/admin/auth/user/{alice.pk}/adjust-credit/",
+        {"amount": "-2.5", "reason": "clawback", "idempotency_key": "adjust:said"},
+    )
+    [message] = said(response)
+    assert message.startswith("Debited ¥2.50 from alice's wallet; the balance is now ¥7.50 (transaction #")
+
+
+# The price in force
+
+
+def test_the_price_list_marks_the_price_in_force_now(console):
+    chip = ChipType.objects.get(slug="rtx-4090")
+    launch = chip.prices.get()  # seeded effective now
+    now = timezone.now()  # after the launch price: the newer price takes over from it
+    newer = Price.objects.create(
+        chip_type=chip, on_demand_per_hour=1_300_000, spot_floor_per_hour=500_000, effective_at=now
+    )
+    later = Price.objects.create(
+        chip_type=chip, on_demand_per_hour=1_400_000, spot_floor_per_hour=500_000, effective_at=now + timedelta(hours=1)
+    )
+    response = console.get("/admin/billing/price/", {"chip_type__id__exact": chip.pk})
+    shown = {price.pk: PriceAdmin.in_force(None, price) for price in response.context["cl"].result_list}
+    assert shown == {later.pk: "", newer.pk: "✓", launch.pk: ""}
+    page = response.content.decode()
+    assert "In force" in page and "✓" in page and "¥1.30" in page
+    # Every other chip type's launch price is in force: one ✓ per chip type on the unfiltered list.
+    everything = console.get("/admin/billing/price/").context["cl"].result_list
+    assert sum(PriceAdmin.in_force(None, price) == "✓" for price in everything) == ChipType.objects.count()
+
+
+# Jobs: read-only, cancellable
+
+
+def test_a_job_page_is_read_only_without_save_or_delete(console, alice):
+    job = make_job(alice)
+    page = console.get(f"/admin/workers/job/{job.pk}/change/").content.decode()
+    assert 'name="_save"' not in page and 'name="_continue"' not in page and "deletelink" not in page
+    assert 'data-testid="cancel-job"' in page
+    assert console.post(f"/admin/workers/job/{job.pk}/change/", {"status": "succeeded"}).status_code == 403
+    assert console.post(f"/admin/workers/job/{job.pk}/delete/", {"post": "yes"}).status_code == 403
+    job.refresh_from_db()
+    assert job.status == JobStatus.QUEUED
+
+
+def test_cancel_selected_jobs_cancels_them_through_the_lifecycle_and_audits_it(console, operator, alice):
+    waiting, finished = make_job(alice), make_job(alice, JobStatus.SUCCEEDED)
+    response = console.post(
+        "/admin/workers/job/", {"action": "cancel_selected", "_selected_action": [waiting.pk, finished.pk]}
+    )
+    assert response.status_code == 302
+    waiting.refresh_from_db()
+    finished.refresh_from_db()
+    assert waiting.status == JobStatus.CANCELLED and waiting.cancel_requested_at is not None
+    assert finished.status == JobStatus.SUCCEEDED
+    entry = AuditEntry.objects.get(action="job.cancel")
+    assert (entry.actor, entry.target_id) == (operator, str(waiting.pk))
+    assert entry.details["before"] == {"status": "queued"} and entry.details["after"] == {"status": "cancelled"}
+    assert said(response) == [
+        f"Cancelled job {waiting.pk} of alice: it was not running on chips, so it ended at once.",
+        f"Job {finished.pk} had already ended (succeeded): nothing to cancel.",
+    ]
+
+
+def test_the_cancel_button_on_a_running_jobs_page_tells_its_ranks_to_stop(console, operator, alice):
+    job = make_job(alice, JobStatus.RUNNING)
+    assert console.get(f"/admin/workers/job/{job.pk}/cancel/").status_code == 405
+    response = console.post(f"/admin/workers/job/{job.pk}/cancel/")
+    assert response.status_code == 302 and response["Location"] == f"/admin/workers/job/{job.pk}/change/"
+    job.refresh_from_db()
+    assert job.status == JobStatus.STOPPING and job.cancel_requested_at is not None
+    assert AuditEntry.objects.filter(action="job.cancel", target_id=str(job.pk), actor=operator).count() == 1
+    page = console.get(f"/admin/workers/job/{job.pk}/change/").content.decode()
+    assert 'data-testid="cancel-job"' not in page  # already being cancelled
+
+
+def test_staff_without_the_job_permission_cannot_cancel(client, django_user_model, catalog, alice):
+    staff = django_user_model.objects.create_user(username="viewer", password="x", is_staff=True)
+    staff.user_permissions.add(Permission.objects.get(codename="view_job"))
+    client.force_login(staff)
+    job = make_job(alice)
+    assert client.post(f"/admin/workers/job/{job.pk}/cancel/").status_code == 403
+    job.refresh_from_db()
+    assert job.status == JobStatus.QUEUED and not AuditEntry.objects.filter(action="job.cancel").exists()
