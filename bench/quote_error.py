@@ -217,9 +217,7 @@ def main() -> int:
         print()
         print(summary(rows, measured=False))
         print(summary(rows, measured=True))
-        print(
-            "load average {:.2f} {:.2f} {:.2f} on {} CPUs".format(*os.getloadavg(), os.cpu_count())
-        )
+        print("load average {:.2f} {:.2f} {:.2f} on {} CPUs".format(*os.getloadavg(), os.cpu_count()))
         return 0
     finally:
         os.killpg(platform.pid, signal.SIGTERM)
