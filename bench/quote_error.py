@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -112,7 +113,8 @@ def billed_to_the_end(job_id: int) -> bool:
     return (
         allocations.exists()
         and not allocations.filter(ended_at__isnull=True).exists()
-        and not (allocations.filter(billed_through__lt=F("ended_at")).exists())
+        # The meter bills whole seconds: done once less than one second is left unbilled.
+        and not allocations.filter(billed_through__lte=F("ended_at") - timedelta(seconds=1)).exists()
     )
 
 

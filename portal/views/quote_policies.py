@@ -82,8 +82,13 @@ def accuracy(plan: planner.Plan) -> str:
         return (
             f"Estimated from what these nodes delivered on this model{overhead}: expect within ±{plan.uncertainty:.0%}."
         )
+    start_up = (
+        f"start-up and finishing ({plan.overhead_seconds:,.0f} s) as measured there for other models"
+        if plan.overhead_seconds
+        else "start-up is not counted"
+    )
     return (
         "No measurements yet for this model on some of these nodes: the speed comes from the chip's "
-        "modelled figure and start-up is not counted, so the ETA and total may be off by 2× or more. "
+        f"modelled figure and {start_up}, so the ETA and total may be off by 2× or more. "
         "Quotes sharpen once a run has finished here."
     )

@@ -79,6 +79,20 @@ def run_on(node, planning_job, tokens_per_s: float, started_s_before_first_step:
     return job, done
 
 
+def test_a_node_keeps_the_medians_of_its_recent_runs_so_one_odd_run_does_not_swing_it(enroll, planning_job):
+    node, _ = enroll("a")
+    for speed, start in [(1000.0, 10), (1000.0, 10), (200.0, 60), (1000.0, 10)]:  # one cold, slow run
+        job, done = run_on(node, planning_job, speed, started_s_before_first_step=start, finish_s=0)
+        remember_throughput(job, done)
+    record = NodeThroughput.objects.get(node=node, model_name="llama-tiny")
+    assert (record.tokens_per_s, record.overhead_s, len(record.recent)) == (1000.0, 10.0, 4)
+    for _ in range(4):
+        job, done = run_on(node, planning_job, 1000.0, started_s_before_first_step=10, finish_s=0)
+        remember_throughput(job, done)
+    record.refresh_from_db()
+    assert len(record.recent) == 5 and record.spread == pytest.approx(0.0, abs=1e-9)  # the odd run has aged out
+
+
 def test_a_finished_run_records_what_each_node_delivered_and_its_overhead(enroll, planning_job):
     node, _ = enroll("a")
     job, done = run_on(node, planning_job, 1200.0, started_s_before_first_step=14, finish_s=3)
@@ -91,7 +105,8 @@ def test_a_finished_run_records_what_each_node_delivered_and_its_overhead(enroll
     remember_throughput(job, done)
     record.refresh_from_db()
     assert record.tokens_per_s == pytest.approx(1000.0) and record.overhead_s == pytest.approx(14.0)
-    assert record.spread == pytest.approx(400 / 1200) and record.samples == 2
+    # Medians of the two runs; the spread is how far they'd have been from each run (26 s and 20 s).
+    assert record.spread == pytest.approx((1.2 / 26 + 1.2 / 20) / 2) and record.samples == 2
 
 
 def test_a_quote_on_measured_nodes_uses_their_speed_and_overhead_and_states_its_uncertainty(enroll, planning_job):
@@ -108,3 +123,17 @@ def test_a_quote_on_measured_nodes_uses_their_speed_and_overhead_and_states_its_
     assert measured.tokens_per_s == pytest.approx(100.0)
     assert measured.eta_seconds == pytest.approx(100 * measured.tokens_per_step / 100.0 + 25.0)
     assert measured.overhead_seconds == pytest.approx(25.0) and measured.uncertainty == pytest.approx(0.2)
+
+
+def test_a_new_model_on_a_measured_node_is_quoted_with_its_start_up_but_says_it_is_unmeasured(enroll, planning_job):
+    node, _ = enroll("a")
+    job, done = run_on(node, planning_job, 100.0, started_s_before_first_step=20, finish_s=5)
+    NodeThroughput.objects.all().delete()
+    job.model_name = "llama-2-7b"  # the same node's only run was on another model
+    remember_throughput(job, done)
+    spec = JobSpec(model_name="llama-tiny", per_device_batch_size=4, max_steps=100, max_budget_per_hour=28_000_000)
+
+    plan = quote(spec)
+
+    assert plan.overhead_seconds == pytest.approx(25.0) and plan.uncertainty is None
+    assert plan.throughput_source == {"rtx-4090": "flops-model"}

@@ -28,7 +28,7 @@ from market.models import Bid
 from portal.models.tokens import ApiToken
 from tests.stored import own_store_url
 from workers.choices import AgentStatus, JobEventKind, JobStatus
-from workers.models import ChipType, Dataset, Job, JobLogLine, JobMetric, Node
+from workers.models import Allocation, ChipType, Dataset, Job, JobLogLine, JobMetric, Node
 from workers.services.events import record_event
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -177,6 +177,17 @@ def site(live_server, alice, fund, settings, tmp_path, monkeypatch) -> Site:
     fund(alice)
     spot_price_history()
     job = running_job(alice)
+    placed_on = Node.objects.filter(pool__chip_type__slug="rtx-4090").first()
+    Allocation.objects.create(  # billed so far: the job page compares the quote with what it costs
+        job=job,
+        node=placed_on,
+        chip_type=placed_on.pool.chip_type,
+        chips=1,
+        epoch=1,
+        started_at=job.started_at,
+        billed_through=timezone.now(),
+        charged_total=1_500,
+    )
     Bid.objects.create(
         owner=alice,
         job=job,

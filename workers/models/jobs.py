@@ -284,11 +284,12 @@ class NodeThroughput(models.Model):
 
     node = models.ForeignKey("workers.Node", on_delete=models.CASCADE, related_name="measured")
     model_name = models.CharField(max_length=200)
-    tokens_per_s = models.FloatField(help_text="Per rank, averaged over a run's steady steps")
-    overhead_s = models.FloatField(default=0, help_text="Start-up before the first step plus finishing after the last")
-    spread = models.FloatField(
-        default=0, help_text="How much runs differ: moving average of |run − estimate| / estimate"
+    tokens_per_s = models.FloatField(help_text="Per rank in a run's steady steps; the median of the recent runs")
+    overhead_s = models.FloatField(
+        default=0, help_text="Start-up before the first step plus finishing after the last; median of the recent runs"
     )
+    spread = models.FloatField(default=0, help_text="Mean of |estimate − run| / run over the recent runs")
+    recent = models.JSONField(default=list, help_text="The last runs: [tokens/s per rank, overhead s, run s]")
     samples = models.PositiveIntegerField(default=0)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -27,7 +27,8 @@ MEASURED, FLOPS_MODEL, MEASURED_ON_NODE = "measured", "flops-model", "measured-o
 @dataclass(frozen=True)
 class NodeMeasure:
     """What one node delivered on this model: tokens/s per rank inside a whole job (waits for peers
-    and collectives included), seconds of start-up and finishing per job, and how much runs vary."""
+    and collectives included; 0 when only other models ran there), seconds of start-up and
+    finishing per job, and how much runs vary."""
 
     tokens_per_s: float
     overhead_s: float = 0.0
@@ -67,7 +68,8 @@ class ThroughputModel:
         measure = self.per_node.get(node.node_id)
         if measure is not None and measure.tokens_per_s > 0:
             return measure.tokens_per_s, MEASURED_ON_NODE, measure
-        return self.tokens_per_s(model, chip) * self.node_multiplier(node), self.source(model, chip), None
+        # A node measured only on other models: the modelled speed, with its start-up and finishing time.
+        return self.tokens_per_s(model, chip) * self.node_multiplier(node), self.source(model, chip), measure
 
 
 def link_gbps(cross_pool: bool) -> int:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 from datetime import datetime
+from statistics import median
 
+from django.db import transaction
 from django.db.models import Avg, Max, Min
 from django.utils import timezone
 
@@ -15,6 +18,8 @@ from workers.planner.throughput import NodeMeasure
 NEW_RUN_WEIGHT = 0.5
 # How much runs are assumed to vary before a node has two of them to compare.
 FIRST_RUN_SPREAD = 0.1
+# Runs per node and model whose medians make its figures.
+RECENT_RUNS = 5
 
 
 def remember_throughput(job: Job, now: datetime | None = None) -> None:
@@ -77,30 +82,56 @@ def remember_on_nodes(job: Job, now: datetime) -> None:
     for index, rank in enumerate(job.plan.ranks):
         if per_rank.get(index):
             by_node[rank.node_pk].append(per_rank[index])
+    run_s = (now - started).total_seconds()
     for node_id, speeds in by_node.items():
-        _fold(node_id, job.model_name, sum(speeds) / len(speeds), overhead)
+        _fold(node_id, job.model_name, Run(sum(speeds) / len(speeds), overhead, run_s))
 
 
-def _fold(node_id: int, model_name: str, tokens_per_s: float, overhead_s: float) -> None:
-    record, created = NodeThroughput.objects.get_or_create(
-        node_id=node_id,
-        model_name=model_name,
-        defaults={"tokens_per_s": tokens_per_s, "overhead_s": overhead_s, "spread": FIRST_RUN_SPREAD, "samples": 1},
-    )
-    if created:
-        return
-    deviation = abs(tokens_per_s - record.tokens_per_s) / record.tokens_per_s
-    spread = deviation if record.samples == 1 else (1 - NEW_RUN_WEIGHT) * record.spread + NEW_RUN_WEIGHT * deviation
-    record.spread = spread
-    record.tokens_per_s = (1 - NEW_RUN_WEIGHT) * record.tokens_per_s + NEW_RUN_WEIGHT * tokens_per_s
-    record.overhead_s = (1 - NEW_RUN_WEIGHT) * record.overhead_s + NEW_RUN_WEIGHT * overhead_s
+@dataclass(frozen=True)
+class Run:
+    """One finished run as a node saw it: per-rank tokens/s, seconds outside steady steps, and in all."""
+
+    tokens_per_s: float
+    overhead_s: float
+    run_s: float
+
+    def error(self, tokens_per_s: float, overhead_s: float) -> float:
+        """How far an estimate from these figures would have been from this run, relative to it."""
+        steady = max(self.run_s - self.overhead_s, 0.0)
+        predicted = overhead_s + steady * self.tokens_per_s / tokens_per_s
+        return abs(predicted - self.run_s) / self.run_s if self.run_s else 0.0
+
+
+def _fold(node_id: int, model_name: str, run: Run) -> None:
+    """Keep the node's last RECENT_RUNS runs on the model; its figures are their medians (one cold or
+    disturbed run does not swing the next quote), its spread how far those medians are from each run."""
+    with transaction.atomic():
+        record = NodeThroughput.objects.select_for_update().filter(node_id=node_id, model_name=model_name).first()
+        _add_run(record or NodeThroughput(node_id=node_id, model_name=model_name, recent=[]), run)
+
+
+def _add_run(record: NodeThroughput, run: Run) -> None:
+    runs = [Run(*values) for values in record.recent][-(RECENT_RUNS - 1) :] + [run]
+    record.recent = [[r.tokens_per_s, r.overhead_s, r.run_s] for r in runs]
+    record.tokens_per_s = median(r.tokens_per_s for r in runs)
+    record.overhead_s = median(r.overhead_s for r in runs)
+    errors = [r.error(record.tokens_per_s, record.overhead_s) for r in runs]
+    record.spread = FIRST_RUN_SPREAD if len(runs) == 1 else sum(errors) / len(errors)
     record.samples += 1
-    record.save(update_fields=["tokens_per_s", "overhead_s", "spread", "samples", "updated_at"])
+    record.save()
 
 
 def measured_on_nodes(model_name: str) -> dict[str, NodeMeasure]:
-    """{node id (as the planner names nodes): what it delivered on the model}."""
-    return {
-        str(row.node_id): NodeMeasure(row.tokens_per_s, row.overhead_s, row.spread)
-        for row in NodeThroughput.objects.filter(model_name=model_name)
-    }
+    """{node id (as the planner names nodes): what it delivered on the model}; a node that ran only
+    other models gives its start-up and finishing time (the median over them) and no speed."""
+    measures: dict[str, NodeMeasure] = {}
+    overheads: dict[str, list[float]] = defaultdict(list)
+    for row in NodeThroughput.objects.only("node_id", "model_name", "tokens_per_s", "overhead_s", "spread"):
+        node = str(row.node_id)
+        if row.model_name == model_name:
+            measures[node] = NodeMeasure(row.tokens_per_s, row.overhead_s, row.spread)
+        else:
+            overheads[node].append(row.overhead_s)
+    for node, values in overheads.items():
+        measures.setdefault(node, NodeMeasure(0.0, median(values)))
+    return measures
