@@ -69,7 +69,7 @@ def run_on(node, planning_job, tokens_per_s: float, started_s_before_first_step:
     first = placed + timedelta(seconds=started_s_before_first_step)
     for step in range(1, 11):
         JobMetric.objects.create(
-            job=job, epoch=1, rank=0, step=step, loss=1.0, tokens_per_s=tokens_per_s,
+            job=job, epoch=1, rank=0, step=step, loss=1.0, tokens_per_s=tokens_per_s, step_time_s=1.0,
             chip_type="rtx-4090", created_at=first + timedelta(seconds=step - 1),
         )  # fmt: skip
     done = first + timedelta(seconds=9 + finish_s)
@@ -85,7 +85,7 @@ def test_a_node_keeps_the_medians_of_its_recent_runs_so_one_odd_run_does_not_swi
         job, done = run_on(node, planning_job, speed, started_s_before_first_step=start, finish_s=0)
         remember_throughput(job, done)
     record = NodeThroughput.objects.get(node=node, model_name="llama-tiny")
-    assert (record.tokens_per_s, record.overhead_s, len(record.recent)) == (1000.0, 10.0, 4)
+    assert (record.tokens_per_s, record.overhead_s, len(record.recent)) == (1000.0, 9.0, 4)
     for _ in range(4):
         job, done = run_on(node, planning_job, 1000.0, started_s_before_first_step=10, finish_s=0)
         remember_throughput(job, done)
@@ -98,15 +98,15 @@ def test_a_finished_run_records_what_each_node_delivered_and_its_overhead(enroll
     job, done = run_on(node, planning_job, 1200.0, started_s_before_first_step=14, finish_s=3)
     remember_throughput(job, done)
     record = NodeThroughput.objects.get(node=node, model_name="llama-tiny")
-    assert record.tokens_per_s == pytest.approx(1200.0) and record.overhead_s == pytest.approx(17.0)
+    assert record.tokens_per_s == pytest.approx(1200.0) and record.overhead_s == pytest.approx(16.0)  # 26 s - 10 steps
     assert record.samples == 1 and record.spread == FIRST_RUN_SPREAD
 
     job, done = run_on(node, planning_job, 800.0, started_s_before_first_step=10, finish_s=1)
     remember_throughput(job, done)
     record.refresh_from_db()
-    assert record.tokens_per_s == pytest.approx(1000.0) and record.overhead_s == pytest.approx(14.0)
+    assert record.tokens_per_s == pytest.approx(1000.0) and record.overhead_s == pytest.approx(13.0)
     # Medians of the two runs; the spread is how far they'd have been from each run (26 s and 20 s).
-    assert record.spread == pytest.approx((1.2 / 26 + 1.2 / 20) / 2) and record.samples == 2
+    assert record.spread == pytest.approx((1 / 26 + 1 / 20) / 2) and record.samples == 2
 
 
 def test_a_quote_on_measured_nodes_uses_their_speed_and_overhead_and_states_its_uncertainty(enroll, planning_job):
@@ -121,8 +121,8 @@ def test_a_quote_on_measured_nodes_uses_their_speed_and_overhead_and_states_its_
 
     assert measured.throughput_source == {"rtx-4090": "measured-on-node"}
     assert measured.tokens_per_s == pytest.approx(100.0)
-    assert measured.eta_seconds == pytest.approx(100 * measured.tokens_per_step / 100.0 + 25.0)
-    assert measured.overhead_seconds == pytest.approx(25.0) and measured.uncertainty == pytest.approx(0.2)
+    assert measured.eta_seconds == pytest.approx(100 * measured.tokens_per_step / 100.0 + 24.0)
+    assert measured.overhead_seconds == pytest.approx(24.0) and measured.uncertainty == pytest.approx(0.2)
 
 
 def test_a_new_model_on_a_measured_node_is_quoted_with_its_start_up_but_says_it_is_unmeasured(enroll, planning_job):
@@ -135,5 +135,5 @@ def test_a_new_model_on_a_measured_node_is_quoted_with_its_start_up_but_says_it_
 
     plan = quote(spec)
 
-    assert plan.overhead_seconds == pytest.approx(25.0) and plan.uncertainty is None
+    assert plan.overhead_seconds == pytest.approx(24.0) and plan.uncertainty is None
     assert plan.throughput_source == {"rtx-4090": "flops-model"}

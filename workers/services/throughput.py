@@ -8,7 +8,7 @@ from datetime import datetime
 from statistics import median
 
 from django.db import transaction
-from django.db.models import Avg, Max, Min
+from django.db.models import Avg, F, Max, Min
 from django.utils import timezone
 
 from workers.models import Allocation, Job, JobMetric, MeasuredThroughput, NodeThroughput
@@ -65,24 +65,28 @@ def measured_history(model_name: str) -> dict[tuple[str, bool], float]:
 
 
 def remember_on_nodes(job: Job, now: datetime) -> None:
-    """Per node of the finished placement: the steady per-rank tokens/s of its ranks, and the job's
-    seconds outside steady steps (placement to first step, last step to done) as its overhead."""
+    """Per node of the finished placement, what a quote needs to reproduce this run: the per-rank
+    speed in wall-clock time (a rank's tokens per step over the job's seconds per step between its
+    first and last reported step, so checkpoints, waits for peers and a host's CPU limits are in
+    it), and the rest of the run (start-up before the steps, finishing after) as overhead."""
     placement = Allocation.objects.filter(job=job, epoch=job.epoch)
     started = placement.aggregate(at=Min("started_at"))["at"]
     steps = JobMetric.objects.filter(job=job, epoch=job.epoch)
-    span = steps.aggregate(first=Min("created_at"), last=Max("created_at"))
-    if started is None or span["first"] is None or job.plan is None:
+    span = steps.aggregate(first=Min("created_at"), last=Max("created_at"), low=Min("step"), high=Max("step"))
+    if started is None or job.plan is None or span["high"] is None or span["high"] <= span["low"]:
         return
-    overhead = max((span["first"] - started).total_seconds(), 0) + max((now - span["last"]).total_seconds(), 0)
-    skip_warmup = max(1, job.step // 5)
-    per_rank = dict(
-        steps.filter(step__gt=skip_warmup).values("rank").annotate(tps=Avg("tokens_per_s")).values_list("rank", "tps")
+    seconds_per_step = (span["last"] - span["first"]).total_seconds() / (span["high"] - span["low"])
+    run_s = (now - started).total_seconds()
+    if seconds_per_step <= 0:
+        return
+    overhead = max(run_s - job.step * seconds_per_step, 0.0)
+    tokens_per_step = dict(
+        steps.values("rank").annotate(tokens=Avg(F("tokens_per_s") * F("step_time_s"))).values_list("rank", "tokens")
     )
     by_node: dict[int, list[float]] = defaultdict(list)
     for index, rank in enumerate(job.plan.ranks):
-        if per_rank.get(index):
-            by_node[rank.node_pk].append(per_rank[index])
-    run_s = (now - started).total_seconds()
+        if tokens_per_step.get(index):
+            by_node[rank.node_pk].append(tokens_per_step[index] / seconds_per_step)
     for node_id, speeds in by_node.items():
         _fold(node_id, job.model_name, Run(sum(speeds) / len(speeds), overhead, run_s))
 
