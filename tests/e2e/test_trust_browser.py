@@ -15,7 +15,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.mark.parametrize("size", SIZES)
-def test_pricing_counts_chips_online_and_says_which_are_declared_but_offline(site, open_page, size):
+def test_pricing_counts_chips_online_and_says_which_are_declared_but_offline(site, open_page, size):  # noqa: F811
     Node.objects.filter(pool__chip_type__slug="h100-80g").update(agent_status=AgentStatus.UNENROLLED)
     page = open_page(SIZES[size], signed_in=False)
     page.goto(f"{site.url}/pricing/")
@@ -27,7 +27,7 @@ def test_pricing_counts_chips_online_and_says_which_are_declared_but_offline(sit
 
 
 @pytest.mark.parametrize("size", SIZES)
-def test_the_quote_says_how_sure_it_is_lists_each_policys_plan_and_names_the_real_limit(site, open_page, size):
+def test_the_quote_says_how_sure_it_is_lists_each_policys_plan_and_names_the_real_limit(site, open_page, size):  # noqa: F811
     page = open_page(SIZES[size], signed_in=True)
     page.goto(f"{site.url}/train/")
     expect(page.get_by_test_id("quote-accuracy")).to_contain_text("No measurements yet")
@@ -49,7 +49,7 @@ def test_the_quote_says_how_sure_it_is_lists_each_policys_plan_and_names_the_rea
 
 
 @pytest.mark.parametrize("size", SIZES)
-def test_the_job_page_shows_the_quote_against_what_the_run_does(site, open_page, size):
+def test_the_job_page_shows_the_quote_against_what_the_run_does(site, open_page, size):  # noqa: F811
     page = open_page(SIZES[size], signed_in=True)
     page.goto(f"{site.url}/jobs/{site.job.pk}/")
     table = page.get_by_test_id("planned-vs-actual")
