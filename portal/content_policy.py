@@ -48,8 +48,16 @@ def origin(url: str) -> str:
 def stripe_directives(js_url: str, api_base: str) -> dict[str, list[str]]:
     """What Stripe.js needs, at the configured origins; Stripe's own loads from its subdomains too."""
     js, api = origin(js_url), origin(api_base)
-    scripts = [js, "https://*.js.stripe.com"] if js == "https://js.stripe.com" else [js]
-    return {"script-src": scripts, "frame-src": [*scripts, STRIPE_HOOKS], "connect-src": [api, js]}
+    if js != "https://js.stripe.com":
+        return {"script-src": [js], "frame-src": [js, STRIPE_HOOKS], "connect-src": [api, js]}
+    scripts = [js, "https://*.js.stripe.com"]
+    # The Payment Element's wallets and payment-method logos (Alipay, WeChat Pay) are images on Stripe's hosts.
+    return {
+        "script-src": scripts,
+        "frame-src": [*scripts, STRIPE_HOOKS],
+        "connect-src": [api, js],
+        "img-src": ["https://*.stripe.com"],
+    }
 
 
 def allow_stripe(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
