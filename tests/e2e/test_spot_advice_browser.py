@@ -71,11 +71,11 @@ def test_spot_quote_bid_advice_warning_and_confirmed_cancel(
             "2 of 3 chips run on-demand: the spot market has only 1 NVIDIA RTX 4090 chip under your bid."
         )
         spot_line = page.locator('[data-testid=quote-line][data-mode="spot"]')
-        expect(spot_line.get_by_test_id("quote-line-price")).to_have_text("1 × ¥0.70/chip-h = ¥0.70/h")
+        expect(spot_line.get_by_test_id("quote-line-price")).to_have_text("1 × ¥0.64/chip-h = ¥0.64/h")
         on_demand_line = page.locator('[data-testid=quote-line][data-mode="on-demand"]')
         expect(on_demand_line.get_by_test_id("quote-line-price")).to_have_text("2 × ¥1.20/chip-h = ¥2.40/h")
         hint = page.get_by_test_id("bid-hint")
-        expect(hint.locator('[data-chip="rtx-4090"]')).to_contain_text("spot now ¥0.70 · floor ¥0.50 · on-demand ¥1.20")
+        expect(hint.locator('[data-chip="rtx-4090"]')).to_contain_text("spot now ¥0.64 · floor ¥0.50 · on-demand ¥1.20")
         expect(hint.get_by_test_id("bid-advice").first).to_contain_text("uninterrupted on average")
         assert no_horizontal_overflow(page)
         page.screenshot(path=str(screenshots / f"spot-advice-1-quote-{viewport}.png"), full_page=True)
