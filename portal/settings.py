@@ -202,6 +202,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    # Several components have a `status` of their own choices; name each set after what it is.
+    "ENUM_NAME_OVERRIDES": {
+        "BidStatusEnum": "market.models.BidStatus",
+        "JobStatusEnum": "workers.choices.JobStatus",
+    },
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "base.api.schema.document_common_errors",
