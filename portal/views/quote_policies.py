@@ -64,11 +64,8 @@ def policy_rows(spec: JobSpec) -> list[PolicyRow]:
 
 
 def describe(plan: planner.Plan) -> str:
-    """ "2 × rtx-4090 + 1 × tpu-v5e" """
-    counts: dict[str, int] = {}
-    for rank in plan.ranks:
-        counts[rank.chip] = counts.get(rank.chip, 0) + 1
-    return " + ".join(f"{count} × {chip}" for chip, count in sorted(counts.items()))
+    """ "2 × rtx-4090 + 1 × tpu-v5e", from the plan's chips per type and mode."""
+    return " + ".join(f"{sum(modes.values())} × {chip}" for chip, modes in sorted(plan.chip_counts.items()))
 
 
 def _mix(plan: planner.Plan) -> tuple:
