@@ -73,14 +73,13 @@ def clear_chip_type(chip_type_id: int, now: datetime | None = None) -> auction.C
         if not bids and not holdings and not capacity:
             return None
         asked = {bid.pk: demand_of(bid.chips, bid.job, chip, holdings.get(bid.job_id, 0)) for bid in bids}
-        result = auction.clear(
-            [
-                auction.Bid(
-                    id=bid.pk, price=bid.max_price_per_hour, chips=asked[bid.pk], placed_at=bid.placed_at.timestamp()
-                )
-                for bid in bids
-                if asked[bid.pk] > 0  # a bid its job can't use now is no demand
-            ],
+        demand = [bid for bid in bids if asked[bid.pk] > 0]  # a bid its job can't use now is no demand
+        # As columns, not one auction.Bid per row: the auction ranks them with numpy either way.
+        result = auction.clear_columns(
+            [bid.pk for bid in demand],
+            [bid.max_price_per_hour for bid in demand],
+            [asked[bid.pk] for bid in demand],
+            [bid.placed_at.timestamp() for bid in demand],
             capacity=capacity,
             floor=floor,
         )
