@@ -12,8 +12,9 @@ chooses a count per kind, and exhaustive search and heuristic agree on what a co
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from workers.planner.throughput import ThroughputModel
 from workers.planner.types import ON_DEMAND, SPOT, ChipInfo, NodeOffer, PlanRequest
@@ -68,12 +69,7 @@ def build_kinds(
 ) -> list[Kind]:
     """Group usable free chips into kinds, sorted by chip slug, fastest first, real first (determinism)."""
     by_slug = {chip.slug: chip for chip in chips}
-    groups: dict[tuple, list[NodeOffer]] = defaultdict(list)
-    for node in offers:
-        if _usable(node, request, by_slug):
-            speed, source, measure = throughput.on_node(request.model, by_slug[node.chip], node)
-            overhead, spread = (measure.overhead_s, measure.spread) if measure else (0.0, 0.0)
-            groups[(node.chip, speed, source, overhead, spread, node.simulated)].append(node)
+    groups = _grouped(request, by_slug, offers, throughput)
     reference = {slug: throughput.tokens_per_s(request.model, chip) for slug, chip in by_slug.items()}
     kinds = [
         Kind(
@@ -92,19 +88,54 @@ def build_kinds(
     return sorted(kinds, key=lambda k: (k.slug, -k.speed, k.simulated, k.overhead_s, k.spread))
 
 
-def _usable(node: NodeOffer, request: PlanRequest, by_slug: dict) -> bool:
-    if node.free_chips <= 0 or node.chip not in by_slug:
-        return False
-    return node.spot_eligible or not request.spot_only
+def _grouped(
+    request: PlanRequest, by_slug: dict[str, ChipInfo], offers: Sequence[NodeOffer], throughput: ThroughputModel
+) -> dict[tuple, list[NodeOffer]]:
+    """Usable offers per kind key (chip, speed, source, overhead, spread, simulated), keys in the order
+    their first offer comes, nodes in offer order (the order kinds and slots are built in).
+
+    This is the one walk over every offer (100,000 free chips are ~20,000 offers), so it stays lean:
+    a plain `ThroughputModel` gives every node it has no measurement of the same speed for one chip
+    type and backend, so it is asked once per (chip, simulated) and again only for measured nodes.
+    A subclass (other per-node speeds) is asked about every node.
+    """
+    groups: dict[tuple, list[NodeOffer]] = {}
+    unmeasured: dict[tuple[str, bool], list[NodeOffer]] = {}  # (chip, simulated) -> that kind's node list
+    shared_speeds = type(throughput) is ThroughputModel
+    per_node, spot_only, model = throughput.per_node, request.spot_only, request.model
+    for node in offers:
+        if node.free_chips <= 0 or (spot_only and not node.spot_eligible):
+            continue
+        chip = by_slug.get(node.chip)
+        if chip is None:
+            continue
+        if shared_speeds and node.node_id not in per_node:
+            members = unmeasured.get((node.chip, node.simulated))
+            if members is None:
+                key = _kind_key(model, chip, node, throughput)
+                members = unmeasured[(node.chip, node.simulated)] = groups.setdefault(key, [])
+            members.append(node)
+        else:
+            groups.setdefault(_kind_key(model, chip, node, throughput), []).append(node)
+    return groups
+
+
+def _kind_key(model, chip: ChipInfo, node: NodeOffer, throughput: ThroughputModel) -> tuple:
+    speed, source, measure = throughput.on_node(model, chip, node)
+    overhead, spread = (measure.overhead_s, measure.spread) if measure else (0.0, 0.0)
+    return (node.chip, speed, source, overhead, spread, node.simulated)
 
 
 def _ordered_slots(chip: ChipInfo, nodes: list[NodeOffer], request: PlanRequest) -> list[Slot]:
     """The kind's chips in taking order, only as many as one job may use."""
     # Spot is only worth taking while it undercuts on-demand; a spot-eligible node also sells on-demand.
     spot = request.spot_only or (request.allow_spot and chip.spot_per_hour < chip.on_demand_per_hour)
-    tiers = [(SPOT, [n for n in nodes if n.spot_eligible])] if spot else []
-    rest = [] if request.spot_only else [n for n in nodes if not (spot and n.spot_eligible)]
-    tiers.append((ON_DEMAND, rest))
+    if request.spot_only:  # every usable node is spot-eligible
+        tiers = [(SPOT, nodes)]
+    elif spot:
+        tiers = [(SPOT, [n for n in nodes if n.spot_eligible]), (ON_DEMAND, [n for n in nodes if not n.spot_eligible])]
+    else:
+        tiers = [(ON_DEMAND, nodes)]
     prices = {SPOT: chip.spot_per_hour, ON_DEMAND: chip.on_demand_per_hour}
     slots: list[Slot] = []
     for mode, tier in tiers:
@@ -116,9 +147,20 @@ def _ordered_slots(chip: ChipInfo, nodes: list[NodeOffer], request: PlanRequest)
     return slots
 
 
-def _pool_first(nodes: list[NodeOffer]) -> list[NodeOffer]:
-    """Fewest pools and nodes: the biggest pool first, inside it the biggest nodes."""
-    pool_free: dict[str, int] = defaultdict(int)
+_FREE, _NODE_ID = attrgetter("free_chips"), attrgetter("node_id")
+
+
+def _pool_first(nodes: list[NodeOffer]) -> Iterator[NodeOffer]:
+    """Fewest pools and nodes: the biggest pool first, inside it the biggest nodes, then node id.
+
+    Lazy: a job takes at most `max_ranks` chips, usually from the first pool, so only the pools it
+    reaches are sorted (two stable sorts: by node id, then by free chips, most first).
+    """
+    pools: dict[str, list[NodeOffer]] = defaultdict(list)
     for node in nodes:
-        pool_free[node.pool] += node.free_chips
-    return sorted(nodes, key=lambda n: (-pool_free[n.pool], n.pool, -n.free_chips, n.node_id))
+        pools[node.pool].append(node)
+    pool_free = {pool: sum(map(_FREE, members)) for pool, members in pools.items()}
+    for pool in sorted(pools, key=lambda p: (-pool_free[p], p)):
+        members = sorted(pools[pool], key=_NODE_ID)
+        members.sort(key=_FREE, reverse=True)
+        yield from members

@@ -10,7 +10,7 @@ from base.money import round_micros
 from workers.planner.backends import one_backend
 from workers.planner.diagnose import explain_failure, hand_picked_options
 from workers.planner.evaluate import OBJECTIVES, Candidate, Evaluator, total_cost
-from workers.planner.fleet import build_kinds
+from workers.planner.fleet import Kind, build_kinds
 from workers.planner.memory import GIB, rank_bytes
 from workers.planner.search import exhaustive, optimise
 from workers.planner.throughput import MEASURED_ON_NODE, ThroughputModel, link_gbps
@@ -26,6 +26,7 @@ from workers.planner.types import (
 )
 
 Optimiser = Callable[..., Candidate | None]
+KindsBuilder = Callable[[PlanRequest, Sequence[ChipInfo], Sequence[NodeOffer], ThroughputModel], list[Kind]]
 _POLICY_KEYS = [OBJECTIVES[policy] for policy in ("cost-performance", "fastest", "cheapest")]
 
 
@@ -85,9 +86,10 @@ def _optional_positive(value: object) -> bool:
     return value is None or _positive(value)
 
 
-def _quote(request, chips, offers, throughput, optimiser: Optimiser) -> Plan:
+def _quote(request, chips, offers, throughput, optimiser: Optimiser, build: KindsBuilder = build_kinds) -> Plan:
+    """`build` groups the offers into kinds; only workers.planner.reference passes another (the old one)."""
     validate(request)
-    kinds = build_kinds(request, chips, offers, throughput)
+    kinds = build(request, chips, offers, throughput)
     if not kinds:
         raise NoCapacity(f"No free chips{' eligible for spot' if request.spot_only else ''} to plan on.")
     ev = Evaluator(request, kinds, request.max_budget_per_hour)
