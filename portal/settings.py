@@ -178,7 +178,9 @@ REST_FRAMEWORK = {
         "base.api.parsers.StrictFormParser",
         "base.api.parsers.StrictMultiPartParser",
     ],
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
+    # ?page= and ?page_size= (1-200, else a 400); `count` exact up to 10,000 and counted only when a page has
+    # more after it (portal/api/pagination.py, docs/API.md "Pagination").
+    "DEFAULT_PAGINATION_CLASS": "portal.api.pagination.BoundedPageNumberPagination",
     "PAGE_SIZE": 50,
     # Generous per-user and per-IP limits (429 with Retry-After past them); agent endpoints are not throttled.
     "DEFAULT_THROTTLE_CLASSES": ["portal.api.throttling.UserThrottle", "portal.api.throttling.AnonThrottle"],
@@ -192,6 +194,8 @@ REST_FRAMEWORK = {
     "NUM_PROXIES": 1 if env_bool("BEHIND_PROXY") else 0,
     "EXCEPTION_HANDLER": "base.api.errors.exception_handler",
 }
+# The API's chip list kept this many seconds per web process (0: computed on every request; docs/API.md).
+API_CHIPS_CACHE_SECONDS = float(env("API_CHIPS_CACHE_SECONDS", "0"))
 SPECTACULAR_SETTINGS = {
     "TITLE": "Starverse API",
     "DESCRIPTION": "Rent mixed AI accelerators: chips, pools, account, ledger and more. "
@@ -256,6 +260,14 @@ CELERY_BEAT_SCHEDULE = {
 # reconciler (every RECONCILE_SECONDS), so a dead node is noticed within deadline + one pass (<= 10 s).
 AGENT_POLL_WAIT_S = env_int("AGENT_POLL_WAIT_S", 3)
 AGENT_HEARTBEAT_DEADLINE_S = env_int("AGENT_HEARTBEAT_DEADLINE_S", 8)
+# The async agent service (portal/asgi.py, docs/OPERATIONS.md "Agent service"). It trusts a node token it
+# checked for AGENT_AUTH_CACHE_S: a re-enrollment or an operator's reset refuses the old token there within
+# that long. Heartbeats are written in one UPDATE per AGENT_HEARTBEAT_FLUSH_S (keep the deadline above
+# 2 x AGENT_POLL_WAIT_S + this). Its polls' ORM work runs on AGENT_SERVICE_DB_THREADS threads (a connection
+# each), reports' and enrollments' on 2 more, per process.
+AGENT_AUTH_CACHE_S = float(env("AGENT_AUTH_CACHE_S", "5"))
+AGENT_HEARTBEAT_FLUSH_S = float(env("AGENT_HEARTBEAT_FLUSH_S", "1"))
+AGENT_SERVICE_DB_THREADS = env_int("AGENT_SERVICE_DB_THREADS", 6)
 JOB_STOP_GRACE_S = env_int("JOB_STOP_GRACE_S", 30)
 # Ranks rendezvous on a port derived from (job, epoch) above this base; two platforms on one host
 # (parallel test runs) pick different bases.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 
 from allauth.account.adapter import get_adapter
@@ -24,6 +25,7 @@ from billing.services.ledger import balance_of
 from billing.services.pricing import current_offers, reference_chip
 from portal.accounts import lockout_retry_after
 from portal.api import serializers
+from portal.api.authentication import forget_token
 from portal.api.throttling import ScopedThrottle
 from portal.models import ApiToken
 from workers.models import Pool
@@ -44,9 +46,28 @@ class ChipListView(APIView):
         auth=[],
     )
     def get(self, request):
-        offers = current_offers()
-        context = {"reference": reference_chip(offers)}
-        return Response(serializers.ChipSerializer(offers, many=True, context=context).data)
+        return Response(chip_list())
+
+
+_chips_memo: dict = {"at": float("-inf"), "data": None}
+
+
+def chip_list() -> list:
+    """The chip list as the API shows it; with API_CHIPS_CACHE_SECONDS set, kept that long per web process.
+
+    Why: it is the API's dearest read (current_offers: six queries over prices, spot clearings, allocations
+    and nodes) and the same for every caller. Off (0) by default, so the list always shows the chips and
+    prices of this instant; a second or two of staleness is what a deployment trades for it.
+    """
+    seconds = settings.API_CHIPS_CACHE_SECONDS
+    now = time.monotonic()
+    if seconds > 0 and now - _chips_memo["at"] < seconds:
+        return _chips_memo["data"]
+    offers = current_offers()
+    data = serializers.ChipSerializer(offers, many=True, context={"reference": reference_chip(offers)}).data
+    if seconds > 0:
+        _chips_memo.update(at=now, data=data)
+    return data
 
 
 @extend_schema_view(
@@ -213,6 +234,8 @@ class TokenViewSet(mixins.ListModelMixin, mixins.DestroyModelMixin, viewsets.Gen
         responses={204: OpenApiResponse(description="Revoked."), **errors(*READ_ERRORS, 403)},
     )
     def destroy(self, request, pk=None):
-        """Revoke a token: it stops working at once. Revoking twice is harmless."""
-        self.get_object().revoke()
+        """Revoke a token: it stops working at once (its cached lookup is dropped). Revoking twice is harmless."""
+        token = self.get_object()
+        token.revoke()
+        forget_token(token)
         return Response(status=status.HTTP_204_NO_CONTENT)

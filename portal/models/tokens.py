@@ -6,6 +6,7 @@ import hashlib
 import secrets
 
 from django.conf import settings
+from django.core.cache import cache
 from django.db import models
 from django.utils import timezone
 
@@ -15,6 +16,11 @@ TOKEN_PREFIX = "sv_"
 def hash_token(raw: str) -> str:
     # Tokens carry 256 bits of randomness, so a fast hash is enough (no password stretching needed).
     return hashlib.sha256(raw.encode()).hexdigest()
+
+
+def token_cache_key(token_hash: str) -> str:
+    """Where the API's authentication keeps a looked-up token for a few seconds (portal.api.authentication)."""
+    return f"api-token:{token_hash}"
 
 
 class TokenScope(models.TextChoices):
@@ -71,3 +77,4 @@ class ApiToken(models.Model):
         """Revoke once; revoking again keeps the first time."""
         ApiToken.objects.filter(pk=self.pk, revoked_at__isnull=True).update(revoked_at=now or timezone.now())
         self.refresh_from_db(fields=["revoked_at"])
+        cache.delete(token_cache_key(self.token_hash))  # a cached lookup must not outlive the revocation

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django.db.models import Sum
+from django.db.models import OuterRef, Subquery, Sum
 from django.http import Http404, StreamingHttpResponse
 from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
@@ -27,7 +27,7 @@ from workers import planner
 from workers.api import job_docs as docs
 from workers.api import job_serializers as s
 from workers.api.stored_files import StorageDown, stored_file_response
-from workers.models import Dataset, Job
+from workers.models import Allocation, Dataset, Job
 from workers.services import job_logs
 from workers.services.artifacts import list_artifacts, stored_artifact
 from workers.services.datasets import DatasetInUse, DatasetRejected, delete_dataset, store_dataset
@@ -78,6 +78,13 @@ def valid_spec(request) -> s.JobSpecSerializer:
 def artifact_url(request, job: Job, relative: str) -> str:
     """Where `artifact` serves a file of the job: its path (percent-encoded by reverse), no trailing slash."""
     return request.build_absolute_uri(reverse("job-artifact", kwargs={"pk": job.pk, "path": relative}))
+
+
+def charged_of_job() -> Subquery:
+    """What a job's allocations were charged, as a subquery: no GROUP BY over the jobs, so their ordering
+    (newest first) holds and a page's COUNT stays a plain one."""
+    totals = Allocation.objects.filter(job=OuterRef("pk")).order_by().values("job").annotate(total=Sum("charged_total"))
+    return Subquery(totals.values("total"))
 
 
 def int_param(request, name: str, default: int) -> int:
@@ -131,8 +138,9 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
             return Job.objects.none()
         jobs = (
             Job.objects.filter(owner=self.request.user)
-            .annotate(charged=Sum("allocations__charged_total"))  # cost, in one query for a whole page
+            .annotate(charged=charged_of_job())  # cost, in the page's own query
             .prefetch_related("migrations")
+            .order_by("-created_at", "-id")
         )
         if status_filter := self.request.query_params.get("status"):
             jobs = jobs.filter(status=status_filter)
