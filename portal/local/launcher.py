@@ -196,6 +196,33 @@ def web_address(env: Mapping[str, str]) -> tuple[str, int]:
     return env.get("STARVERSE_HOST") or "127.0.0.1", int(env.get("PORT") or 8000)
 
 
+def agent_address(env: Mapping[str, str]) -> tuple[str, int]:
+    """Where the async agent service binds: the web's host, port AGENT_PORT (default PORT + 1)."""
+    host, port = web_address(env)
+    return host, _env_port("AGENT_PORT", port + 1, env)
+
+
+def agent_service_command(env: Mapping[str, str]) -> str:
+    """uvicorn serving portal.asgi: the node agents' long-polls wait there, not in gunicorn's threads.
+
+    AGENT_WORKERS processes (default 2, as gunicorn's): one is one core at most (the GIL), and 2,000
+    agents' polls and reports need more than that on a 2-core machine."""
+    host, port = agent_address(env)
+    workers = env.get("AGENT_WORKERS", "").strip() or "2"
+    if not workers.isdigit() or int(workers) < 1:
+        raise StoreError(f"AGENT_WORKERS={workers!r} is not a number of processes.")
+    command = f"{shlex.quote(sys.executable)} -m uvicorn portal.asgi:application --host {shlex.quote(host)}"
+    # uvicorn kills a worker that doesn't answer its health check in time (default 5 s), and with it every
+    # poll it holds: on a busy 2-core machine a healthy worker can be that slow to answer.
+    command += f" --workers {int(workers)} --timeout-worker-healthcheck 30"
+    # A backlog for a whole fleet reconnecting at once; no access log (2,000 agents poll every ~20 s);
+    # a short graceful stop: a waiting long-poll is not worth waiting for (its agent polls again).
+    command += f" --port {port} --backlog 4096 --no-access-log --timeout-graceful-shutdown 2"
+    # The platform reads X-Forwarded-For itself, believing only TRUSTED_PROXIES (workers/api/client_address.py).
+    command += " --no-proxy-headers"
+    return command + " --lifespan on --log-level warning"
+
+
 def _no_gunicorn_control_socket() -> str:
     """gunicorn >= 25 opens a control socket in ~/.gunicorn, shared by every local platform."""
     from gunicorn.config import KNOWN_SETTINGS
@@ -207,15 +234,19 @@ def _no_gunicorn_control_socket() -> str:
 def platform_processes(env: Mapping[str, str]) -> dict[str, str]:
     """The long-running processes of a local platform: name -> shell command line.
 
-    This is the hook for more processes (the demo fleet's node agents go here).
+    This is the hook for more processes (the demo fleet's node agents go here). The demo agents talk
+    to "agents", the async agent service (portal/asgi.py), as a production fleet does behind the proxy.
     """
     python = shlex.quote(sys.executable)
     host, port = web_address(env)
     bind = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    agent_host, agent_port = agent_address(env)
+    agents_url = f"http://[{agent_host}]:{agent_port}" if ":" in agent_host else f"http://{agent_host}:{agent_port}"
     schedule = shlex.quote(str(Path(env["STARVERSE_DATA_DIR"]) / "celerybeat-schedule"))
     web = f"{python} -m gunicorn portal.wsgi:application --bind {bind} --workers 2"
-    # Threads, because node agents hold a request open while they long-poll for commands. No gunicorn
-    # access log: the site logs each request itself, with its request id (portal/logs.py).
+    # Threads, so a slow request (an upload, an agent long-polling here instead of at the agent service)
+    # doesn't hold a whole worker. No gunicorn access log: the site logs each request itself, with its
+    # request id (portal/logs.py).
     web += " --worker-class gthread --threads 16"
     # Django is imported once, before the workers fork: a restarted web answers sooner on a busy machine.
     web += " --preload"
@@ -224,11 +255,9 @@ def platform_processes(env: Mapping[str, str]) -> dict[str, str]:
     queue = env.get("CELERY_QUEUE") or "celery"
     celery_worker = f"{python} -m celery -A portal worker --loglevel INFO --concurrency 1"
     return {
-        **{
-            name: f"nice -n {DEMO_FLEET_NICE} {line}"
-            for name, line in demo_fleet_processes(env, f"http://{bind}").items()
-        },
+        **{name: f"nice -n {DEMO_FLEET_NICE} {line}" for name, line in demo_fleet_processes(env, agents_url).items()},
         "web": web + _no_gunicorn_control_socket(),
+        "agents": agent_service_command(env),
         "worker": f"{celery_worker} -Q {shlex.quote(queue)} --hostname worker@%h",
         "planner": f"{celery_worker} -Q {shlex.quote(queue + '.planning')} --hostname planner@%h",
         "beat": f"{python} -m celery -A portal beat --loglevel INFO --schedule {schedule}",
@@ -324,6 +353,7 @@ def run() -> int:
     os.environ.setdefault("LOG_FORMAT", "console")  # readable lines on the terminal (docs/OPERATIONS.md)
     host, port = web_address(os.environ)
     ensure_port_free(port, "PORT", "the web server", host)
+    ensure_port_free(agent_address(os.environ)[1], "AGENT_PORT", "the agent service", host)
     started: list[ChildServer] = []
     try:
         start_stores(data_dir, started, keep_external=True)
@@ -356,7 +386,7 @@ def stores() -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m portal.local", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("run", help="stores, migrations, web, Celery worker and beat (make run)")
+    commands.add_parser("run", help="stores, migrations, web, agent service, Celery worker and beat (make run)")
     commands.add_parser("stores", help="only the embedded stores (PostgreSQL, Redis, S3 if chosen); prints their URLs")
     args = parser.parse_args(argv)
     for sig in (signal.SIGINT, signal.SIGTERM):

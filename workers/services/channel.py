@@ -1,5 +1,10 @@
 """Waking a node agent's long-poll at once when a command is queued for it (through Redis).
 
+Two listeners, one wake-up: a poll served by the sync web tier BLPOPs the node's list key; the
+async agent service (workers/agent_service/) holds ONE pub/sub subscription per process on
+`wake_channel()`, whose messages are node ids, and wakes its waiting polls from it. `wake_agent`
+feeds both, in one round trip.
+
 A wake-up is a hint: the database holds the commands. So while Redis is unreachable nothing here
 raises: a wake-up is dropped (logged), and a waiting poll sleeps a short step and lets its caller
 look at the database again, a short database poll instead of a Redis wait. Every command waits
@@ -11,7 +16,7 @@ from __future__ import annotations
 
 import math
 import time
-from functools import cache
+from functools import cache, lru_cache
 
 import redis
 from django.conf import settings
@@ -19,6 +24,9 @@ from django.conf import settings
 from base.outage import UNAVAILABLE, outage_of
 
 WAKE_KEY = "starverse:agent-wake:{node_id}"
+# Pub/sub channels are shared by every database of a Redis server: the channel names the database, so
+# two platforms on one Redis (different /db numbers) never wake each other's agents.
+WAKE_CHANNEL = "starverse:agent-wakes:db{db}"
 DB_POLL_S = 0.5  # while Redis is down, a long-poll looks at the database this often
 
 
@@ -39,6 +47,16 @@ def _waiting_redis(blocking_s: int) -> redis.Redis:
     return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=blocking_s + timeout, socket_connect_timeout=timeout)
 
 
+def wake_channel(redis_url: str | None = None) -> str:
+    """The pub/sub channel of this platform's wake-ups (its Redis database's)."""
+    return _channel_of(redis_url or settings.REDIS_URL)
+
+
+@lru_cache(maxsize=8)
+def _channel_of(redis_url: str) -> str:
+    return WAKE_CHANNEL.format(db=redis.connection.parse_url(redis_url).get("db", 0))
+
+
 def wake_agent(node_id: int) -> None:
     """Tell a waiting poll of this node that commands are pending (a hint; the DB is the truth)."""
     if _outage().down():
@@ -49,6 +67,7 @@ def wake_agent(node_id: int) -> None:
         pipe.lpush(key, 1)
         pipe.ltrim(key, 0, 0)
         pipe.expire(key, 60)
+        pipe.publish(wake_channel(), str(node_id))
         pipe.execute()
     except UNAVAILABLE as error:
         _outage().failed(error)

@@ -1,0 +1,682 @@
+"""Agent fleet benchmark: N node agents long-polling one platform, commands delivered, reports ingested.
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/x REDIS_URL=redis://127.0.0.1:6379/14 \\
+        .venv/bin/python bench/agents.py [--sizes 20,200,2000] [--duration 30]
+
+Target (issue #15 part 2): 2,000 agents on one 2-core machine, command delivery p95 <= 1 s (queued by the
+platform -> returned by the agent's poll), every report ingested, user API p95 <= 200 ms meanwhile.
+
+How: a throwaway database `bench_agents` on DATABASE_URL's server is migrated and seeded (seed_catalog),
+then the platform's web tier and agent service are started with `make run`'s own command lines
+(portal.local.launcher.platform_processes: gunicorn, and uvicorn serving portal.asgi), with
+AGENT_POLL_WAIT_S=--poll-wait and AGENT_HEARTBEAT_DEADLINE_S=--deadline (deadline > 2 x wait). Celery is
+not started: nothing here needs it, and its meter and reconciler would only add noise. Per row, N nodes
+are enrolled and given jobs of 20 ranks through the service layer (enroll_node, placement.allocate), then
+N asyncio clients (two kept-alive connections each, as a real agent's poll and report threads have; a
+lean HTTP/1.1 client, so that the load generator is not what is measured) long-poll /api/v1/agent/poll/
+on the agent service with the real agent's bodies (health, ranks, acks), and each sends a one-line log
+report every --report-every seconds (a failed one is sent again). After --warmup seconds, commands are queued at a
+steady rate to random nodes through workers.services.commands.queue_for_node, and four user clients GET
+/api/v1/account/ and /api/v1/jobs/ with their API tokens on the web tier, for --duration seconds.
+
+Printed per row: polls/s, commands and their delivery p50/p95/max, reports sent vs log rows ingested,
+nodes silent past the deadline (the reconciler would call them lost), user API p50/p95, and CPU seconds
+of the agent service, the web tier, the bench database's backends and this process (the clients), with
+the load average. The machine is shared and noisy: CPU per poll is the honest cost figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import resource
+import secrets
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+import psutil
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+DATABASE = "bench_agents"
+RANKS_PER_JOB = 20
+USER_CLIENTS = 4
+USER_THINK_S = 0.2
+TARGET_DELIVERY_P95_S, TARGET_USER_P95_MS, TARGET_AGENTS = 1.0, 200.0, 2000
+STARTUP_TIMEOUT_S = 180
+
+
+def database_url(url: str, name: str) -> str:
+    return urlunsplit(urlsplit(url)._replace(path=f"/{name}"))
+
+
+def recreate_database(url: str, drop_only: bool = False) -> None:
+    import psycopg
+
+    with psycopg.connect(database_url(url, "postgres"), autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
+        if not drop_only:
+            conn.execute(f"CREATE DATABASE {DATABASE}")
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def raise_open_files_limit(wanted: int) -> int:
+    """Each agent holds up to two sockets here and one in the agent service: lift the soft limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = min(max(soft, wanted), hard)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    return target
+
+
+# The platform ---------------------------------------------------------------------------------------
+
+
+class Platform:
+    """The web tier and the agent service, as `make run` starts them, on a throwaway database."""
+
+    def __init__(self, env: dict[str, str], log: Path) -> None:
+        from portal.local.launcher import platform_processes
+
+        self.env, self.log = env, log
+        commands = platform_processes(env)
+        self.commands = {name: commands[name] for name in ("web", "agents")}
+        self.processes: dict[str, subprocess.Popen] = {}
+
+    def start(self) -> None:
+        out = self.log.open("a")
+        for name, command in self.commands.items():
+            self.processes[name] = subprocess.Popen(
+                shlex.split(command),
+                cwd=REPO,
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        web, agents = f"http://127.0.0.1:{self.env['PORT']}/healthz", f"{self.agents_url}/healthz"
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        for url in (web, agents):
+            while True:
+                try:
+                    if httpx.get(url, timeout=5).status_code < 500:
+                        break
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() > deadline or any(p.poll() is not None for p in self.processes.values()):
+                    raise RuntimeError(f"{url} did not come up; see {self.log}")
+                time.sleep(0.5)
+
+    @property
+    def agents_url(self) -> str:
+        return f"http://127.0.0.1:{self.env['AGENT_PORT']}"
+
+    @property
+    def web_url(self) -> str:
+        return f"http://127.0.0.1:{self.env['PORT']}"
+
+    def cpu_seconds(self) -> dict[str, float]:
+        """user+system CPU of each process tree so far (children included: gunicorn's workers)."""
+        spent = {}
+        for name, process in self.processes.items():
+            total = 0.0
+            try:
+                root = psutil.Process(process.pid)
+                for each in [root, *root.children(recursive=True)]:
+                    times = each.cpu_times()
+                    total += times.user + times.system
+            except psutil.Error:
+                pass
+            spent[name] = total
+        return spent
+
+    def stop(self) -> None:
+        import signal
+
+        for process in self.processes.values():
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+        for process in self.processes.values():
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+
+
+def database_backend_cpu(url: str) -> dict[int, float]:
+    """CPU seconds of every PostgreSQL backend connected to the bench database, by pid."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        pids = [row[0] for row in conn.execute("SELECT pid FROM pg_stat_activity WHERE datname = %s", [DATABASE])]
+    spent = {}
+    for pid in pids:
+        try:
+            times = psutil.Process(pid).cpu_times()
+            spent[pid] = times.user + times.system
+        except psutil.Error:
+            pass
+    return spent
+
+
+# Seeding (sync Django, in this process) -------------------------------------------------------------
+
+
+@dataclass
+class Fleet:
+    nodes: list[tuple[int, str, int, int, int]]  # (node id, node token, job id, epoch, rank)
+    job_ids: list[int]
+
+
+def setup_django() -> None:
+    import logging
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+    import django
+
+    django.setup()
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per request of 2,000 agents
+
+
+def user_tokens(count: int) -> list[str]:
+    from django.contrib.auth import get_user_model
+
+    from portal.models import ApiToken
+
+    tokens = []
+    for index in range(count):
+        user, _ = get_user_model().objects.get_or_create(username=f"bench-user-{index}", email=f"u{index}@example.com")
+        tokens.append(ApiToken.issue(user)[1])
+    return tokens
+
+
+def enroll_fleet(size: int, tag: str) -> Fleet:
+    """`size` simulated nodes enrolled through the service layer, with jobs of RANKS_PER_JOB ranks on them."""
+    from django.contrib.auth import get_user_model
+
+    from workers.choices import JobStatus
+    from workers.models import EnrollmentToken, Job, Pool
+    from workers.planner.types import Plan
+    from workers.services.fleet import enroll_node
+    from workers.services.placement import allocate
+
+    pool = Pool.objects.get(chip_type__slug="rtx-4090")
+    _, raw = EnrollmentToken.issue(pool, chips=1, max_uses=size)
+    enrolled = [
+        enroll_node(
+            enrollment_token=raw,
+            hostname=f"bench-{tag}-{index}",
+            chip_type="rtx-4090",
+            chips=1,
+            simulated=True,
+            address="127.0.0.1",
+        )
+        for index in range(size)
+    ]
+    owner, _ = get_user_model().objects.get_or_create(username="bench-owner", email="owner@example.com")
+    nodes, job_ids = [], []
+    for first in range(0, size, RANKS_PER_JOB):
+        group = enrolled[first : first + RANKS_PER_JOB]
+        job = Job.objects.create(
+            owner=owner,
+            model_name="llama-tiny",
+            per_device_batch_size=4,
+            max_steps=1000,
+            max_budget_per_hour=28_000_000,
+            status=JobStatus.PLANNING,
+        )
+        ranks = [
+            {
+                "chip": "rtx-4090",
+                "node_id": each.node.pk,
+                "hostname": each.node.hostname,
+                "micro_batch": 4,
+                "mode": "on_demand",
+                "tokens_per_s": 1000.0,
+                "simulated": True,
+                "paced_tokens_per_s": 1000.0,
+            }
+            for each in group
+        ]
+        if not allocate(job, Plan.from_dict({"zero_stage": 0, "ranks": ranks})):
+            raise RuntimeError(f"job {job.pk} could not be placed on its {len(group)} nodes")
+        job.refresh_from_db()
+        job_ids.append(job.pk)
+        nodes += [(each.node.pk, each.token, job.pk, job.epoch, rank) for rank, each in enumerate(group)]
+    return Fleet(nodes, job_ids)
+
+
+class Queuer(threading.Thread):
+    """Queues checkpoint commands to random nodes at a steady rate, as the platform's services do."""
+
+    def __init__(self, fleet: Fleet, per_s: float, queued: dict[int, float]) -> None:
+        super().__init__(daemon=True)
+        self.fleet, self.per_s, self.queued = fleet, per_s, queued
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        from django.db import connection
+        from django.utils import timezone
+
+        from workers.models import Job
+        from workers.protocol import CommandType
+        from workers.services.commands import queue_for_node
+
+        jobs = Job.objects.in_bulk(self.fleet.job_ids)
+        next_at = time.monotonic()
+        try:
+            while not self.stopped.is_set():
+                node_id, _, job_id, _, _ = random.choice(self.fleet.nodes)
+                started = time.time()
+                command = queue_for_node(
+                    node_id, jobs[job_id], CommandType.CHECKPOINT, {"reason": "bench"}, timezone.now()
+                )
+                self.queued[command.pk] = started
+                next_at += 1 / self.per_s
+                self.stopped.wait(max(0.0, next_at - time.monotonic()))
+        finally:
+            connection.close()
+
+
+def count_after(fleet: Fleet, deadline_s: int) -> tuple[list[str], int]:
+    """(log lines ingested for the fleet's jobs, nodes whose last heartbeat is older than the deadline)."""
+    from datetime import timedelta
+
+    from django.db import connection
+    from django.utils import timezone
+
+    from workers.models import JobLogLine, Node
+
+    try:
+        lines = list(JobLogLine.objects.filter(job_id__in=fleet.job_ids).values_list("line", flat=True))
+        cutoff = timezone.now() - timedelta(seconds=deadline_s)
+        silent = Node.objects.filter(pk__in=[n[0] for n in fleet.nodes], last_heartbeat_at__lt=cutoff).count()
+        return lines, silent
+    finally:
+        connection.close()
+
+
+# The clients (asyncio, in this process) --------------------------------------------------------------
+
+
+@dataclass
+class Tally:
+    measuring: bool = False
+    polls: int = 0
+    received: dict[int, float] = field(default_factory=dict)  # command id -> when a poll returned it
+    reports_sent: set[str] = field(default_factory=set)  # the lines of the reports the platform answered 200
+    report_errors: int = 0  # answers other than 200 (each retried)
+    poll_errors: int = 0
+    error_kinds: Counter = field(default_factory=Counter)  # exception names and HTTP statuses
+    user_ms: list[float] = field(default_factory=list)
+    user_errors: int = 0
+
+
+class AgentConnection:
+    """One kept-alive HTTP/1.1 connection of one agent: JSON POSTs with its node token.
+
+    Why not httpx here: 2,000 agents' requests through httpx cost this process more CPU than the
+    agent service spends answering them, and on a shared 2-core machine a lagging load generator
+    shows up as delivery latency. This speaks just the HTTP the agent service answers (Content-Length
+    bodies); the real agent's client is workers/agent/client.py (httpx), the bodies are the same.
+    """
+
+    def __init__(self, host: str, port: int, token: str) -> None:
+        self.host, self.port = host, port
+        self.head = f"Host: {host}:{port}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\n"
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def post(self, path: str, body: dict, timeout_s: float) -> tuple[int, dict]:
+        payload = json.dumps(body).encode()
+        request = f"POST {path} HTTP/1.1\r\n{self.head}Content-Length: {len(payload)}\r\n\r\n".encode() + payload
+        for attempt in range(2):
+            reused = self.writer is not None
+            try:
+                async with asyncio.timeout(timeout_s):
+                    if self.writer is None:
+                        self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+                    self.writer.write(request)
+                    return await self._answer()
+            except (OSError, asyncio.IncompleteReadError, ValueError) as error:
+                self.close()
+                if not reused or attempt or not isinstance(error, ConnectionError | asyncio.IncompleteReadError):
+                    raise
+                # the server closed a kept-alive connection as this request left: once more, on a new one
+        raise AssertionError("unreachable")
+
+    async def _answer(self) -> tuple[int, dict]:
+        status_line = await self.reader.readline()
+        if not status_line:
+            raise ConnectionResetError("connection closed before the answer")
+        status, length, close = int(status_line.split()[1]), 0, False
+        while (line := await self.reader.readline()) not in (b"\r\n", b""):
+            name, _, value = line.partition(b":")
+            name = name.strip().lower()
+            if name == b"content-length":
+                length = int(value)
+            elif name == b"connection" and value.strip().lower() == b"close":
+                close = True
+        data = await self.reader.readexactly(length)
+        if close:
+            self.close()
+        return status, json.loads(data) if data else {}
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+        self.reader = self.writer = None
+
+
+async def agent(host: str, port: int, node: tuple, args, tally: Tally, stop: asyncio.Event) -> None:
+    """One node agent: long-polls (acking what it got), and reports a log line every --report-every s."""
+    node_id, token, job_id, epoch, rank = node
+    polls, reporting = AgentConnection(host, port, token), AgentConnection(host, port, token)
+    await asyncio.sleep(random.uniform(0, args.ramp))
+    reporter = asyncio.create_task(reports(reporting, node, args, tally, stop))
+    acks: list[int] = []
+    ranks = [{"job_id": job_id, "epoch": epoch, "rank": rank, "pid": 4242, "state": "running"}]
+    try:
+        while not stop.is_set():
+            body = {"wait_s": args.poll_wait, "acks": acks, "ranks": ranks, "health": {"load": 0.5}}
+            try:
+                status, answer = await polls.post("/api/v1/agent/poll/", body, args.poll_wait + 15.0)
+            except (OSError, TimeoutError, asyncio.IncompleteReadError, ValueError) as error:
+                tally.poll_errors += 1
+                tally.error_kinds[f"poll {type(error).__name__}"] += 1
+                await asyncio.sleep(1)
+                continue
+            now = time.time()
+            if status != 200:
+                tally.poll_errors += 1
+                tally.error_kinds[f"poll {status}"] += 1
+                await asyncio.sleep(1)
+                continue
+            commands = answer["commands"]
+            tally.polls += tally.measuring
+            for command in commands:
+                tally.received.setdefault(command["id"], now)
+            acks = [command["id"] for command in commands]
+    finally:
+        await reporter
+        polls.close()
+        reporting.close()
+
+
+async def reports(http: AgentConnection, node: tuple, args, tally: Tally, stop: asyncio.Event) -> None:
+    """A log report every --report-every s; each line names its report, so a lost one is found by name."""
+    node_id, _, job_id, epoch, rank = node
+    await asyncio.sleep(random.uniform(0, args.report_every))
+    sequence = 0
+    while not stop.is_set():
+        sequence += 1
+        line = f"report {node_id}-{sequence}"
+        body = {"job_id": job_id, "epoch": epoch, "items": [{"kind": "log", "rank": rank, "line": line}]}
+        while True:  # as the agent keeps a report until the platform took it
+            try:
+                status, _ = await http.post("/api/v1/agent/report/", body, 30.0)
+                if status == 200:
+                    tally.reports_sent.add(line)
+                    break
+                tally.error_kinds[f"report {status}"] += 1
+            except (OSError, TimeoutError, asyncio.IncompleteReadError, ValueError) as error:
+                tally.error_kinds[f"report {type(error).__name__}"] += 1
+            tally.report_errors += 1
+            await asyncio.sleep(1)
+        with_jitter = args.report_every * random.uniform(0.9, 1.1)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), with_jitter)
+
+
+async def user(web_url: str, token: str, tally: Tally, stop: asyncio.Event) -> None:
+    paths = ["/api/v1/account/", "/api/v1/jobs/"]
+    async with httpx.AsyncClient(base_url=web_url, headers={"Authorization": f"Bearer {token}"}, timeout=30) as http:
+        turn = 0
+        while not stop.is_set():
+            started = time.perf_counter()
+            try:
+                answer = await http.get(paths[turn % 2])
+                ok = answer.status_code == 200
+            except httpx.HTTPError as error:
+                tally.error_kinds[f"user {type(error).__name__}"] += 1
+                ok = False
+            if tally.measuring:
+                if ok:
+                    tally.user_ms.append((time.perf_counter() - started) * 1000)
+                else:
+                    tally.user_errors += 1
+            turn += 1
+            await asyncio.sleep(USER_THINK_S)
+
+
+# A row ------------------------------------------------------------------------------------------------
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+@dataclass
+class Row:
+    size: int
+    polls_per_s: float
+    commands: int
+    delivered: int
+    delivery_s: list[float]
+    reports_sent: int
+    ingested: int
+    lost: int  # answered 200, yet not in the database
+    duplicates: int  # ingested twice (a retry of a report whose answer was lost: the agent's at-least-once)
+    report_errors: int
+    poll_errors: int
+    error_kinds: Counter
+    silent: int
+    user_ms: list[float]
+    user_errors: int
+    cpu: dict[str, float]
+    wall_s: float
+    load: float
+
+
+async def drive(platform: Platform, fleet: Fleet, tokens: list[str], args, queued: dict) -> tuple[Tally, float, dict]:
+    tally, stop, stop_users = Tally(), asyncio.Event(), asyncio.Event()
+    port = int(platform.env["AGENT_PORT"])
+    agents = [asyncio.create_task(agent("127.0.0.1", port, node, args, tally, stop)) for node in fleet.nodes]
+    users = [asyncio.create_task(user(platform.web_url, token, tally, stop_users)) for token in tokens]
+    await asyncio.sleep(args.ramp + args.warmup)
+    cpu_before = {**platform.cpu_seconds(), "db": await asyncio.to_thread(database_backend_cpu, args.bench_db_url)}
+    process_before, started = time.process_time(), time.perf_counter()
+    tally.measuring = True
+    queuer = Queuer(fleet, args.commands_per_s or max(2.0, len(fleet.nodes) / 200), queued)
+    queuer.start()
+    await asyncio.sleep(args.duration)
+    queuer.stopped.set()
+    await asyncio.to_thread(queuer.join)
+    await asyncio.sleep(3)  # the last commands' deliveries
+    tally.measuring = False
+    wall = time.perf_counter() - started
+    cpu_after = {**platform.cpu_seconds(), "db": await asyncio.to_thread(database_backend_cpu, args.bench_db_url)}
+    db_before, db_after = cpu_before.pop("db"), cpu_after.pop("db")
+    cpu = {name: cpu_after[name] - cpu_before.get(name, 0.0) for name in cpu_after}
+    cpu["db"] = sum(spent - db_before.get(pid, 0.0) for pid, spent in db_after.items())
+    cpu["clients"] = time.process_time() - process_before
+    stop.set()
+    stop_users.set()
+    await asyncio.sleep(0.5)
+    await asyncio.wait(users, timeout=10)
+    # Reports in flight finish (a report is small); waiting polls are abandoned, as a stopped agent's are.
+    for task in agents:
+        task.cancel()
+    await asyncio.gather(*agents, return_exceptions=True)
+    return tally, wall, cpu
+
+
+def run_row(platform: Platform, size: int, tokens: list[str], args) -> Row:
+    fleet = enroll_fleet(size, f"{size}-{secrets.token_hex(3)}")
+    queued: dict[int, float] = {}
+    tally, wall, cpu = asyncio.run(drive(platform, fleet, tokens, args, queued))
+    time.sleep(args.flush_s + 1)  # the agent service's last heartbeat flush, reports answered just now
+    lines, silent = count_after(fleet, args.deadline)
+    delivery = [tally.received[pk] - at for pk, at in queued.items() if pk in tally.received]
+    return Row(
+        size=size,
+        polls_per_s=tally.polls / wall,
+        commands=len(queued),
+        delivered=len(delivery),
+        delivery_s=delivery,
+        reports_sent=len(tally.reports_sent),
+        ingested=len(lines),
+        lost=len(tally.reports_sent - set(lines)),
+        duplicates=len(lines) - len(set(lines)),
+        report_errors=tally.report_errors,
+        poll_errors=tally.poll_errors,
+        error_kinds=tally.error_kinds,
+        silent=silent,
+        user_ms=tally.user_ms,
+        user_errors=tally.user_errors,
+        cpu=cpu,
+        wall_s=wall,
+        load=os.getloadavg()[0],
+    )
+
+
+def print_table(rows: list[Row], args) -> None:
+    print(
+        f"\nAgent fleet, poll wait {args.poll_wait}s, heartbeat deadline {args.deadline}s, "
+        f"{args.duration}s measured per row, {os.cpu_count()} CPUs"
+    )
+    print(
+        f"{'agents':>6} {'polls/s':>7} {'cmds':>5} {'deliv':>5} {'p50 ms':>7} {'p95 ms':>7} {'max ms':>7} "
+        f"{'reports':>7} {'ingest':>6} {'lost':>4} {'dup':>3} {'silent':>6} "
+        f"{'user p50':>8} {'user p95':>8} {'users':>5} "
+        f"{'cpu svc':>7} {'cpu web':>7} {'cpu db':>6} {'cpu cli':>7} {'svc ms/poll':>11} {'wall s':>6} {'load':>5}"
+    )
+    for row in rows:
+        ms = [s * 1000 for s in row.delivery_s]
+        per_poll = row.cpu["agents"] * 1000 / max(1.0, row.polls_per_s * row.wall_s)
+        print(
+            f"{row.size:>6} {row.polls_per_s:>7.1f} {row.commands:>5} {row.delivered:>5} "
+            f"{percentile(ms, 0.5):>7.0f} {percentile(ms, 0.95):>7.0f} {max(ms, default=float('nan')):>7.0f} "
+            f"{row.reports_sent:>7} {row.ingested:>6} {row.lost:>4} {row.duplicates:>3} {row.silent:>6} "
+            f"{percentile(row.user_ms, 0.5):>8.0f} {percentile(row.user_ms, 0.95):>8.0f} {len(row.user_ms):>5} "
+            f"{row.cpu['agents']:>7.1f} {row.cpu['web']:>7.1f} {row.cpu['db']:>6.1f} {row.cpu['clients']:>7.1f} "
+            f"{per_poll:>11.2f} {row.wall_s:>6.1f} {row.load:>5.2f}"
+        )
+        if row.report_errors or row.poll_errors or row.user_errors:
+            print(
+                f"{'':>6} errors: {row.poll_errors} poll, {row.report_errors} report (retried), "
+                f"{row.user_errors} user API; {dict(row.error_kinds.most_common(6))}"
+            )
+    print(
+        "cpu: seconds in the measured window; svc = agent service (uvicorn), web = gunicorn, db = the bench "
+        "database's backends, cli = this process (the agents and users)"
+    )
+    for row in rows:
+        p95 = percentile(row.delivery_s, 0.95)
+        user_p95 = percentile(row.user_ms, 0.95)
+        verdicts = [
+            ("delivery p95 <= 1 s", row.delivered == row.commands and p95 <= TARGET_DELIVERY_P95_S),
+            ("all reports ingested (none lost)", row.lost == 0),
+            ("no node silent past the deadline", row.silent == 0),
+        ]
+        if row.size >= TARGET_AGENTS:
+            verdicts.append(("user API p95 <= 200 ms", user_p95 <= TARGET_USER_P95_MS))
+        for what, ok in verdicts:
+            print(f"{'PASS' if ok else 'FAIL'} {row.size:>5} agents: {what}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="20,200,2000")
+    parser.add_argument("--duration", type=float, default=30.0, help="measured seconds per row")
+    parser.add_argument("--warmup", type=float, default=10.0, help="seconds after the last agent started")
+    parser.add_argument("--ramp", type=float, default=5.0, help="agents start spread over this many seconds")
+    parser.add_argument("--poll-wait", type=int, default=20, help="AGENT_POLL_WAIT_S")
+    parser.add_argument("--deadline", type=int, default=60, help="AGENT_HEARTBEAT_DEADLINE_S (> 2 x wait)")
+    parser.add_argument("--report-every", type=float, default=30.0, help="seconds between an agent's reports")
+    parser.add_argument("--commands-per-s", type=float, default=0.0, help="default: max(2, agents / 200)")
+    args = parser.parse_args()
+    args.flush_s = 1.0
+    if not os.environ.get("DATABASE_URL") or not os.environ.get("REDIS_URL"):
+        print("Set DATABASE_URL (a PostgreSQL server) and REDIS_URL (a Redis database of your own).", file=sys.stderr)
+        return 2
+    sizes = [int(size) for size in args.sizes.split(",")]
+    files = raise_open_files_limit(4 * max(sizes) + 1024)
+    args.bench_db_url = database_url(os.environ["DATABASE_URL"], DATABASE)
+    recreate_database(os.environ["DATABASE_URL"])
+    data_dir = Path(tempfile.mkdtemp(prefix="bench-agents-"))
+    env = {
+        **os.environ,
+        "DATABASE_URL": args.bench_db_url,
+        "STARVERSE_DATA_DIR": str(data_dir),
+        "STORAGE_URL": f"file://{data_dir / 'storage'}",
+        "PORT": str(free_port()),
+        "AGENT_PORT": str(free_port()),
+        "STARVERSE_DEMO_FLEET": "0",
+        "AGENT_POLL_WAIT_S": str(args.poll_wait),
+        "AGENT_HEARTBEAT_DEADLINE_S": str(args.deadline),
+        "AGENT_HEARTBEAT_FLUSH_S": str(args.flush_s),
+        "CACHE_KEY_PREFIX": f"bench-agents-{os.getpid()}",
+        "THROTTLE_USER": "100000/min",
+        "DJANGO_SECRET_KEY": os.environ.get("DJANGO_SECRET_KEY") or secrets.token_urlsafe(40),
+    }
+    os.environ.update(env)  # this process seeds the same database and queues through the same Redis
+    log = data_dir / "platform.log"
+    for command in (["migrate", "--noinput", "-v", "0"], ["seed_catalog"]):
+        subprocess.run(
+            [sys.executable, "manage.py", *command], cwd=REPO, env=env, check=True, stdout=subprocess.DEVNULL
+        )
+    platform = Platform(env, log)
+    rows: list[Row] = []
+    try:
+        platform.start()
+        setup_django()
+        tokens = user_tokens(USER_CLIENTS)
+        print(f"platform up (web {platform.web_url}, agent service {platform.agents_url}); open files limit {files}")
+        for size in sizes:
+            rows.append(run_row(platform, size, tokens, args))
+            print(
+                f"  {size} agents: done ({rows[-1].delivered}/{rows[-1].commands} delivered, "
+                f"p95 {percentile(rows[-1].delivery_s, 0.95):.3f}s)",
+                flush=True,
+            )
+    finally:
+        platform.stop()
+        from django.db import connections
+
+        connections.close_all()
+        recreate_database(os.environ["DATABASE_URL"], drop_only=True)
+    print_table(rows, args)
+    if "Traceback" in log.read_text():
+        print(f"(the platform logged tracebacks: {log})")
+    else:
+        shutil.rmtree(data_dir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
