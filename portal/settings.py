@@ -195,7 +195,7 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "base.api.errors.exception_handler",
 }
 # The API's chip list kept this many seconds per web process (0: computed on every request; docs/API.md).
-API_CHIPS_CACHE_SECONDS = float(env("API_CHIPS_CACHE_SECONDS", "0"))
+API_CHIPS_CACHE_SECONDS = float(env("API_CHIPS_CACHE_SECONDS", "1"))
 SPECTACULAR_SETTINGS = {
     "TITLE": "Starverse API",
     "DESCRIPTION": "Rent mixed AI accelerators: chips, pools, account, ledger and more. "

@@ -56,8 +56,8 @@ def chip_list() -> list:
     """The chip list as the API shows it; with API_CHIPS_CACHE_SECONDS set, kept that long per web process.
 
     Why: it is the API's dearest read (current_offers: six queries over prices, spot clearings, allocations
-    and nodes) and the same for every caller. Off (0) by default, so the list always shows the chips and
-    prices of this instant; a second or two of staleness is what a deployment trades for it.
+    and nodes) and the same for every caller. A second by default: under load most requests reuse the
+    list, and its prices and free chips are at most that old (0 computes it every time, as the tests do).
     """
     seconds = settings.API_CHIPS_CACHE_SECONDS
     now = time.monotonic()
