@@ -15,42 +15,17 @@ compare them with), and fall back to it for bids whose fields numpy can't hold e
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 
 import numpy as np
+
+from market.auction_types import Bid, Clearing, check_bid, check_market, refuse_repeated_ids
+
+__all__ = ["Bid", "Clearing", "check_bid", "check_market", "clear", "clear_columns", "displaced", "refuse_repeated_ids"]
 
 INT64_MAX = int(np.iinfo(np.int64).max)
 # Times are ranked as float64: ints beyond this are not all exact in it (2**53 + 1 would tie 2**53).
 EXACT_FLOAT_INTS = 2**53
-
-
-@dataclass(frozen=True, slots=True)
-class Bid:
-    """One standing bid: up to `chips` chips at up to `price` micro-units per chip-hour."""
-
-    id: int
-    price: int
-    chips: int
-    placed_at: float
-
-
-@dataclass(frozen=True)
-class Clearing:
-    """The outcome of one round: the uniform price and the chips each winning bid gets."""
-
-    price: int
-    awards: dict[int, int]
-    capacity: int
-    demand: int
-
-    @property
-    def allocated(self) -> int:
-        return sum(self.awards.values())
-
-    def chips_won(self, bid_id: int) -> int:
-        return self.awards.get(bid_id, 0)
 
 
 def clear(bids: Iterable[Bid], capacity: int, floor: int) -> Clearing:
@@ -205,7 +180,7 @@ def _sums_fit(chips: np.ndarray) -> bool:
 
 def _clear_by_reference(columns: tuple, capacity: int, floor: int) -> Clearing:
     """Bids numpy can't hold exactly: the pure-Python algorithm, which takes any ints and numbers."""
-    from market.auction_reference import clear_reference  # it builds on this module's Bid and checks
+    from market.auction_reference import clear_reference  # only for these rare bids
 
     rows = (column.tolist() if isinstance(column, np.ndarray) else column for column in columns)
     return clear_reference((Bid(*row) for row in zip(*rows, strict=True)), capacity, floor)
@@ -223,28 +198,3 @@ def displaced(clearing: Clearing, holding: dict[int, int]) -> dict[int, int]:
         if lost > 0:
             give_back[bid_id] = lost
     return give_back
-
-
-def check_market(capacity: int, floor: int) -> None:
-    if not isinstance(capacity, int) or capacity < 0:
-        raise ValueError(f"Capacity must be a whole number of chips, 0 or more (got {capacity!r}).")
-    if not isinstance(floor, int) or floor < 0:
-        raise ValueError(f"The floor must be a whole number of micro-units, 0 or more (got {floor!r}).")
-
-
-def check_bid(bid: Bid) -> None:
-    if not isinstance(bid.chips, int) or isinstance(bid.chips, bool) or bid.chips < 1:
-        raise ValueError(f"Bid {bid.id}: chips must be a whole number, at least 1 (got {bid.chips!r}).")
-    if not isinstance(bid.price, int) or isinstance(bid.price, bool) or bid.price < 0:
-        raise ValueError(f"Bid {bid.id}: price must be a whole number of micro-units, 0 or more (got {bid.price!r}).")
-    if not math.isfinite(bid.placed_at):
-        raise ValueError(f"Bid {bid.id}: placed_at must be a finite number of seconds (got {bid.placed_at!r}).")
-
-
-def refuse_repeated_ids(ids: Iterable[int]) -> None:
-    """Names the first id seen a second time (in the order given)."""
-    seen = set()
-    for bid_id in ids:
-        if bid_id in seen:
-            raise ValueError(f"Bid id {bid_id} appears twice; each bid must have its own id.")
-        seen.add(bid_id)

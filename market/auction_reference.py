@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from itertools import accumulate
 from operator import attrgetter
 
-from market.auction import Bid, Clearing, check_bid, check_market, refuse_repeated_ids
+from market.auction_types import Bid, Clearing, check_bid, check_market, refuse_repeated_ids
 
 INF = math.inf
 _id, _placed_at = attrgetter("id"), attrgetter("placed_at")

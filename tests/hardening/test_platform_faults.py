@@ -60,6 +60,7 @@ class Platform:
             "DATABASE_URL": database_url(),
             "STARVERSE_DATA_DIR": str(self.root / "data"),
             "PORT": str(self.port),
+            "AGENT_PORT": str(free_port()),  # the default, PORT + 1, may be any other program's ephemeral port
             "STARVERSE_REDIS_PORT": str(free_port()),
             "STARVERSE_DEMO_FLEET": "1",
             "PYTHONUNBUFFERED": "1",
