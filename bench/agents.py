@@ -45,7 +45,6 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import psutil
@@ -53,25 +52,14 @@ import psutil
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from throwaway_db import database_url, recreate_database  # noqa: E402 - bench/ is on the path when run
+
 DATABASE = "bench_agents"
 RANKS_PER_JOB = 20
 USER_CLIENTS = 4
 USER_THINK_S = 0.2
 TARGET_DELIVERY_P95_S, TARGET_USER_P95_MS, TARGET_AGENTS = 1.0, 200.0, 2000
 STARTUP_TIMEOUT_S = 180
-
-
-def database_url(url: str, name: str) -> str:
-    return urlunsplit(urlsplit(url)._replace(path=f"/{name}"))
-
-
-def recreate_database(url: str, drop_only: bool = False) -> None:
-    import psycopg
-
-    with psycopg.connect(database_url(url, "postgres"), autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
-        if not drop_only:
-            conn.execute(f"CREATE DATABASE {DATABASE}")
 
 
 def free_port() -> int:
@@ -627,7 +615,7 @@ def main() -> int:
     sizes = [int(size) for size in args.sizes.split(",")]
     files = raise_open_files_limit(4 * max(sizes) + 1024)
     args.bench_db_url = database_url(os.environ["DATABASE_URL"], DATABASE)
-    recreate_database(os.environ["DATABASE_URL"])
+    recreate_database(os.environ["DATABASE_URL"], DATABASE)
     data_dir = Path(tempfile.mkdtemp(prefix="bench-agents-"))
     env = {
         **os.environ,
@@ -669,7 +657,7 @@ def main() -> int:
         from django.db import connections
 
         connections.close_all()
-        recreate_database(os.environ["DATABASE_URL"], drop_only=True)
+        recreate_database(os.environ["DATABASE_URL"], DATABASE, drop_only=True)
     print_table(rows, args)
     if "Traceback" in log.read_text():
         print(f"(the platform logged tracebacks: {log})")

@@ -42,30 +42,18 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import psutil
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from throwaway_db import database_url, recreate_database  # noqa: E402 - bench/ is on the path when run
+
 DATABASE = "bench_api_load"
 TARGET_RPS, TARGET_P95_MS, TARGET_CLIENTS = 300.0, 250.0, 50
 STARTUP_TIMEOUT_S = 300
 WARMUP_S = 5
-
-
-def database_url(url: str, name: str) -> str:
-    return urlunsplit(urlsplit(url)._replace(path=f"/{name}"))
-
-
-def recreate_database(url: str, drop_only: bool = False) -> None:
-    import psycopg
-
-    with psycopg.connect(database_url(url, "postgres"), autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
-        if not drop_only:
-            conn.execute(f"CREATE DATABASE {DATABASE}")
 
 
 # Seeding ------------------------------------------------------------------------------------------
@@ -440,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.chips_cache_seconds is not None:
         env["API_CHIPS_CACHE_SECONDS"] = str(args.chips_cache_seconds)
     platform = Platform(root, env, launcher_command(args.web_workers, args.web_threads))
-    recreate_database(url)
+    recreate_database(url, DATABASE)
     try:
         platform.start()
         platform.wait_until_up()
@@ -463,7 +451,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         platform.stop()
         _close_django_connections()
-        recreate_database(url, drop_only=True)
+        recreate_database(url, DATABASE, drop_only=True)
         if redis_url:
             forget_redis_keys(redis_url, tag)
         if args.keep:
