@@ -150,9 +150,13 @@ def authenticate_node(raw: str) -> Node | None:
     return Node.objects.select_related("pool__chip_type").filter(token_hash=hash_secret(raw)).first()
 
 
+# A heartbeat leaves these as they are (a drain is the operator's; a lost node returns by a clean return).
+KEPT_ON_HEARTBEAT = (AgentStatus.DRAINING, AgentStatus.LOST)
+
+
 def heartbeat_status(current: str) -> str:
     """A draining node stays draining and a lost one stays lost; else it is online."""
-    return current if current in (AgentStatus.DRAINING, AgentStatus.LOST) else AgentStatus.ONLINE
+    return current if current in KEPT_ON_HEARTBEAT else AgentStatus.ONLINE
 
 
 def record_heartbeat(
@@ -165,12 +169,11 @@ def record_heartbeat(
     lands beside ranks of a placement that was moved elsewhere. A node whose address is observed
     (its agent declared none) takes the address this poll came from (`seen_address`)."""
     now = now or timezone.now()
-    kept = (AgentStatus.DRAINING, AgentStatus.LOST)
     changes = {"last_heartbeat_at": now, "health": health}
     if node.address_observed and seen_address and seen_address != node.address:
         logger.info("node %s is now seen at %s (was %s)", node.hostname, seen_address, node.address or "unknown")
         changes["address"] = seen_address
-    status = Case(When(agent_status__in=kept, then=F("agent_status")), default=Value(AgentStatus.ONLINE))
+    status = Case(When(agent_status__in=KEPT_ON_HEARTBEAT, then=F("agent_status")), default=Value(AgentStatus.ONLINE))
     Node.objects.filter(pk=node.pk).update(agent_status=status, **changes)
     if node.agent_status == AgentStatus.LOST and _clean_return(node, ranks or []):
         Node.objects.filter(pk=node.pk, agent_status=AgentStatus.LOST).update(agent_status=AgentStatus.ONLINE)

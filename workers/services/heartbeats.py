@@ -25,24 +25,17 @@ from django.utils import timezone
 
 from workers.choices import AgentStatus
 from workers.models import Node
-from workers.services.fleet import record_heartbeat
+from workers.services.fleet import KEPT_ON_HEARTBEAT, record_heartbeat
 
 logger = logging.getLogger(__name__)
 
-KEPT = (AgentStatus.DRAINING, AgentStatus.LOST)
-
-
-def _flush_sql() -> str:
-    node = Node._meta
-    column = {name: node.get_field(name).column for name in ("last_heartbeat_at", "health", "agent_status")}
-    return (
-        f'UPDATE "{node.db_table}" AS n SET "{column["last_heartbeat_at"]}" = v.seen,'
-        f' "{column["health"]}" = v.health::jsonb,'
-        f' "{column["agent_status"]}" = CASE WHEN n."{column["agent_status"]}" = ANY(%s)'
-        f' THEN n."{column["agent_status"]}" ELSE %s END'
-        " FROM unnest(%s::bigint[], %s::timestamptz[], %s::text[], %s::text[]) AS v(id, seen, health, token_hash)"
-        f' WHERE n."{node.pk.column}" = v.id AND n."{node.get_field("token_hash").column}" = v.token_hash'
-    )
+# One row per noted node; fleet.record_heartbeat's status rule, decided on the row as it is when written.
+FLUSH = (
+    "UPDATE workers_node AS n SET last_heartbeat_at = v.seen, health = v.health::jsonb,"
+    " agent_status = CASE WHEN n.agent_status = ANY(%s) THEN n.agent_status ELSE %s END"
+    " FROM unnest(%s::bigint[], %s::timestamptz[], %s::text[], %s::text[]) AS v(id, seen, health, token_hash)"
+    " WHERE n.id = v.id AND n.token_hash = v.token_hash"
+)
 
 
 class HeartbeatBatch:
@@ -74,7 +67,7 @@ class HeartbeatBatch:
             return 0
         ids = list(batch)
         params = [
-            list(KEPT),
+            list(KEPT_ON_HEARTBEAT),
             AgentStatus.ONLINE,
             ids,
             [batch[node_id][0] for node_id in ids],
@@ -83,7 +76,7 @@ class HeartbeatBatch:
         ]
         try:
             with connection.cursor() as cursor:
-                cursor.execute(_flush_sql(), params)
+                cursor.execute(FLUSH, params)
                 written = cursor.rowcount
         except DatabaseError:
             logger.exception("heartbeats of %d node(s) not written; retrying at the next flush", len(batch))

@@ -12,9 +12,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from functools import cache
-
-from django.db import connection
 
 from workers.models import Node, hash_secret
 
@@ -64,18 +61,5 @@ class NodeTokenCache:
 
 
 def _node_for_polls(token_hash: str) -> Node | None:
-    """fleet.authenticate_node for the hot path: one statement on the token's unique index, the
-    POLL_FIELDS only, no ORM query building (a cache miss costs a fraction of a millisecond)."""
-    sql, attnames = _node_sql()
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [token_hash])
-        row = cursor.fetchone()
-    return None if row is None else Node.from_db(connection.alias, attnames, list(row))
-
-
-@cache
-def _node_sql() -> tuple[str, list[str]]:
-    fields = [field for field in Node._meta.concrete_fields if field.attname in POLL_FIELDS]  # from_db's order
-    columns = ", ".join(f'"{field.column}"' for field in fields)
-    where = Node._meta.get_field("token_hash").column
-    return f'SELECT {columns} FROM "{Node._meta.db_table}" WHERE "{where}" = %s', [field.attname for field in fields]
+    """fleet.authenticate_node for the hot path: the POLL_FIELDS only, on the token's unique index."""
+    return Node.objects.only(*POLL_FIELDS).filter(token_hash=token_hash).first()
