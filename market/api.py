@@ -28,6 +28,7 @@ from rest_framework.views import APIView
 from base.api.docs import IDEMPOTENT_WRITE_ERRORS, WRITE_ERRORS, errors
 from base.api.fields import MoneyField, MoneyInputField
 from base.api.idempotency import IDEMPOTENCY_KEY_PARAMETER, idempotent
+from base.api.serializers import FieldsBuiltOnce
 from base.api.validation import refuse_unknown_fields
 from base.money import InvalidAmount, to_micros
 from billing.models import SpotPrice
@@ -47,7 +48,7 @@ CONFIRM_HELP = (
 )
 
 
-class BidSerializer(serializers.ModelSerializer):
+class BidSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
     chip = serializers.SlugRelatedField(source="chip_type", slug_field="slug", read_only=True)
     max_price = MoneyField(source="max_price_per_hour", help_text="Most paid per chip-hour, in currency units")
     clearing_price = MoneyField(help_text="The last clearing price of this chip type for this bid")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from base.api.fields import MoneyField
+from base.api.serializers import FieldsBuiltOnce
 from billing.models import Entry
 from portal.models import ApiToken, TokenScope
 from workers.models import Pool
@@ -57,7 +58,7 @@ class AccountSerializer(serializers.Serializer):
     currency = serializers.CharField()
 
 
-class LedgerEntrySerializer(serializers.ModelSerializer):
+class LedgerEntrySerializer(FieldsBuiltOnce, serializers.ModelSerializer):
     transaction = serializers.IntegerField(source="transaction_id")
     kind = serializers.CharField(source="transaction.kind")
     description = serializers.CharField(source="transaction.memo")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from threading import Barrier
+from types import SimpleNamespace
 
 import pytest
 from django.core.cache import cache
@@ -14,6 +15,7 @@ from django.db import connection
 from django.test import Client
 from rest_framework.test import APIClient
 
+from portal.api.throttling import UserThrottle
 from portal.models import ApiToken
 from tests.automation.conftest import client_with
 from tests.conftest import PASSWORD
@@ -134,3 +136,41 @@ def test_a_good_login_after_a_few_mistakes_still_works(alice):
     response = api.post("/api/v1/tokens/", {"username": "alice", "password": PASSWORD}, format="json")
 
     assert response.status_code == 201
+
+
+# The count behind the throttles: per window of the rate's period, the previous window weighted by its overlap.
+
+WINDOW_START = 60 * 29_000_000  # a minute boundary
+
+
+def asks_at(at: float, user, times: int = 1) -> list[bool]:
+    """`times` requests of `user` at time `at`, each judged by a fresh throttle (as DRF makes one per request)."""
+    answers = []
+    for _ in range(times):
+        throttle = UserThrottle()
+        throttle.timer = lambda: at
+        answers.append(throttle.allow_request(SimpleNamespace(user=user), view=None))
+    return answers
+
+
+def test_a_full_last_minute_weighs_on_the_next_as_it_ages(rates, alice):
+    rates(user="10/min")
+    assert asks_at(WINDOW_START + 59, alice, 11) == [True] * 10 + [False]
+
+    # 6 s into the next minute, 90% of the last one still counts: 9 + this one fits, one more does not.
+    assert asks_at(WINDOW_START + 66, alice, 2) == [True, False]
+    # Half way through, half of it: room for 4 more beside the one already let in.
+    assert asks_at(WINDOW_START + 90, alice, 5) == [True] * 4 + [False]
+
+
+def test_refused_requests_do_not_count_and_retry_after_names_when_one_fits(rates, alice):
+    rates(user="10/min")
+    asks_at(WINDOW_START + 59, alice, 10)
+    assert asks_at(WINDOW_START + 59, alice, 50) == [False] * 50
+
+    throttle = UserThrottle()
+    throttle.timer = lambda: WINDOW_START + 59
+    assert not throttle.allow_request(SimpleNamespace(user=alice), view=None)
+    assert throttle.wait() == pytest.approx(7)  # 1 s to the next minute, then 6 s for 10% of this one to age out
+    assert asks_at(WINDOW_START + 65.9, alice) == [False]
+    assert asks_at(WINDOW_START + 66, alice) == [True]  # the 50 refused ones were not counted

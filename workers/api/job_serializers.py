@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import re
 from decimal import Decimal
 
@@ -12,6 +11,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from base.api.fields import MoneyField, MoneyInputField
+from base.api.serializers import FieldsBuiltOnce
 from base.money import format_amount, to_micros
 from workers.choices import Policy, TrainingMode
 from workers.hfconfig import lora_settings
@@ -230,23 +230,6 @@ class JobSpecSerializer(serializers.Serializer):
             eval_fraction=data.get("eval_fraction", 0.0),
             eval_every=data.get("eval_every", 0),
         )
-
-
-class FieldsBuiltOnce:
-    """A ModelSerializer whose fields are built from the model once per class, then copied per instance.
-
-    DRF builds a ModelSerializer's fields from the model on every instance: for the jobs list that is
-    ~50 fields (the job's and its migrations') introspected on every request. Copying the built set is
-    what DRF does with declared fields anyway (each instance gets its own, bound to it), at half the cost.
-    Only for serializers whose fields don't depend on the instance or its context.
-    """
-
-    def get_fields(self):
-        built = type(self).__dict__.get("_fields_built_once")
-        if built is None:
-            built = super().get_fields()
-            type(self)._fields_built_once = built
-        return copy.deepcopy(built)
 
 
 class JobMigrationSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
