@@ -48,7 +48,8 @@ import psutil
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from throwaway_db import database_url, recreate_database  # noqa: E402 - bench/ is on the path when run
+from machine_speed import loop_ms  # noqa: E402 - bench/ is on the path when run
+from throwaway_db import database_url, recreate_database  # noqa: E402
 
 DATABASE = "bench_api_load"
 TARGET_RPS, TARGET_P95_MS, TARGET_CLIENTS = 300.0, 250.0, 50
@@ -439,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"platform up at {platform.url} ({len(web)} gunicorn processes: {_web_line(web)}); "
             f"{args.users} users x ({args.jobs} jobs, {args.ledger_rows} ledger rows, {args.bids} bids); "
-            f"{os.cpu_count()} CPUs"
+            f"{os.cpu_count()} CPUs; machine speed: a fixed loop takes {loop_ms():.0f} ms (bench/machine_speed.py)"
         )
         run_locust(platform, root, tokens_file, min(5, max(clients)), WARMUP_S, "warmup")
         rows = []
