@@ -9,6 +9,7 @@ seconds (base.outage.outage_of) instead of paying the timeout on every call.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable
 from typing import Any
@@ -87,18 +88,23 @@ def count_in_window(key: str, window_s: int, now: float) -> tuple[int, int] | No
 
     One round trip to Redis (INCR, EXPIRE and the previous window's GET in a pipeline) under the default
     cache's key prefix, so `cache.clear()` resets counts too. None while Redis is unavailable (fail open).
+    Another cache backend (a settings override) is counted through Django's cache API instead.
     """
     from django.core.cache import cache
 
-    client: FailOpenRedisCacheClient = cache._cache  # type: ignore[attr-defined]
+    window = int(now // window_s)
+    current, previous = (f"{key}:{index}" for index in (window, window - 1))
+    client = getattr(cache, "_cache", None)
+    if not isinstance(client, FailOpenRedisCacheClient):
+        cache.add(current, 0, 2 * window_s)
+        return cache.incr(current), cache.get(previous, 0)
     outage = outage_of(client._servers[0])
     if outage.down():
         return None
-    window = int(now // window_s)
-    current, previous = (cache.make_and_validate_key(f"{key}:{index}") for index in (window, window - 1))
     try:
         pipeline = client.get_client(write=True).pipeline(transaction=False)
-        pipeline.incr(current).expire(current, 2 * window_s).get(previous)
+        current = cache.make_and_validate_key(current)
+        pipeline.incr(current).expire(current, 2 * window_s).get(cache.make_and_validate_key(previous))
         counted, _, before = pipeline.execute()
     except UNAVAILABLE as error:
         outage.failed(error)
@@ -110,8 +116,5 @@ def uncount_in_window(key: str, window_s: int, now: float) -> None:
     """Take back one `count_in_window` of this window (a refused request does not count)."""
     from django.core.cache import cache
 
-    client: FailOpenRedisCacheClient = cache._cache  # type: ignore[attr-defined]
-    try:
-        client.get_client(write=True).decr(cache.make_and_validate_key(f"{key}:{int(now // window_s)}"))
-    except UNAVAILABLE as error:
-        outage_of(client._servers[0]).failed(error)
+    with contextlib.suppress(ValueError):  # gone already (expired, or the cache was cleared): nothing to take back
+        cache.decr(f"{key}:{int(now // window_s)}")  # fails open, as every command of FailOpenRedisCacheClient

@@ -174,3 +174,11 @@ def test_refused_requests_do_not_count_and_retry_after_names_when_one_fits(rates
     assert throttle.wait() == pytest.approx(7)  # 1 s to the next minute, then 6 s for 10% of this one to age out
     assert asks_at(WINDOW_START + 65.9, alice) == [False]
     assert asks_at(WINDOW_START + 66, alice) == [True]  # the 50 refused ones were not counted
+
+
+def test_throttles_count_with_another_cache_backend_too(rates, alice, settings):
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    rates(user="10/min")
+
+    assert asks_at(WINDOW_START + 59, alice, 12) == [True] * 10 + [False, False]
+    assert asks_at(WINDOW_START + 66, alice, 2) == [True, False]
