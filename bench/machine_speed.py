@@ -1,6 +1,6 @@
 """How fast this machine's CPU is right now, as one number to print beside a benchmark's table.
 
-The development machine is a shared virtual machine whose speed drifts (the same loop took 445-650 ms
+The development machine is a shared virtual machine whose speed drifts (`loop_ms()` gave 174-257 ms
 within an hour): CPU seconds per request move with it. A row's figures are comparable with another
 run's only together with this number (lower is faster).
 """
