@@ -23,18 +23,18 @@ Rules:
   after the commit the shortfall is announced (`billing.signals.credit_shortfall`): the job is
   stopped at once by whoever acts on jobs. The stop margin makes this rare: the low-balance check
   (billing.services.holds) asks for a stop minutes before.
-- Prices come from `billing.services.pricing.PriceBook`.
+- Prices come from `billing.services.pricing.PriceBook`. A batch is read and priced as numpy columns
+  (`billing.services.meter_columns`), to the micro-unit, exactly as `owed` prices one allocation.
 """
 
 from __future__ import annotations
 
-import bisect
 import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-import psycopg
+import numpy as np
 from django.db import connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
@@ -44,8 +44,10 @@ from billing.choices import AccountKind, TransactionKind
 from billing.models import Account
 from billing.notifications import note_balances
 from billing.services.ledger import Leg, fingerprint_of, lock_wallets, platform_account, wallet_for
+from billing.services.meter_columns import US, PriceLines, column_cursor, from_us, int_array, to_us
 from billing.services.pricing import MICROSECOND, PriceBook
 from billing.signals import credit_shortfall
+from workers.choices import AllocationMode
 from workers.models import Allocation
 
 logger = logging.getLogger(__name__)
@@ -66,43 +68,9 @@ def billing_mark(started_at: datetime, until: datetime) -> datetime:
     return started_at + SECOND * ((until - started_at) // SECOND)
 
 
-def owed(
-    book: PriceBook | Integrals, chip_type_id: int, mode: str, chips: int, started_at: datetime, mark: datetime
-) -> int:
+def owed(book: PriceBook, chip_type_id: int, mode: str, chips: int, started_at: datetime, mark: datetime) -> int:
     """What [started_at, mark) costs, rounded once, half up (the cumulative-exact total)."""
     return round_half_up(chips * book.integral(chip_type_id, mode, started_at, mark), MICROSECONDS_PER_HOUR)
-
-
-class Integrals:
-    """`PriceBook.integral` for the many spans of one batch, from running sums of the book's segments.
-
-    Per chip type and mode, the book's segments over [earliest start, latest end) are summed once;
-    the integral over any [start, end) inside is then F(end) - F(start), two bisections instead
-    of a walk over the segments. The same integer sum, so `owed` takes it in place of the book.
-    """
-
-    def __init__(self, book: PriceBook, spans: dict[tuple[int, str], tuple[datetime, datetime]]):
-        self._lines: dict[tuple[int, str], tuple[list[datetime], list[tuple[datetime, datetime, int]], list[int]]] = {}
-        for key, (origin, until) in spans.items():
-            segments = book.segments(*key, origin, until)
-            sums = [0]
-            for lo, hi, per_hour in segments:
-                sums.append(sums[-1] + per_hour * ((hi - lo) // MICROSECOND))
-            self._lines[key] = ([lo for lo, _, _ in segments], segments, sums)
-
-    def integral(self, chip_type_id: int, mode: str, start: datetime, end: datetime) -> int:
-        line = self._lines[chip_type_id, mode]
-        return self._running(line, end) - self._running(line, start)
-
-    @staticmethod
-    def _running(line, at: datetime) -> int:
-        """The integral from the line's origin to `at`."""
-        starts, segments, sums = line
-        index = bisect.bisect_right(starts, at) - 1
-        if index < 0:
-            return 0
-        lo, hi, per_hour = segments[index]
-        return sums[index + 1] if at >= hi else sums[index] + per_hour * ((at - lo) // MICROSECOND)
 
 
 def round_half_up(numerator: int, denominator: int) -> int:
@@ -113,30 +81,44 @@ def round_half_up(numerator: int, denominator: int) -> int:
 
 
 @dataclass
-class Bill:
-    """One allocation's billing state, read under its row lock, and what this tick does to it."""
+class Batch:
+    """One batch's allocations as columns (int64; times in microseconds since 1970), read under
+    their row locks, and what this tick does to them: the new mark, what is owed beyond what was
+    charged (`delta`) and what the wallet paid of it (`charged`)."""
 
-    id: int
+    id: np.ndarray
+    job: np.ndarray
+    owner: np.ndarray
+    chip_type: np.ndarray
+    spot: np.ndarray
+    chips: np.ndarray
+    start: np.ndarray
+    end: np.ndarray  # NO_END while open
+    billed: np.ndarray
+    charged_total: np.ndarray
+    mark: np.ndarray | None = None
+    delta: np.ndarray | None = None
+    charged: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.id)
+
+    def take(self, rows: np.ndarray) -> Batch:
+        return Batch(**{name: None if column is None else column[rows] for name, column in vars(self).items()})
+
+    @property
+    def seconds(self) -> np.ndarray:
+        return (self.mark - self.billed) // US
+
+
+@dataclass(frozen=True)
+class Shortfall:
+    """An allocation whose charge its wallet could not cover in full this tick."""
+
+    allocation_id: int
     job_id: int
     owner_id: int
-    chip_type_id: int
-    mode: str
-    chips: int
-    started_at: datetime
-    ended_at: datetime | None
-    billed_through: datetime
-    charged_total: int
-    mark: datetime = None  # type: ignore[assignment]
-    delta: int = 0
-    charged: int = 0
-
-    @property
-    def seconds(self) -> int:
-        return (self.mark - self.billed_through) // SECOND
-
-    @property
-    def shortfall(self) -> int:
-        return max(self.delta - self.charged, 0)
+    shortfall: int
 
 
 @dataclass
@@ -148,7 +130,7 @@ class MeterResult:
     charged: int = 0
     charges: int = 0
     transactions: int = 0
-    shortfalls: list[Bill] = field(default_factory=list)
+    shortfalls: list[Shortfall] = field(default_factory=list)
 
     def add(self, other: MeterResult) -> None:
         self.allocations += other.allocations
@@ -218,11 +200,10 @@ def charge_allocations(
     with transaction.atomic():
         if outermost:  # the planner settings last until commit: not to be left in a caller's transaction
             _index_joins()
-        bills = _lock(ids, skip_locked)
-        book = book or PriceBook.load({bill.chip_type_id for bill in bills})
-        integrals = _integrals(book, bills, now)
-        bills = [bill for bill in bills if _advance(bill, integrals, now)]
-        result = _post(bills, now) if bills else MeterResult()
+        batch = _lock(ids, skip_locked)
+        book = book or PriceBook.load(set(batch.chip_type.tolist()))
+        batch = _advance(batch, book, now)
+        result = _post(batch, now) if len(batch) else MeterResult()
         if result.shortfalls:
             transaction.on_commit(lambda: _announce_shortfalls(result.shortfalls, now))
     return result
@@ -238,67 +219,98 @@ def _index_joins() -> None:
         cursor.execute("SELECT set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true)")
 
 
-def _lock(ids: list[int], skip_locked: bool) -> list[Bill]:
+COLUMNS = ("id", "job", "owner", "chip_type", "spot", "chips", "start", "end", "billed", "charged_total")
+
+
+def _lock(ids: list[int], skip_locked: bool) -> Batch:
+    """Lock the allocation rows in id order and read them back as columns (one array each)."""
     sql = (
-        "SELECT a.id, a.job_id, j.owner_id, a.chip_type_id, a.mode, a.chips, a.started_at, a.ended_at,"
-        " a.billed_through, a.charged_total"
+        "WITH locked AS (SELECT a.id, a.job_id, j.owner_id, a.chip_type_id, a.mode, a.chips, a.started_at,"
+        " a.ended_at, a.billed_through, a.charged_total"
         " FROM workers_allocation a JOIN workers_job j ON j.id = a.job_id"
-        " WHERE a.id = ANY(%s::bigint[]) ORDER BY a.id FOR UPDATE OF a" + (" SKIP LOCKED" if skip_locked else "")
+        " WHERE a.id = ANY(%s::bigint[]) ORDER BY a.id FOR UPDATE OF a" + (" SKIP LOCKED" if skip_locked else "") + ")"
+        " SELECT array_agg(id::bigint), array_agg(job_id::bigint), array_agg(owner_id::bigint),"
+        " array_agg(chip_type_id::bigint), array_agg((mode = %s)::int::bigint), array_agg(chips::bigint),"
+        " array_agg(started_at), array_agg(coalesce(ended_at, 'infinity')), array_agg(billed_through),"
+        " array_agg(charged_total) FROM locked"
     )
-    # Rows come back in PostgreSQL's binary format: reading 1,000 timestamps as text costs more
-    # than the rest of the lock. Same connection, same transaction as Django's cursors.
+    # Arrays in PostgreSQL's binary format, read straight into numpy: reading 2,500 rows of
+    # timestamps as Python objects cost more than the rest of the lock. Same connection, same
+    # transaction as Django's cursors.
     connection.ensure_connection()
-    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
-        cursor.execute(sql, [_int_array(ids)], binary=True)
-        return [Bill(*row) for row in cursor.fetchall()]
+    with connection.wrap_database_errors, column_cursor(connection.connection) as cursor:
+        cursor.execute(sql, [int_array(ids), AllocationMode.SPOT], binary=True)
+        columns = cursor.fetchone()
+    if columns[0] is None:
+        return Batch(*(np.empty(0, dtype=np.int64) for _ in COLUMNS))
+    batch = Batch(*columns)
+    return batch.take(np.argsort(batch.id, kind="stable"))  # the aggregate's order is not the lock's
 
 
-def _int_array(values) -> str:
-    """A PostgreSQL array literal of integers: one short string instead of one parameter per element."""
-    return "{" + ",".join(map(str, values)) + "}"
+def _advance(batch: Batch, book: PriceBook, now: datetime) -> Batch:
+    """The rows with a new whole second to bill, each with its new mark and what it owes beyond its charged total."""
+    now_us = to_us(now)
+    until = np.minimum(batch.end, now_us)
+    batch.mark = np.where(until > batch.start, batch.start + (until - batch.start) // US * US, batch.start)
+    batch = batch.take(batch.mark > batch.billed)
+    owed_total = np.empty(len(batch), dtype=np.int64)
+    groups = [(_line(chip_type, spot), rows) for (chip_type, spot), rows in _line_rows(batch.chip_type, batch.spot)]
+    # Each line's running price sums, from its earliest start in the batch to now.
+    lines = PriceLines(book, {key: (from_us(batch.start[rows].min()), now) for key, rows in groups})
+    for key, rows in groups:
+        chips, start, mark = batch.chips[rows], batch.start[rows], batch.mark[rows]
+        if lines.fits(chips):
+            owed_total[rows] = lines.owed(key, chips, start, mark)
+        else:  # prices or spans too large for int64 halves: Python's integers, one allocation at a time
+            owed_total[rows] = [
+                owed(book, *key, int(c), from_us(s), from_us(m)) for c, s, m in zip(chips, start, mark, strict=True)
+            ]
+    batch.delta = np.maximum(owed_total - batch.charged_total, 0)
+    return batch
 
 
-def _integrals(book: PriceBook, bills: list[Bill], now: datetime) -> Integrals:
-    """Running price sums for the batch: from each chip type and mode's earliest start to now."""
-    spans: dict[tuple[int, str], tuple[datetime, datetime]] = {}
-    for bill in bills:
-        key = (bill.chip_type_id, bill.mode)
-        spans[key] = (min(bill.started_at, spans.get(key, (bill.started_at,))[0]), now)
-    return Integrals(book, spans)
+def _line(chip_type: int, spot: int) -> tuple[int, str]:
+    return int(chip_type), AllocationMode.SPOT if spot else AllocationMode.ON_DEMAND
 
 
-def _advance(bill: Bill, book: PriceBook | Integrals, now: datetime) -> bool:
-    """Set the new mark and what this tick owes; False when the allocation is billed up to it."""
-    until = min(now, bill.ended_at) if bill.ended_at else now
-    bill.mark = billing_mark(bill.started_at, until)
-    if bill.mark <= bill.billed_through:
-        return False
-    owed_total = owed(book, bill.chip_type_id, bill.mode, bill.chips, bill.started_at, bill.mark)
-    bill.delta = max(owed_total - bill.charged_total, 0)
-    return True
+def _line_rows(chip_types: np.ndarray, spot: np.ndarray):
+    """((chip type, spot), row indices) for each price line present."""
+    codes = chip_types * 2 + (spot != 0)
+    for code in np.unique(codes):
+        yield (int(code) // 2, int(code) % 2), np.flatnonzero(codes == code)
 
 
-def _post(bills: list[Bill], now: datetime) -> MeterResult:
+def _post(batch: Batch, now: datetime) -> MeterResult:
     """Write the batch: a ledger transaction per wallet, a Charge row per paid allocation, the marks."""
     revenue = platform_account(AccountKind.REVENUE)
-    wallets = _lock_wallets({bill.owner_id for bill in bills if bill.delta > 0}, revenue)
-    _pay(bills, wallets)
-    paid = [bill for bill in bills if bill.charged > 0]
+    wallets = _lock_wallets(set(batch.owner[batch.delta > 0].tolist()), revenue)
+    batch.charged = _pay(batch, wallets)
+    paid = batch.take(np.flatnonzero(batch.charged > 0))
     posted = _post_ledger(paid, wallets, revenue, now)
-    _save(bills, posted, now)
+    _save(batch, posted, now)
     # One statement a batch: who fell below their low-balance threshold is e-mailed after the commit.
-    spent: dict[int, int] = defaultdict(int)
-    for bill in paid:
-        spent[bill.owner_id] += bill.charged
-    note_balances({owner_id: wallets[owner_id].balance - amount for owner_id, amount in spent.items()})
+    owners, spent = _per_owner(paid.owner, paid.charged)
+    note_balances({owner: wallets[owner].balance - amount for owner, amount in zip(owners, spent, strict=True)})
+    short = np.flatnonzero(batch.delta > batch.charged)
     return MeterResult(
-        allocations=len(bills),
-        seconds=sum(bill.seconds * bill.chips for bill in bills),
-        charged=sum(bill.charged for bill in paid),
+        allocations=len(batch),
+        seconds=int((batch.seconds * batch.chips).sum()),
+        charged=int(paid.charged.sum()),
         charges=len(paid),
         transactions=len(posted),
-        shortfalls=[bill for bill in bills if bill.shortfall > 0],
+        shortfalls=[
+            Shortfall(int(batch.id[i]), int(batch.job[i]), int(batch.owner[i]), int(batch.delta[i] - batch.charged[i]))
+            for i in short
+        ],
     )
+
+
+def _per_owner(owners: np.ndarray, amounts: np.ndarray) -> tuple[list[int], list[int]]:
+    """Owners and the sum of their amounts."""
+    unique, index = np.unique(owners, return_inverse=True)
+    sums = np.zeros(len(unique), dtype=np.int64)
+    np.add.at(sums, index, amounts)
+    return unique.tolist(), sums.tolist()
 
 
 def _lock_wallets(owner_ids: set[int], revenue: Account) -> dict[int, Account]:
@@ -317,16 +329,22 @@ def _user(owner_id: int):
     return get_user_model().objects.get(pk=owner_id)
 
 
-def _pay(bills: list[Bill], wallets: dict[int, Account]) -> None:
-    """Charge each delta in full while the wallet covers it; the one that doesn't gets the rest."""
-    left = {owner_id: wallet.balance for owner_id, wallet in wallets.items()}
-    for bill in bills:
-        if bill.delta > 0:
-            bill.charged = min(bill.delta, left[bill.owner_id])
-            left[bill.owner_id] -= bill.charged
+def _pay(batch: Batch, wallets: dict[int, Account]) -> np.ndarray:
+    """What each row is charged: its delta in full while the wallet covers it, in id order; the one
+    that doesn't fit gets the rest, the ones after it nothing."""
+    order = np.lexsort((batch.id, batch.owner))
+    owner, delta = batch.owner[order], batch.delta[order]
+    # What the owner's earlier rows (in id order) asked for before each row.
+    asked = np.cumsum(delta)
+    first = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
+    before = asked - delta - np.repeat(asked[first] - delta[first], np.diff(np.r_[first, len(owner)]))
+    balance = np.array([wallets[o].balance if o in wallets else 0 for o in owner.tolist()], dtype=np.int64)
+    charged = np.empty_like(delta)
+    charged[order] = np.clip(np.minimum(delta, balance - before), 0, None)
+    return charged
 
 
-def _post_ledger(paid: list[Bill], wallets: dict[int, Account], revenue: Account, now: datetime) -> dict[int, int]:
+def _post_ledger(paid: Batch, wallets: dict[int, Account], revenue: Account, now: datetime) -> dict[int, int]:
     """One CHARGE transaction per wallet (wallet -> revenue, the sum of its allocations' charges).
 
     Returns {owner id: transaction id}. The key names the wallet, the tick's time and the batch's
@@ -334,19 +352,16 @@ def _post_ledger(paid: list[Bill], wallets: dict[int, Account], revenue: Account
     when this one commits), so it never refuses a legitimate tick. What keeps a retry, a second
     beat or a redelivery from charging twice is the allocation rows' marks, re-read under their locks.
     """
-    by_owner: dict[int, list[Bill]] = defaultdict(list)
-    for bill in paid:
-        by_owner[bill.owner_id].append(bill)
-    if not by_owner:
+    if not len(paid):
         return {}
     tick = (now - EPOCH) // MICROSECOND
     owners, keys, fingerprints, memos, accounts, amounts = [], [], [], [], [], []
-    for owner_id, owner_bills in by_owner.items():
-        wallet, amount = wallets[owner_id], sum(bill.charged for bill in owner_bills)
+    for owner_id, rows in _rows_by_owner(paid.owner):
+        wallet, amount = wallets[owner_id], int(paid.charged[rows].sum())
         owners.append(owner_id)
-        keys.append(f"meter:w{wallet.pk}:{tick}:a{owner_bills[0].id}")
+        keys.append(f"meter:w{wallet.pk}:{tick}:a{paid.id[rows[0]]}")
         fingerprints.append(fingerprint_of(TransactionKind.CHARGE, [Leg(wallet, -amount), Leg(revenue, amount)]))
-        memos.append(_memo(owner_bills))
+        memos.append(_memo(paid.take(rows)))
         accounts.append(wallet.pk)
         amounts.append(amount)
     with connection.cursor() as cursor:
@@ -365,30 +380,42 @@ def _post_ledger(paid: list[Bill], wallets: dict[int, Account], revenue: Account
             " AS v(txn, account, amount)",
             [
                 now,
-                _int_array(txns + txns),
-                _int_array(accounts + [revenue.pk] * len(txns)),
-                _int_array([-amount for amount in amounts] + amounts),
+                int_array(txns + txns),
+                int_array(accounts + [revenue.pk] * len(txns)),
+                int_array([-amount for amount in amounts] + amounts),
             ],
         )
     return dict(zip(owners, txns, strict=True))
 
 
-def _memo(bills: list[Bill]) -> str:
-    jobs = sorted({bill.job_id for bill in bills})
+def _rows_by_owner(owners: np.ndarray):
+    """(owner id, its row indices in id order) for each owner, owners in the order of their first row."""
+    unique, first, inverse = np.unique(owners, return_index=True, return_inverse=True)
+    order = np.argsort(inverse, kind="stable")
+    bounds = np.cumsum(np.bincount(inverse, minlength=len(unique)))
+    groups = np.split(order, bounds[:-1])
+    for index in np.argsort(first, kind="stable"):
+        yield int(unique[index]), groups[index]
+
+
+def _memo(bills: Batch) -> str:
+    jobs = sorted(set(bills.job.tolist()))
     named = ", ".join(str(job) for job in jobs[:12]) + (f" and {len(jobs) - 12} more" if len(jobs) > 12 else "")
-    chip_seconds = sum(bill.seconds * bill.chips for bill in bills)
+    chip_seconds = int((bills.seconds * bills.chips).sum())
     return (
         f"Compute, job{'s' if len(jobs) > 1 else ''} {named}: {chip_seconds:,} chip-second(s)"
         f" on {len(bills)} allocation(s)"
     )[:500]
 
 
-def _save(bills: list[Bill], posted: dict[int, int], now: datetime) -> None:
-    """Advance every bill's mark and charged total, and write a Charge row for each paid one, in one statement.
+def _save(batch: Batch, posted: dict[int, int], now: datetime) -> None:
+    """Advance every row's mark and charged total, and write a Charge row for each paid one, in one statement.
 
     Times travel as offsets from the allocation's start: the new mark in whole seconds, the old
     one (where the charge starts) in microseconds.
     """
+    paid = batch.charged > 0
+    txns = np.array([posted.get(owner, 0) for owner in batch.owner.tolist()], dtype=np.int64)
     with connection.cursor() as cursor:
         cursor.execute(
             "WITH v AS (SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::bigint[], %s::bigint[], %s::bigint[],"
@@ -404,24 +431,24 @@ def _save(bills: list[Bill], posted: dict[int, int], now: datetime) -> None:
             " m.seconds, m.charged, m.txn, %s"
             " FROM moved m JOIN workers_job j ON j.id = m.job_id WHERE m.charged > 0 ORDER BY m.id",
             [
-                _int_array(bill.id for bill in bills),
-                _int_array((bill.billed_through - bill.started_at) // MICROSECOND for bill in bills),
-                _int_array((bill.mark - bill.started_at) // SECOND for bill in bills),
-                _int_array(bill.seconds for bill in bills),
-                _int_array(bill.charged for bill in bills),
-                _int_array(posted.get(bill.owner_id, 0) if bill.charged else 0 for bill in bills),
+                int_array(batch.id),
+                int_array(batch.billed - batch.start),
+                int_array((batch.mark - batch.start) // US),
+                int_array(batch.seconds),
+                int_array(batch.charged),
+                int_array(np.where(paid, txns, 0)),
                 now,
             ],
         )
 
 
-def _announce_shortfalls(shortfalls: list[Bill], now: datetime) -> None:
+def _announce_shortfalls(shortfalls: list[Shortfall], now: datetime) -> None:
     """After commit: each job whose charge its wallet could not cover must stop (billing.signals)."""
     for job_id in sorted({bill.job_id for bill in shortfalls}):
         unpaid = sum(bill.shortfall for bill in shortfalls if bill.job_id == job_id)
         logger.warning("meter: job %s is short of %s", job_id, format_price(unpaid))
         credit_shortfall.send(
-            sender=Bill,
+            sender=Shortfall,
             job_id=job_id,
             reason=f"Out of credit: {format_price(unpaid)} of usage could not be charged.",
             data={"shortfall": unpaid},

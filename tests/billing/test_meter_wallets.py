@@ -4,18 +4,20 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import numpy as np
 import pytest
 from django.db import IntegrityError, connection, transaction
 from hypothesis import given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
-from test_meter import FOUR_CHIPS_PER_HOUR, T0, exact_cost, fund, open_allocation
+from test_meter import FOUR_CHIPS_PER_HOUR, T0, exact_cost, fund, open_allocation, set_price
 
 from billing.choices import AccountKind, TransactionKind
 from billing.models import Charge, Entry, Transaction
 from billing.services.credits import adjust_credit
 from billing.services.ledger import audit_ledger, balance_of, platform_account, transfer, wallet_for
-from billing.services.meter import Integrals, charge_allocations, due_allocations, run_meter
+from billing.services.meter import charge_allocations, due_allocations, owed, run_meter
+from billing.services.meter_columns import PriceLines, to_us
 from billing.services.pricing import PriceBook
 from tests.compute.conftest import enroll, planning_job  # noqa: F401 - fixtures
 from workers.choices import AllocationMode, JobStatus
@@ -240,6 +242,50 @@ def test_the_batchs_running_sums_give_the_price_books_integral_exactly(prices, c
         [(7, at(offset), clearing) for offset, clearing in clearings],
     )
     spans = [(at(min(a, b)), at(max(a, b))) for a, b in spans]
-    integrals = Integrals(book, {(7, mode): (min(lo for lo, _ in spans), max(hi for _, hi in spans))})
-    for lo, hi in spans:
-        assert integrals.integral(7, mode, lo, hi) == book.integral(7, mode, lo, hi)
+    lines = PriceLines(book, {(7, mode): (min(lo for lo, _ in spans), max(hi for _, hi in spans))})
+    lo = np.array([to_us(lo) for lo, _ in spans], dtype=np.int64)
+    hi = np.array([to_us(hi) for _, hi in spans], dtype=np.int64)
+    (a0, b0), (a1, b1) = lines.running((7, mode), lo), lines.running((7, mode), hi)
+    for index, (start, end) in enumerate(spans):
+        halves = int(a1[index] - a0[index]) * 10**6 + int(b1[index] - b0[index])
+        assert halves == book.integral(7, mode, start, end)
+
+
+@hypothesis_settings(max_examples=200, deadline=None)
+@given(
+    prices=st.lists(st.tuples(offsets, st.integers(0, 90_000_000), st.integers(0, 90_000_000)), min_size=1, max_size=6),
+    clearings=st.lists(st.tuples(offsets, st.integers(0, 90_000_000)), max_size=4),
+    spans=st.lists(st.tuples(offsets, offsets, st.integers(1, 512)), min_size=1, max_size=8),
+    mode=st.sampled_from([AllocationMode.ON_DEMAND, AllocationMode.SPOT]),
+)
+def test_the_batchs_columns_owe_what_each_allocation_owes_alone(prices, clearings, spans, mode):
+    at = lambda us: T0 + timedelta(microseconds=us)  # noqa: E731
+    book = PriceBook(
+        [(7, at(offset), on_demand, floor) for offset, on_demand, floor in prices],
+        [(7, at(offset), clearing) for offset, clearing in clearings],
+    )
+    spans = [(at(min(a, b)), at(max(a, b)), chips) for a, b, chips in spans]
+    lines = PriceLines(book, {(7, mode): (min(lo for lo, _, _ in spans), max(hi for _, hi, _ in spans))})
+    chips = np.array([chips for _, _, chips in spans], dtype=np.int64)
+    assert lines.fits(chips)
+    columns = lines.owed(
+        (7, mode),
+        chips,
+        np.array([to_us(lo) for lo, _, _ in spans], dtype=np.int64),
+        np.array([to_us(hi) for _, hi, _ in spans], dtype=np.int64),
+    )
+    assert columns.tolist() == [owed(book, 7, mode, chips, lo, hi) for lo, hi, chips in spans]
+
+
+def test_prices_too_large_for_int64_halves_are_charged_exactly_one_by_one(alice, enroll, planning_job):  # noqa: F811
+    """A price of 10^13 micro-units an hour over an hour cannot be summed in an int64: the meter
+    notices and prices those allocations with Python's integers instead."""
+    lines = PriceLines(PriceBook([(7, T0, 10**13, 10**13)]), {(7, AllocationMode.ON_DEMAND): (T0, HOUR)})
+    assert not lines.fits(np.array([1]))
+    fund(alice, 10**17)
+    node, _ = enroll("huge", chips=8)
+    set_price(node.pool.chip_type, T0, 10**13)
+    allocation = open_allocation(planning_job(status=JobStatus.RUNNING), node, chips=3)
+    run_meter(HOUR + timedelta(microseconds=999_999))
+    allocation.refresh_from_db()
+    assert allocation.charged_total == 3 * 10**13
