@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
@@ -219,9 +219,6 @@ def _index_joins() -> None:
         cursor.execute("SELECT set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true)")
 
 
-COLUMNS = ("id", "job", "owner", "chip_type", "spot", "chips", "start", "end", "billed", "charged_total")
-
-
 def _lock(ids: list[int], skip_locked: bool) -> Batch:
     """Lock the allocation rows in id order and read them back as columns (one array each)."""
     sql = (
@@ -242,7 +239,8 @@ def _lock(ids: list[int], skip_locked: bool) -> Batch:
         cursor.execute(sql, [int_array(ids), AllocationMode.SPOT], binary=True)
         columns = cursor.fetchone()
     if columns[0] is None:
-        return Batch(*(np.empty(0, dtype=np.int64) for _ in COLUMNS))
+        read = [column.name for column in fields(Batch) if column.default is MISSING]
+        return Batch(**{name: np.empty(0, dtype=np.int64) for name in read})
     batch = Batch(*columns)
     return batch.take(np.argsort(batch.id, kind="stable"))  # the aggregate's order is not the lock's
 
@@ -286,11 +284,11 @@ def _post(batch: Batch, now: datetime) -> MeterResult:
     wallets = _lock_wallets(set(batch.owner[batch.delta > 0].tolist()), revenue)
     batch.charged = _pay(batch, wallets)
     paid = batch.take(np.flatnonzero(batch.charged > 0))
-    posted = _post_ledger(paid, wallets, revenue, now)
+    by_owner = [(owner, paid.take(rows)) for owner, rows in _rows_by_owner(paid.owner)]
+    posted = _post_ledger(by_owner, wallets, revenue, now)
     _save(batch, posted, now)
     # One statement a batch: who fell below their low-balance threshold is e-mailed after the commit.
-    owners, spent = _per_owner(paid.owner, paid.charged)
-    note_balances({owner: wallets[owner].balance - amount for owner, amount in zip(owners, spent, strict=True)})
+    note_balances({owner: wallets[owner].balance - int(bills.charged.sum()) for owner, bills in by_owner})
     short = np.flatnonzero(batch.delta > batch.charged)
     return MeterResult(
         allocations=len(batch),
@@ -303,14 +301,6 @@ def _post(batch: Batch, now: datetime) -> MeterResult:
             for i in short
         ],
     )
-
-
-def _per_owner(owners: np.ndarray, amounts: np.ndarray) -> tuple[list[int], list[int]]:
-    """Owners and the sum of their amounts."""
-    unique, index = np.unique(owners, return_inverse=True)
-    sums = np.zeros(len(unique), dtype=np.int64)
-    np.add.at(sums, index, amounts)
-    return unique.tolist(), sums.tolist()
 
 
 def _lock_wallets(owner_ids: set[int], revenue: Account) -> dict[int, Account]:
@@ -344,7 +334,9 @@ def _pay(batch: Batch, wallets: dict[int, Account]) -> np.ndarray:
     return charged
 
 
-def _post_ledger(paid: Batch, wallets: dict[int, Account], revenue: Account, now: datetime) -> dict[int, int]:
+def _post_ledger(
+    by_owner: list[tuple[int, Batch]], wallets: dict[int, Account], revenue: Account, now: datetime
+) -> dict[int, int]:
     """One CHARGE transaction per wallet (wallet -> revenue, the sum of its allocations' charges).
 
     Returns {owner id: transaction id}. The key names the wallet, the tick's time and the batch's
@@ -352,16 +344,16 @@ def _post_ledger(paid: Batch, wallets: dict[int, Account], revenue: Account, now
     when this one commits), so it never refuses a legitimate tick. What keeps a retry, a second
     beat or a redelivery from charging twice is the allocation rows' marks, re-read under their locks.
     """
-    if not len(paid):
+    if not by_owner:
         return {}
     tick = (now - EPOCH) // MICROSECOND
     owners, keys, fingerprints, memos, accounts, amounts = [], [], [], [], [], []
-    for owner_id, rows in _rows_by_owner(paid.owner):
-        wallet, amount = wallets[owner_id], int(paid.charged[rows].sum())
+    for owner_id, bills in by_owner:
+        wallet, amount = wallets[owner_id], int(bills.charged.sum())
         owners.append(owner_id)
-        keys.append(f"meter:w{wallet.pk}:{tick}:a{paid.id[rows[0]]}")
+        keys.append(f"meter:w{wallet.pk}:{tick}:a{bills.id[0]}")
         fingerprints.append(fingerprint_of(TransactionKind.CHARGE, [Leg(wallet, -amount), Leg(revenue, amount)]))
-        memos.append(_memo(paid.take(rows)))
+        memos.append(_memo(bills))
         accounts.append(wallet.pk)
         amounts.append(amount)
     with connection.cursor() as cursor:
