@@ -15,6 +15,12 @@ one: its CPU time, the ratio, and how many plans came out identical.
 Small instances: 2-4 chip types with a few free chips each, small enough to enumerate every count
 vector; the gap is how much worse the planner's objective is than the exhaustive optimum for the
 same policy (0% = it found the optimum).
+Measured nodes (`--measured`): every node that ran the model is a kind of its own, and the search
+grows faster than the square of the number of kinds, so past `MAX_KINDS` kinds the planner merges
+measured nodes (workers/planner/fleet.py). Per count of measured nodes in a 100,000-chip fleet
+(each at 0.5-3x its chip's modelled speed, with its own start-up and spread): kinds before and after
+the merge, and plan CPU with the merge and, up to `--unbounded-up-to` nodes, without it (the same
+instances, interleaved).
 Targets: p50 CPU <= 50 ms at 100,000 free chips; gap <= 1%.
 """
 
@@ -38,12 +44,15 @@ from workers.planner import (  # noqa: E402
     NodeOffer,
     PlanningError,
     PlanRequest,
+    ThroughputModel,
     catalog_chips,
     exhaustive_plan,
+    fleet,
     objective_value,
     plan,
 )
 from workers.planner.reference import reference_plan  # noqa: E402
+from workers.planner.throughput import NodeMeasure  # noqa: E402
 
 BIG_MODELS = ["llama-2-7b", "llama-2-13b", "llama-2-70b"]
 
@@ -150,6 +159,53 @@ def time_large(count: int, chips_total: int, seed: int, reference: int = 0) -> T
     return timings
 
 
+@dataclass
+class MeasuredTimings:
+    """Plan CPU ms over fleets with `nodes` measured nodes: merged (shipped) and, where run, unmerged."""
+
+    nodes: int
+    kinds_before: list[int] = field(default_factory=list)
+    kinds_after: list[int] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
+    unbounded_cpu: list[float] = field(default_factory=list)
+
+
+def with_measured_nodes(rng: random.Random, request: PlanRequest, chips, offers, count: int) -> ThroughputModel:
+    """`count` random nodes measured on the request's model at 0.5-3x their chip's modelled speed."""
+    by_slug, modelled = {chip.slug: chip for chip in chips}, ThroughputModel()
+    per_node = {
+        node.node_id: NodeMeasure(
+            modelled.tokens_per_s(request.model, by_slug[node.chip]) * rng.uniform(0.5, 3.0),
+            rng.uniform(5, 60),
+            rng.uniform(0.0, 0.1),
+        )
+        for node in rng.sample(offers, count)
+    }
+    return ThroughputModel(per_node=per_node)
+
+
+def time_measured(count: int, measured_nodes: int, seed: int, unbounded: bool) -> MeasuredTimings:
+    rng = random.Random(f"{seed}-measured-{measured_nodes}")
+    timings = MeasuredTimings(measured_nodes)
+    shipped = fleet.MAX_KINDS
+    for number in range(count):
+        chips = random_prices(rng, catalog_chips())
+        offers = offers_from_rows(random_rows(rng, chips, 100_000))
+        request = random_request(rng, BIG_MODELS, (2_000_000, 400_000_000))
+        throughput = with_measured_nodes(rng, request, chips, offers, measured_nodes)
+        runs = [shipped, 10**9] if unbounded else [shipped]
+        for bound in runs if number % 2 == 0 else runs[::-1]:
+            fleet.MAX_KINDS = bound
+            try:
+                _, _, cpu = measured(plan_or_error, plan, request, chips, offers, throughput)
+                kinds = len(fleet.build_kinds(request, chips, offers, throughput))
+            finally:
+                fleet.MAX_KINDS = shipped
+            (timings.cpu if bound == shipped else timings.unbounded_cpu).append(cpu)
+            (timings.kinds_after if bound == shipped else timings.kinds_before).append(kinds)
+    return timings
+
+
 def measured(work, *args):
     """(result, wall ms, CPU ms)."""
     start, start_cpu = time.perf_counter(), time.process_time()
@@ -157,9 +213,9 @@ def measured(work, *args):
     return result, (time.perf_counter() - start) * 1000, (time.process_time() - start_cpu) * 1000
 
 
-def plan_or_error(planner, request, chips, offers):
+def plan_or_error(planner, request, chips, offers, throughput=None):
     try:
-        return planner(request, chips, offers)
+        return planner(request, chips, offers, throughput)
     except PlanningError as error:
         return error
 
@@ -222,6 +278,9 @@ def main() -> None:
     parser.add_argument("--reference", type=int, default=30, help="instances the old path also plans (largest size)")
     parser.add_argument("--small", type=int, default=100)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--measured", default="0,20,200,2000", help="measured nodes per 100k fleet (comma-separated)")
+    parser.add_argument("--measured-instances", type=int, default=10, help="instances per count of measured nodes")
+    parser.add_argument("--unbounded-up-to", type=int, default=50, help="also plan without the merge up to this many")
     args = parser.parse_args()
     sizes = sorted(int(size) for size in args.sizes.split(","))
     met = True
@@ -251,6 +310,23 @@ def main() -> None:
             )
             met = met and t.identical == len(t.old_cpu)
         met = met and cpu50 <= 50
+    if args.measured and args.measured_instances:
+        print(
+            f"\n{'measured nodes':>14}{'kinds':>12}{'cpu p50':>9}{'cpu p95':>9}{'unmerged kinds':>15}"
+            f"{'unmerged p50':>13}{'unmerged max':>13}"
+        )
+        for count in sorted(int(n) for n in args.measured.split(",")):
+            t = time_measured(args.measured_instances, count, args.seed, count <= args.unbounded_up_to)
+            kinds = f"{min(t.kinds_after)}-{max(t.kinds_after)}"
+            row = f"{count:>14,}{kinds:>12}{percentile(t.cpu, 0.5):>9.1f}{percentile(t.cpu, 0.95):>9.1f}"
+            if t.unbounded_cpu:
+                before = f"{min(t.kinds_before)}-{max(t.kinds_before)}"
+                row += f"{before:>15}{percentile(t.unbounded_cpu, 0.5):>13.1f}{max(t.unbounded_cpu):>13.1f}"
+            print(row)
+        print(
+            f"  (100,000 free chips, {args.measured_instances} instances per row; merged past {fleet.MAX_KINDS} kinds; "
+            f"unmerged: the same instances with the bound lifted, interleaved; load {os.getloadavg()[0]:.1f})"
+        )
     if args.small:
         gaps, infeasible = gaps_small(args.small, args.seed)
         optimal = sum(1 for g in gaps if g < 1e-9)

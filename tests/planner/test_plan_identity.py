@@ -3,6 +3,10 @@
 Two references: golden_plans.json, recorded from the old code by make_golden.py (a digest of every
 rank, node and float of each plan, or the error and its message), and workers.planner.reference,
 the old per-offer grouping and ordering kept runnable, compared plan for plan on fresh instances.
+
+The old code had no bound on the number of kinds; a later, deliberate change merges measured nodes
+past `fleet.MAX_KINDS` kinds (tests/planner/test_kind_bound.py). These comparisons lift that bound,
+except the last, which checks that every recorded fleet within it still gets its recorded plan.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from workers.planner import PlanningError, ThroughputModel, plan
+from workers.planner import PlanningError, ThroughputModel, fleet, plan
 from workers.planner.fleet import build_kinds
 from workers.planner.reference import reference_kinds, reference_plan
 from workers.planner.throughput import NodeMeasure
@@ -24,6 +28,16 @@ from .fleets import fleets, priced_chips, requests
 from .identity_instances import SIZES, Instance, answer, instances
 
 GOLDEN = json.loads((Path(__file__).parent / "golden_plans.json").read_text())
+SHIPPED_BOUND = fleet.MAX_KINDS
+
+
+@pytest.fixture
+def unbounded(monkeypatch):
+    """Kinds as the old code made them: no merging of measured nodes."""
+    monkeypatch.setattr(fleet, "MAX_KINDS", 10**9)
+
+
+pytestmark = pytest.mark.usefixtures("unbounded")
 
 
 @pytest.mark.parametrize("size", list(SIZES))
@@ -76,6 +90,19 @@ def test_random_small_fleets_plan_as_the_reference(fleet, req):
     chip_list, offers = fleet
     case = Instance("hypothesis", req, chip_list, offers, ThroughputModel(simulation_scale=0.5))
     assert _outcome(plan, case) == _outcome(reference_plan, case)
+
+
+def test_under_the_kind_bound_only_fleets_past_it_plan_differently(monkeypatch):
+    cases = [case for size in SIZES for case in instances(size)]
+    past_the_bound = {
+        case.name
+        for case in cases
+        if len(build_kinds(case.request, case.chips, case.offers, case.throughput)) > SHIPPED_BOUND
+    }
+    monkeypatch.setattr(fleet, "MAX_KINDS", SHIPPED_BOUND)
+    changed = {case.name for case in cases if answer(plan, case) != GOLDEN[case.name]}
+    assert past_the_bound, "no recorded fleet reaches the bound: this test would check nothing"
+    assert changed <= past_the_bound
 
 
 def _outcome(planner, case: Instance):

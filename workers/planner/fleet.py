@@ -15,9 +15,21 @@ from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
+from typing import NamedTuple
 
 from workers.planner.throughput import ThroughputModel
 from workers.planner.types import ON_DEMAND, SPOT, ChipInfo, NodeOffer, PlanRequest
+
+
+class KindKey(NamedTuple):
+    """What makes nodes one kind."""
+
+    chip: str
+    speed: float
+    source: str
+    overhead_s: float
+    spread: float
+    simulated: bool
 
 
 @dataclass(frozen=True)
@@ -69,7 +81,7 @@ def build_kinds(
 ) -> list[Kind]:
     """Group usable free chips into kinds, sorted by chip slug, fastest first, real first (determinism)."""
     by_slug = {chip.slug: chip for chip in chips}
-    groups = _grouped(request, by_slug, offers, throughput)
+    groups = _bounded(_grouped(request, by_slug, offers, throughput), MAX_KINDS)
     reference = {slug: throughput.tokens_per_s(request.model, chip) for slug, chip in by_slug.items()}
     kinds = [
         Kind(
@@ -90,7 +102,7 @@ def build_kinds(
 
 def _grouped(
     request: PlanRequest, by_slug: dict[str, ChipInfo], offers: Sequence[NodeOffer], throughput: ThroughputModel
-) -> dict[tuple, list[NodeOffer]]:
+) -> dict[KindKey, list[NodeOffer]]:
     """Usable offers per kind key (chip, speed, source, overhead, spread, simulated), keys in the order
     their first offer comes, nodes in offer order (the order kinds and slots are built in).
 
@@ -99,7 +111,7 @@ def _grouped(
     type and backend, so it is asked once per (chip, simulated) and again only for measured nodes.
     A subclass (other per-node speeds) is asked about every node.
     """
-    groups: dict[tuple, list[NodeOffer]] = {}
+    groups: dict[KindKey, list[NodeOffer]] = {}
     unmeasured: dict[tuple[str, bool], list[NodeOffer]] = {}  # (chip, simulated) -> that kind's node list
     shared_speeds = type(throughput) is ThroughputModel
     per_node, spot_only, model = throughput.per_node, request.spot_only, request.model
@@ -120,10 +132,62 @@ def _grouped(
     return groups
 
 
-def _kind_key(model, chip: ChipInfo, node: NodeOffer, throughput: ThroughputModel) -> tuple:
+# The search grows faster than the square of the number of kinds, and every node measured on the
+# model (or only on others: its start-up time) is a kind of its own: with 200 of them in a 100k fleet
+# one plan took 22 s of CPU. Past this many kinds, measured nodes are merged (`_bounded`).
+MAX_KINDS = 16
+
+
+def _bounded(groups: dict[KindKey, list[NodeOffer]], limit: int) -> dict[KindKey, list[NodeOffer]]:
+    """At most about `limit` kinds: past it, the kinds of one chip type, speed source and backend are
+    merged into a few, each promising no more than its members (the slowest speed, the longest
+    start-up, the widest spread). A fleet with `limit` kinds or fewer is planned exactly as measured.
+    """
+    if len(groups) <= limit:
+        return groups
+    classes: dict[tuple, list[KindKey]] = defaultdict(list)  # (chip, source, simulated) -> its kind keys
+    for key in groups:
+        classes[(key.chip, key.source, key.simulated)].append(key)
+    shares = _shares({name: len(keys) for name, keys in classes.items()}, limit)
+    bounded: dict[KindKey, list[NodeOffer]] = {}
+    for (chip, source, simulated), keys in classes.items():
+        keys.sort(key=lambda k: (-k.speed, k.overhead_s, k.spread))  # fastest first, then the shortest start-up
+        chips = [sum(map(_FREE, groups[key])) for key in keys]
+        for part in _contiguous(keys, chips, shares[(chip, source, simulated)]):
+            overhead, spread = max(k.overhead_s for k in part), max(k.spread for k in part)
+            merged = KindKey(chip, part[-1].speed, source, overhead, spread, simulated)
+            bounded.setdefault(merged, []).extend(node for key in part for node in groups[key])
+    return bounded
+
+
+def _shares(sizes: dict[tuple, int], limit: int) -> dict[tuple, int]:
+    """Kinds per class: one each, then one more at a time to the class with the most kinds per share."""
+    shares = dict.fromkeys(sizes, 1)
+    for _ in range(limit - len(sizes)):
+        open_ = [name for name in sorted(sizes) if shares[name] < sizes[name]]
+        if not open_:
+            break
+        widest = max(open_, key=lambda name: sizes[name] / shares[name])
+        shares[widest] += 1
+    return shares
+
+
+def _contiguous(keys: list, chips: list[int], parts: int) -> list[list]:
+    """`keys` (in order) cut into at most `parts` runs of about equal free chips."""
+    total, done, runs = sum(chips), 0, [[]]
+    for index, (key, size) in enumerate(zip(keys, chips, strict=True)):
+        behind = parts - len(runs)  # runs still to start
+        if runs[-1] and behind > 0 and (done * parts >= total * len(runs) or len(keys) - index <= behind):
+            runs.append([])
+        runs[-1].append(key)
+        done += size
+    return runs
+
+
+def _kind_key(model, chip: ChipInfo, node: NodeOffer, throughput: ThroughputModel) -> KindKey:
     speed, source, measure = throughput.on_node(model, chip, node)
     overhead, spread = (measure.overhead_s, measure.spread) if measure else (0.0, 0.0)
-    return (node.chip, speed, source, overhead, spread, node.simulated)
+    return KindKey(node.chip, speed, source, overhead, spread, node.simulated)
 
 
 def _ordered_slots(chip: ChipInfo, nodes: list[NodeOffer], request: PlanRequest) -> list[Slot]:
