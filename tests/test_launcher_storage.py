@@ -112,7 +112,8 @@ def test_weeds_own_servers_get_ports_apart_from_each_other_and_from_the_s3_api()
 
 
 def test_a_server_port_taken_before_weed_binds_it_is_retried_on_new_ports(tmp_path, monkeypatch):
-    """weed exits when a port was taken between its check and the bind; the start tries new ports."""
+    """A port taken after it was chosen makes weed exit (its own check, or the bind); the start tries
+    new ports. Here the master's port is held by a listening socket on the first try."""
     server = EmbeddedS3(tmp_path, free_port())
     chosen: list[list[int]] = []
     with socket.socket() as squatter:

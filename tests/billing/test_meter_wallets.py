@@ -228,6 +228,18 @@ def test_the_database_refuses_legs_in_another_currency_added_to_a_transaction(al
 offsets = st.integers(min_value=0, max_value=7200 * 10**6)
 
 
+def at(us: int):
+    return T0 + timedelta(microseconds=us)
+
+
+def book_of(prices, clearings) -> PriceBook:
+    """Chip type 7's book: (offset, on-demand, floor) prices and (offset, price) clearings."""
+    return PriceBook(
+        [(7, at(offset), on_demand, floor) for offset, on_demand, floor in prices],
+        [(7, at(offset), clearing) for offset, clearing in clearings],
+    )
+
+
 @hypothesis_settings(max_examples=200, deadline=None)
 @given(
     prices=st.lists(st.tuples(offsets, st.integers(0, 9_000_000), st.integers(0, 9_000_000)), min_size=1, max_size=6),
@@ -236,11 +248,7 @@ offsets = st.integers(min_value=0, max_value=7200 * 10**6)
     mode=st.sampled_from([AllocationMode.ON_DEMAND, AllocationMode.SPOT]),
 )
 def test_the_batchs_running_sums_give_the_price_books_integral_exactly(prices, clearings, spans, mode):
-    at = lambda us: T0 + timedelta(microseconds=us)  # noqa: E731
-    book = PriceBook(
-        [(7, at(offset), on_demand, floor) for offset, on_demand, floor in prices],
-        [(7, at(offset), clearing) for offset, clearing in clearings],
-    )
+    book = book_of(prices, clearings)
     spans = [(at(min(a, b)), at(max(a, b))) for a, b in spans]
     lines = PriceLines(book, {(7, mode): (min(lo for lo, _ in spans), max(hi for _, hi in spans))})
     lo = np.array([to_us(lo) for lo, _ in spans], dtype=np.int64)
@@ -259,11 +267,7 @@ def test_the_batchs_running_sums_give_the_price_books_integral_exactly(prices, c
     mode=st.sampled_from([AllocationMode.ON_DEMAND, AllocationMode.SPOT]),
 )
 def test_the_batchs_columns_owe_what_each_allocation_owes_alone(prices, clearings, spans, mode):
-    at = lambda us: T0 + timedelta(microseconds=us)  # noqa: E731
-    book = PriceBook(
-        [(7, at(offset), on_demand, floor) for offset, on_demand, floor in prices],
-        [(7, at(offset), clearing) for offset, clearing in clearings],
-    )
+    book = book_of(prices, clearings)
     spans = [(at(min(a, b)), at(max(a, b)), chips) for a, b, chips in spans]
     lines = PriceLines(book, {(7, mode): (min(lo for lo, _, _ in spans), max(hi for _, hi, _ in spans))})
     chips = np.array([chips for _, _, chips in spans], dtype=np.int64)

@@ -18,9 +18,9 @@ TYPES = ("a100-80g", "h100-80g", "rtx-4090")
 MODEL = resolve_model("llama-2-7b")
 
 
-def measured_fleet(measured_per_type: int, seed: int = 1):
+def measured_fleet(measured_per_type: int, others: int = 3, seed: int = 1):
     """Three chip types, 60 nodes each; `measured_per_type` of each measured at its own speed,
-    start-up and spread, a few more only on other models (a start-up time and no speed)."""
+    start-up and spread, `others` more only on other models (a start-up time and no speed)."""
     rng = random.Random(seed)
     offers = [node for slug in TYPES for node in nodes(slug, 60, free=8)]
     per_node = {}
@@ -30,7 +30,7 @@ def measured_fleet(measured_per_type: int, seed: int = 1):
         for node in own[:measured_per_type]:
             speed = modelled * rng.uniform(0.5, 3.0)
             per_node[node.node_id] = NodeMeasure(speed, rng.uniform(5, 60), rng.uniform(0, 0.1))
-        for node in own[measured_per_type : measured_per_type + 3]:
+        for node in own[measured_per_type : measured_per_type + others]:
             per_node[node.node_id] = NodeMeasure(0.0, rng.uniform(5, 60))
     return offers, ThroughputModel(per_node=per_node)
 
@@ -39,10 +39,11 @@ def kinds_of(offers, throughput, req=None):
     return build_kinds(req or request("llama-2-7b", max_ranks=10_000), chips(*TYPES), offers, throughput)
 
 
-def test_a_fleet_within_the_bound_keeps_a_kind_per_measured_node():
-    offers, throughput = measured_fleet(2)
+def test_a_fleet_within_the_bound_keeps_a_kind_per_measured_node(monkeypatch):
+    offers, throughput = measured_fleet(2, others=1)  # 3 types x (unmeasured, 2 measured, 1 other): 12 kinds
     kinds = kinds_of(offers, throughput)
-    assert len(kinds) <= MAX_KINDS
+    monkeypatch.setattr(fleet, "MAX_KINDS", 10**9)
+    assert len(kinds) == 12 and kinds == kinds_of(offers, throughput)
     assert sum(kind.source == MEASURED_ON_NODE for kind in kinds) == 2 * len(TYPES)
 
 
