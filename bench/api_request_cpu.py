@@ -12,7 +12,10 @@ everything as shipped, everything as before, and each change alone reverted:
 
 - `redis client`: Django's own RedisCacheClient.get_client, which makes a new redis.Redis per command;
 - `throttle`: DRF's SimpleRateThrottle counting (a GET and a SET of the caller's pickled history);
-- `fields`: serializers building their fields from the model per request (DRF's ModelSerializer).
+- `fields`: serializers building their fields from the model per request (DRF's ModelSerializer);
+- `prepared queries`: the list pages' and the balance's queries built and compiled by the ORM on every
+  request instead of once per thread (base/prepared.py);
+- `policy on json`: django-csp building a Content-Security-Policy for JSON answers too.
 
 It prints the median CPU milliseconds per request of each configuration and its ratio to the shipped
 one. The database is a throwaway one (`bench_api_request_cpu` on DATABASE_URL's server, dropped after);
@@ -42,17 +45,27 @@ PATHS = ["/api/v1/account/", "/api/v1/jobs/", "/api/v1/chips/", "/api/v1/ledger/
 
 def switches() -> dict[str, tuple]:
     """name -> (revert, restore): each change of #15 and how to put the code it replaced back."""
+    from csp.middleware import CSPMiddleware
     from django.core.cache.backends.redis import RedisCacheClient
     from rest_framework.serializers import ModelSerializer
     from rest_framework.throttling import SimpleRateThrottle
 
     from base.api.serializers import FieldsBuiltOnce
+    from base.prepared import PreparedQuery
     from portal.api.throttling import SlidingWindowThrottle
     from portal.cache import FailOpenRedisCacheClient
+    from portal.middleware import ContentSecurityPolicy
 
     shipped_client = FailOpenRedisCacheClient.get_client
     shipped_allow = SlidingWindowThrottle.allow_request
     shipped_fields = FieldsBuiltOnce.get_fields
+    shipped_rows = PreparedQuery.rows
+    shipped_policy = ContentSecurityPolicy.process_response
+
+    def rows_through_the_orm(self, *, limit=None, offset=0, **values):
+        queryset = self.build(**values)  # built and compiled on every call, as before
+        return list(queryset[offset : offset + limit] if limit is not None else queryset)
+
     return {
         "redis client": (
             lambda: setattr(FailOpenRedisCacheClient, "get_client", RedisCacheClient.get_client),
@@ -65,6 +78,14 @@ def switches() -> dict[str, tuple]:
         "fields": (
             lambda: setattr(FieldsBuiltOnce, "get_fields", ModelSerializer.get_fields),
             lambda: setattr(FieldsBuiltOnce, "get_fields", shipped_fields),
+        ),
+        "prepared queries": (
+            lambda: setattr(PreparedQuery, "rows", rows_through_the_orm),
+            lambda: setattr(PreparedQuery, "rows", shipped_rows),
+        ),
+        "policy on json": (
+            lambda: setattr(ContentSecurityPolicy, "process_response", CSPMiddleware.process_response),
+            lambda: setattr(ContentSecurityPolicy, "process_response", shipped_policy),
         ),
     }
 
@@ -170,10 +191,10 @@ def main(argv: list[str] | None = None) -> int:
         f"\nCPU per API request in one process ({args.rounds} rounds x {args.requests} requests per configuration, "
         f"interleaved; machine speed: a fixed loop takes {loop_ms():.0f} ms; load {os.getloadavg()[0]:.2f})"
     )
-    print(f"{'configuration':<22} {'median ms':>9} {'min':>6} {'max':>6} {'vs shipped':>10}")
+    print(f"{'configuration':<26} {'median ms':>9} {'min':>6} {'max':>6} {'vs shipped':>10}")
     for name, values in samples.items():
         median = statistics.median(values)
-        print(f"{name:<22} {median:>9.2f} {min(values):>6.2f} {max(values):>6.2f} {median / shipped:>9.2f}x")
+        print(f"{name:<26} {median:>9.2f} {min(values):>6.2f} {max(values):>6.2f} {median / shipped:>9.2f}x")
     return 0
 
 

@@ -31,6 +31,7 @@ from base.api.idempotency import IDEMPOTENCY_KEY_PARAMETER, idempotent
 from base.api.serializers import FieldsBuiltOnce
 from base.api.validation import refuse_unknown_fields
 from base.money import InvalidAmount, to_micros
+from base.prepared import PreparedPage, PreparedQuery
 from billing.models import SpotPrice
 from market.advice import DEFAULT_DAYS
 from market.models import Bid
@@ -194,6 +195,17 @@ BID_EXAMPLE = OpenApiExample(
 )
 
 
+def bids_of(owner: int, status: str | None = None, job: int | None = None):
+    """A user's bids, newest first (the model's ordering), each with what its reservations charged."""
+    bids = Bid.objects.filter(owner=owner).select_related("chip_type").with_reservations()
+    if status is not None:
+        bids = bids.filter(status=status)
+    return bids.filter(job_id=job) if job is not None else bids
+
+
+BID_PAGE = PreparedQuery(bids_of, owner=int, status=str, job=int)  # the list page's query, compiled once
+
+
 @extend_schema_view(
     list=extend_schema(
         summary="Your bids",
@@ -211,12 +223,12 @@ class BidViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):
             return Bid.objects.none()
-        bids = Bid.objects.filter(owner=self.request.user).select_related("chip_type").with_reservations()
-        if status_filter := self.request.query_params.get("status"):
-            bids = bids.filter(status=status_filter)
-        if (job := self.request.query_params.get("job")) and JOB_ID.match(job):  # not isdigit(): "²" is one
-            bids = bids.filter(job_id=int(job))
-        return bids
+        params = self.request.query_params
+        job = int(params["job"]) if JOB_ID.match(params.get("job") or "") else None  # not isdigit(): "²" is one
+        values = {"owner": self.request.user.pk, "status": params.get("status") or None, "job": job}
+        if self.action == "list":
+            return PreparedPage(BID_PAGE, **values)
+        return bids_of(**values)
 
     @extend_schema(
         summary="Place a bid",

@@ -58,7 +58,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    "csp.middleware.CSPMiddleware",
+    "portal.middleware.ContentSecurityPolicy",
     "allauth.account.middleware.AccountMiddleware",
     "portal.staff.StaffTwoFactorMiddleware",
     "django_htmx.middleware.HtmxMiddleware",

@@ -18,6 +18,7 @@ from django.db.models import Q, Sum
 from django.utils import timezone
 
 from base.money import format_price
+from base.prepared import PreparedQuery
 from billing.choices import AccountKind, TransactionKind
 from billing.models import Account, Entry, Transaction
 
@@ -79,10 +80,17 @@ def lock_wallets(owner_ids: set[int], platform: Account) -> dict[int, Account]:
     return {account.owner_id: account for account in accounts.order_by("pk") if account.owner_id}
 
 
+def wallets_of(owner: int, currency: str):
+    return Account.objects.filter(owner=owner, kind=AccountKind.WALLET, currency=currency).order_by("pk")
+
+
+WALLET = PreparedQuery(wallets_of, owner=int, currency=str)  # read on every account page: compiled once
+
+
 def balance_of(user) -> int:
     """The user's wallet balance in micro-units (0 before the wallet exists)."""
-    account = Account.objects.filter(owner=user, kind=AccountKind.WALLET, currency=settings.CURRENCY).first()
-    return account.balance if account else 0
+    accounts = WALLET.rows(limit=1, owner=user.pk, currency=settings.CURRENCY)
+    return accounts[0].balance if accounts else 0
 
 
 def fingerprint_of(kind: str, legs: Sequence[Leg]) -> str:

@@ -23,11 +23,12 @@ from base.api.docs import (
 from base.api.idempotency import IDEMPOTENCY_KEY_PARAMETER, idempotent
 from base.api.parsers import StrictFormParser, StrictMultiPartParser
 from base.api.validation import refuse_unknown_fields
+from base.prepared import PreparedPage, PreparedQuery, prefetched
 from workers import planner
 from workers.api import job_docs as docs
 from workers.api import job_serializers as s
 from workers.api.stored_files import StorageDown, stored_file_response
-from workers.models import Allocation, Dataset, Job
+from workers.models import Allocation, Dataset, Job, JobMigration
 from workers.services import job_logs
 from workers.services.artifacts import list_artifacts, stored_artifact
 from workers.services.datasets import DatasetInUse, DatasetRejected, delete_dataset, store_dataset
@@ -87,6 +88,21 @@ def charged_of_job() -> Subquery:
     return Subquery(totals.values("total"))
 
 
+def jobs_of(owner, status: str | None = None):
+    """A user's jobs, newest first, each with what it was charged (the list page's rows)."""
+    jobs = Job.objects.filter(owner=owner).annotate(charged=charged_of_job()).order_by("-created_at", "-id")
+    return jobs.filter(status=status) if status is not None else jobs
+
+
+# The list page's queries, compiled once (base.api.prepared).
+JOB_PAGE = PreparedQuery(jobs_of, owner=int, status=str)
+MIGRATIONS_OF_JOBS = PreparedQuery(lambda jobs: JobMigration.objects.filter(job_id__any_of=jobs), jobs=list)
+
+
+def with_migrations(jobs: list[Job]) -> None:
+    prefetched(jobs, "migrations", MIGRATIONS_OF_JOBS.rows(jobs=[job.pk for job in jobs]), key="job_id")
+
+
 def int_param(request, name: str, default: int) -> int:
     try:
         return int(request.query_params.get(name) or default)
@@ -136,15 +152,10 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):
             return Job.objects.none()
-        jobs = (
-            Job.objects.filter(owner=self.request.user)
-            .annotate(charged=charged_of_job())  # cost, in the page's own query
-            .prefetch_related("migrations")
-            .order_by("-created_at", "-id")
-        )
-        if status_filter := self.request.query_params.get("status"):
-            jobs = jobs.filter(status=status_filter)
-        return jobs
+        owner, status_filter = self.request.user, self.request.query_params.get("status") or None
+        if self.action == "list":  # the page's own query with the cost in it, then the page's migrations
+            return PreparedPage(JOB_PAGE, then=with_migrations, owner=owner.pk, status=status_filter)
+        return jobs_of(owner, status_filter).prefetch_related("migrations")
 
     @extend_schema(
         summary="Submit a job",
