@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from datetime import timedelta
 
@@ -51,6 +52,7 @@ class ChipListView(APIView):
 
 
 _chips_memo: dict = {"at": float("-inf"), "data": None}
+_chips_refresh = threading.Lock()
 
 
 def chip_list() -> list:
@@ -59,16 +61,28 @@ def chip_list() -> list:
     Why: it is the API's dearest read (current_offers: six queries over prices, spot clearings, allocations
     and nodes) and the same for every caller. A second by default: under load most requests reuse the
     list, and its prices and free chips are at most that old (0 computes it every time, as the tests do).
+    When the list is due, one thread of the process computes the next one while the others still answer
+    the current one: under load, a due list was otherwise computed by every request that came in meanwhile.
     """
     seconds = settings.API_CHIPS_CACHE_SECONDS
-    now = time.monotonic()
-    if seconds > 0 and now - _chips_memo["at"] < seconds:
+    if seconds <= 0:
+        return _chip_list_now()
+    started = time.monotonic()
+    if started - _chips_memo["at"] < seconds:
         return _chips_memo["data"]
+    if not _chips_refresh.acquire(blocking=_chips_memo["data"] is None):
+        return _chips_memo["data"]  # another thread is computing the next list
+    try:
+        if started - _chips_memo["at"] >= seconds:  # not done by the thread this one waited for
+            _chips_memo.update(data=_chip_list_now(), at=started)
+        return _chips_memo["data"]
+    finally:
+        _chips_refresh.release()
+
+
+def _chip_list_now() -> list:
     offers = current_offers()
-    data = serializers.ChipSerializer(offers, many=True, context={"reference": reference_chip(offers)}).data
-    if seconds > 0:
-        _chips_memo.update(at=now, data=data)
-    return data
+    return serializers.ChipSerializer(offers, many=True, context={"reference": reference_chip(offers)}).data
 
 
 @extend_schema_view(

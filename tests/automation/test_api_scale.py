@@ -234,3 +234,31 @@ def test_with_a_chips_cache_the_list_is_read_once_then_kept(api_for, alice, cata
     with CaptureQueriesContext(connection) as captured:
         assert api.get("/api/v1/chips/").json() == first
     assert not [q for q in captured.captured_queries if "workers_chiptype" in q["sql"]]
+
+
+def test_a_due_chip_list_is_computed_by_one_thread_while_the_others_answer_the_last_one(settings, monkeypatch):
+    import threading
+
+    from portal.api import views
+
+    settings.API_CHIPS_CACHE_SECONDS = 60
+    monkeypatch.setitem(views._chips_memo, "at", float("-inf"))
+    monkeypatch.setitem(views._chips_memo, "data", ["the last list"])
+    computing, release, computed = threading.Event(), threading.Event(), []
+
+    def slow_list():
+        computed.append(threading.current_thread().name)
+        computing.set()
+        release.wait(10)
+        return ["the next list"]
+
+    monkeypatch.setattr(views, "_chip_list_now", slow_list)
+    first = threading.Thread(target=views.chip_list, name="first")
+    first.start()
+    assert computing.wait(10)
+    answers = [views.chip_list() for _ in range(5)]  # meanwhile: no second computation, the last list
+    release.set()
+    first.join(10)
+    assert computed == ["first"]
+    assert answers == [["the last list"]] * 5
+    assert views.chip_list() == ["the next list"]
