@@ -64,6 +64,8 @@ class PreparedQuery:
         if values.keys() != self.parameters.keys():
             raise TypeError(f"expected the parameters {sorted(self.parameters)}, got {sorted(values)}")
         given = frozenset(name for name, value in values.items() if value is not None)
+        if wrong := sorted(name for name in given if not isinstance(values[name], self.parameters[name])):
+            raise TypeError(f"{', '.join(wrong)}: expected {', '.join(self.parameters[n].__name__ for n in wrong)}")
         compiler, sql, params, slots = self._compile(given)
         params = [values[slots[i]] if i in slots else value for i, value in enumerate(params)]
         if limit is not None:

@@ -156,6 +156,8 @@ def test_a_build_that_does_not_pass_a_parameter_to_the_database_is_refused(histo
         sliced.rows(owner=history.pk)
     with pytest.raises(TypeError, match="parameters"):
         sliced.rows(user=history.pk)
+    with pytest.raises(TypeError, match="owner: expected int"):
+        PreparedQuery(lambda owner: Job.objects.filter(owner=owner), owner=int).rows(owner=str(history.pk))
 
 
 def test_a_page_counts_through_the_orm(history):
