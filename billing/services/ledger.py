@@ -45,10 +45,18 @@ class Leg:
     amount: int
 
 
+def wallets_of(owner: int, currency: str):
+    """The owner's wallet in `currency` (at most one), as a queryset."""
+    return Account.objects.filter(owner=owner, kind=AccountKind.WALLET, currency=currency).order_by("pk")
+
+
+WALLET = PreparedQuery(wallets_of, owner=int, currency=str)  # read on every account page: compiled once
+
+
 def wallet_for(user, currency: str | None = None) -> Account:
     """The user's wallet, created on first use."""
     currency = currency or settings.CURRENCY
-    account = Account.objects.filter(owner=user, kind=AccountKind.WALLET, currency=currency).first()
+    account = wallets_of(user.pk, currency).first()
     if account:
         return account
     try:
@@ -78,13 +86,6 @@ def lock_wallets(owner_ids: set[int], platform: Account) -> dict[int, Account]:
         Q(owner_id__in=owner_ids, kind=AccountKind.WALLET, currency=settings.CURRENCY) | Q(pk=platform.pk)
     )
     return {account.owner_id: account for account in accounts.order_by("pk") if account.owner_id}
-
-
-def wallets_of(owner: int, currency: str):
-    return Account.objects.filter(owner=owner, kind=AccountKind.WALLET, currency=currency).order_by("pk")
-
-
-WALLET = PreparedQuery(wallets_of, owner=int, currency=str)  # read on every account page: compiled once
 
 
 def balance_of(user) -> int:

@@ -94,7 +94,7 @@ def jobs_of(owner, status: str | None = None):
     return jobs.filter(status=status) if status is not None else jobs
 
 
-# The list page's queries, compiled once (base.api.prepared).
+# The list page's queries, compiled once (base.prepared).
 JOB_PAGE = PreparedQuery(jobs_of, owner=int, status=str)
 MIGRATIONS_OF_JOBS = PreparedQuery(lambda jobs: JobMigration.objects.filter(job_id__any_of=jobs), jobs=list)
 
