@@ -12,7 +12,7 @@ under the supervisor), on a free port, in a throwaway data dir, against a throwa
 prefix and Celery queue of this run (their keys are deleted afterwards); without it the launcher's
 embedded Redis runs in the data dir. The demo fleet is off (`--demo-fleet` turns it on): its simulated
 training would only add noise. `--web-workers`/`--web-threads` start the platform with other gunicorn
-counts (a patched copy of the launcher's command line, for trying counts; the default is `make run`'s);
+counts (the launcher's WEB_WORKERS/WEB_THREADS; the default is `make run`'s);
 `--chips-cache-seconds S` serves the chip list from a per-process copy at most S old.
 
 It seeds `--users` users, each with a few funded ledger rows, finished jobs and closed bids, and an API
@@ -130,27 +130,6 @@ def seed(users: int, jobs: int, ledger_rows: int, bids: int) -> list[str]:
 
 
 # The platform ---------------------------------------------------------------------------------------
-
-
-def launcher_command(web_workers: int | None, web_threads: int | None) -> list[str]:
-    """`python -m portal.local run`, or the same with other gunicorn counts (the launcher's line patched)."""
-    if web_workers is None and web_threads is None:
-        return [sys.executable, "-m", "portal.local", "run"]
-    swaps = []
-    if web_workers is not None:
-        swaps.append(("--workers 2", f"--workers {web_workers}"))
-    if web_threads is not None:
-        swaps.append(("--threads 16", f"--threads {web_threads}"))
-    patch = (
-        "import sys; from portal.local import launcher as l; made = l.platform_processes\n"
-        "def patched(env):\n"
-        "    processes = made(env); web = processes['web']\n"
-        f"    for old, new in {swaps!r}:\n"
-        "        assert old in web, (old, web); web = web.replace(old, new)\n"
-        "    processes['web'] = web; return processes\n"
-        "l.platform_processes = patched; sys.exit(l.main(['run']))\n"
-    )
-    return [sys.executable, "-c", patch]
 
 
 class Platform:
@@ -428,7 +407,11 @@ def main(argv: list[str] | None = None) -> int:
         env["STARVERSE_REDIS_PORT"] = str(_free_port())
     if args.chips_cache_seconds is not None:
         env["API_CHIPS_CACHE_SECONDS"] = str(args.chips_cache_seconds)
-    platform = Platform(root, env, launcher_command(args.web_workers, args.web_threads))
+    if args.web_workers is not None:
+        env["WEB_WORKERS"] = str(args.web_workers)
+    if args.web_threads is not None:
+        env["WEB_THREADS"] = str(args.web_threads)
+    platform = Platform(root, env, [sys.executable, "-m", "portal.local", "run"])
     recreate_database(url, DATABASE)
     try:
         platform.start()

@@ -77,6 +77,16 @@ def _env_port(name: str, default: int, environ: Mapping[str, str] = os.environ) 
     return int(value)
 
 
+def _env_count(name: str, default: int, what: str, environ: Mapping[str, str]) -> int:
+    """A positive whole number from the environment (`default` when unset), or an error naming the variable."""
+    value = environ.get(name, "").strip()
+    if not value:
+        return default
+    if not value.isdigit() or int(value) < 1:
+        raise StoreError(f"{name}={value!r} is not a number of {what} (a whole number, 1 or more).")
+    return int(value)
+
+
 def prepare_data_dir() -> Path:
     """`$STARVERSE_DATA_DIR` or `<repo>/.data`, created private (portal.local.private), exported to the children."""
     data_dir = Path(os.environ.get("STARVERSE_DATA_DIR") or REPO / ".data").resolve()
@@ -208,13 +218,11 @@ def agent_service_command(env: Mapping[str, str]) -> str:
     AGENT_WORKERS processes (default 2, as gunicorn's): one is one core at most (the GIL), and 2,000
     agents' polls and reports need more than that on a 2-core machine."""
     host, port = agent_address(env)
-    workers = env.get("AGENT_WORKERS", "").strip() or "2"
-    if not workers.isdigit() or int(workers) < 1:
-        raise StoreError(f"AGENT_WORKERS={workers!r} is not a number of processes.")
+    workers = _env_count("AGENT_WORKERS", 2, "processes", env)
     command = f"{shlex.quote(sys.executable)} -m uvicorn portal.asgi:application --host {shlex.quote(host)}"
     # uvicorn kills a worker that doesn't answer its health check in time (default 5 s), and with it every
     # poll it holds: on a busy 2-core machine a healthy worker can be that slow to answer.
-    command += f" --workers {int(workers)} --timeout-worker-healthcheck 30"
+    command += f" --workers {workers} --timeout-worker-healthcheck 30"
     # A backlog for a whole fleet reconnecting at once; no access log (2,000 agents poll every ~20 s);
     # a short graceful stop: a waiting long-poll is not worth waiting for (its agent polls again).
     command += f" --port {port} --backlog 4096 --no-access-log --timeout-graceful-shutdown 2"
@@ -231,6 +239,24 @@ def _no_gunicorn_control_socket() -> str:
     return " --no-control-socket" if "control_socket_disable" in known else ""
 
 
+def web_server_command(env: Mapping[str, str], bind: str) -> str:
+    """gunicorn serving the site: WEB_WORKERS processes (default 2) of WEB_THREADS threads (default 8).
+
+    Threads, so that a slow request (an upload from a slow link, an agent long-polling here rather than
+    at the agent service) holds one thread, not a whole worker. Not more of them: every thread of a
+    worker contends for its one GIL: at 50 API clients on 2 cores, 2 x 8 threads answered ~9% more
+    requests than 2 x 16, with a shorter tail (docs/SCALE.md). Behind a reverse proxy that buffers
+    request bodies (nginx does by default) a slow upload holds no thread until it has arrived.
+    """
+    workers = _env_count("WEB_WORKERS", 2, "processes", env)
+    threads = _env_count("WEB_THREADS", 8, "threads", env)
+    # No gunicorn access log: the site logs each request itself, with its request id (portal/logs.py).
+    return (
+        f"{shlex.quote(sys.executable)} -m gunicorn portal.wsgi:application --bind {bind} --workers {workers}"
+        f" --worker-class gthread --threads {threads}"
+    )
+
+
 def platform_processes(env: Mapping[str, str]) -> dict[str, str]:
     """The long-running processes of a local platform: name -> shell command line.
 
@@ -243,11 +269,7 @@ def platform_processes(env: Mapping[str, str]) -> dict[str, str]:
     agent_host, agent_port = agent_address(env)
     agents_url = f"http://[{agent_host}]:{agent_port}" if ":" in agent_host else f"http://{agent_host}:{agent_port}"
     schedule = shlex.quote(str(Path(env["STARVERSE_DATA_DIR"]) / "celerybeat-schedule"))
-    web = f"{python} -m gunicorn portal.wsgi:application --bind {bind} --workers 2"
-    # Threads, so a slow request (an upload, an agent long-polling here instead of at the agent service)
-    # doesn't hold a whole worker. No gunicorn access log: the site logs each request itself, with its
-    # request id (portal/logs.py).
-    web += " --worker-class gthread --threads 16"
+    web = web_server_command(env, bind)
     # Django is imported once, before the workers fork: a restarted web answers sooner on a busy machine.
     web += " --preload"
     # Two workers: the meter, reconciler, spot clearing and audits on the default queue; planning, which
@@ -354,6 +376,9 @@ def run() -> int:
     host, port = web_address(os.environ)
     ensure_port_free(port, "PORT", "the web server", host)
     ensure_port_free(agent_address(os.environ)[1], "AGENT_PORT", "the agent service", host)
+    # A bad WEB_WORKERS, WEB_THREADS or AGENT_WORKERS is refused before anything starts.
+    web_server_command(os.environ, f"{host}:{port}")
+    agent_service_command(os.environ)
     started: list[ChildServer] = []
     try:
         start_stores(data_dir, started, keep_external=True)
