@@ -105,6 +105,11 @@ def test_artifacts_are_grouped_final_model_first_and_checkpoints_newest_first_by
     assert groups.other == []
 
 
+def test_names_with_digits_that_are_not_numbers_sort_without_error():
+    groups = group_artifacts([artifact("logs/x1²"), artifact("logs/²"), artifact("logs/x10"), artifact("logs/x2")])
+    assert [a.path for a in groups.other] == ["logs/x1²", "logs/x2", "logs/x10", "logs/²"]
+
+
 def test_the_job_page_shows_the_final_model_first_with_one_download_and_the_checkpoints_collapsed(
     alice_client, alice, tmp_path
 ):

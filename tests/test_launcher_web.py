@@ -24,7 +24,12 @@ def test_workers_and_threads_are_read_from_the_environment(tmp_path):
 
 @pytest.mark.parametrize(
     ("name", "value", "what"),
-    [("WEB_THREADS", "0", "threads"), ("WEB_THREADS", "many", "threads"), ("WEB_WORKERS", "-1", "processes")],
+    [
+        ("WEB_THREADS", "0", "threads"),
+        ("WEB_THREADS", "many", "threads"),
+        ("WEB_WORKERS", "-1", "processes"),
+        ("WEB_WORKERS", "²", "processes"),  # a digit to str.isdigit, not to int()
+    ],
 )
 def test_a_count_that_is_not_a_positive_whole_number_is_refused_by_name(tmp_path, name, value, what):
     with pytest.raises(StoreError, match=rf"{name}='{value}' is not a number of {what}"):

@@ -72,7 +72,7 @@ def _env_port(name: str, default: int, environ: Mapping[str, str] = os.environ) 
     value = environ.get(name, "").strip()
     if not value:
         return default
-    if not value.isdigit() or not 0 < int(value) < 65536:
+    if not (value.isascii() and value.isdigit()) or not 0 < int(value) < 65536:
         raise StoreError(f"{name}={value!r} is not a TCP port number.")
     return int(value)
 
@@ -82,7 +82,7 @@ def _env_count(name: str, default: int, what: str, environ: Mapping[str, str]) -
     value = environ.get(name, "").strip()
     if not value:
         return default
-    if not value.isdigit() or int(value) < 1:
+    if not (value.isascii() and value.isdigit()) or int(value) < 1:
         raise StoreError(f"{name}={value!r} is not a number of {what} (a whole number, 1 or more).")
     return int(value)
 

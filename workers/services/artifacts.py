@@ -60,7 +60,8 @@ STEP_NAME = re.compile(r"step-(\d+)")
 
 def natural_key(path: str) -> tuple:
     """Sorts numbers inside names as numbers: step-20 < step-100, mp_rank_2 < mp_rank_10."""
-    return tuple(int(part) if part.isdigit() else part for part in NUMBER.split(path))
+    # Only the runs NUMBER matched: "²" passes str.isdigit() but int() refuses it.
+    return tuple(int(part) if NUMBER.fullmatch(part) else part for part in NUMBER.split(path))
 
 
 def step_of(relative: str) -> int | None:
