@@ -219,7 +219,8 @@ def first_tick_only(args, allocations: int) -> dict:
     assert tick.charged == expected, f"charged {tick.charged}, expected {expected}"
     problems = audit_ledger()
     assert not problems, problems
-    print(f"first tick {wall:.3f}s ({cpu:.3f}s client + {db:.3f}s database), charged {tick.charged} exactly")
+    db_cpu = f"{db:.3f}s" if db is not None else "-"  # None: the database server is not on this host
+    print(f"first tick {wall:.3f}s ({cpu:.3f}s client + {db_cpu} database), charged {tick.charged} exactly")
     return {"first": wall, "cpu": cpu, "db": db, "next": None}
 
 
