@@ -2,22 +2,16 @@
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/x .venv/bin/python bench/meter_line_charges.py [--rounds 2]
 
-What-ifs, not the product. The shipped meter locks every open allocation, writes its new mark and
-charged total, and writes one Charge row per paid allocation per tick, each checked by a statement
-trigger against its allocation, job and transaction. Two variants, each a step of the billing-line
-design (a line is one job's allocations of one chip type and mode):
+What-if, not the product. The shipped meter locks every open allocation, writes its new mark and
+charged total, and writes one Charge row per billing line (a job's allocations of one chip type
+and mode) and paying transaction per tick, grouped from the allocation UPDATE's RETURNING rows.
+The variant is the next step of the billing-line design:
 
-- `lines`: everything as shipped, except one Charge row per (job, chip type, mode, ledger
-  transaction) instead of one per allocation, grouped from the UPDATE's RETURNING rows in the same
-  statement, `allocation_id` left empty, and a trigger that checks only the line's job owner and its
-  CHARGE transaction. (A check that looked through the job's allocations, NOT EXISTS per line, made
-  the tick slower than shipped.) Runs bench/meter.py's three ticks and all its checks.
-- `line-marks`: the whole design's write path. Allocations are read without a row lock and not
-  written; each line's mark and charged total go to a line table (one upsert per line), with one
-  Charge row per line as above. This variant has no way yet to tell a billed second from an unbilled
-  one on the allocation, so only its first tick is run; that tick's total is checked against the
-  same exact Fractions computation and the ledger audit. Locking the line rows (about 180 a batch)
-  is left out.
+- `line-marks`: allocations are read without a row lock and not written; each line's mark and
+  charged total go to a line table (one upsert per line), with one Charge row per line as shipped.
+  This variant has no way yet to tell a billed second from an unbilled one on the allocation, so
+  only its first tick is run; that tick's total is checked against the same exact Fractions
+  computation and the ledger audit. Locking the line rows (about 180 a batch) is left out.
 
 Each round runs the variants on fresh databases holding the same data (bench/meter.py's
 population), in turn; the table at the end gives every round and the median ratio to shipped.
@@ -34,65 +28,6 @@ from statistics import median
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import meter as bench  # noqa: E402  (bench/meter.py, beside this file)
-
-LINE_SCHEMA = r"""
-ALTER TABLE billing_charge ALTER COLUMN allocation_id DROP NOT NULL;
-CREATE OR REPLACE FUNCTION billing_charges_match_allocations() RETURNS trigger AS $$
-DECLARE
-    bad record;
-BEGIN
-    SELECT c.id, c.job_id INTO bad
-      FROM inserted c
-      LEFT JOIN workers_job j ON j.id = c.job_id
-      LEFT JOIN billing_transaction t ON t.id = c.transaction_id
-     WHERE j.owner_id IS DISTINCT FROM c.owner_id OR t.kind IS DISTINCT FROM 'charge'
-     LIMIT 1;
-    IF FOUND THEN
-        RAISE EXCEPTION 'charge line % does not match job %', bad.id, bad.job_id;
-    END IF;
-    RETURN NULL;
-END $$ LANGUAGE plpgsql;
-"""
-
-# The shipped _save's statement, with the INSERT grouped by line.
-LINE_SAVE = (
-    "WITH v AS (SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::bigint[], %s::bigint[], %s::bigint[],"
-    " %s::bigint[]) AS v(id, old, whole, seconds, charged, txn)),"
-    " moved AS (UPDATE workers_allocation a SET billed_through = a.started_at + v.whole * interval '1 second',"
-    " charged_total = a.charged_total + v.charged FROM v WHERE a.id = v.id"
-    " RETURNING a.job_id, a.chip_type_id, a.mode, a.chips,"
-    " a.started_at + v.old * interval '1 microsecond' AS started_at, a.billed_through AS ended_at,"
-    " v.seconds, v.charged, v.txn)"
-    " INSERT INTO billing_charge (allocation_id, job_id, owner_id, chip_type_id, mode, chips,"
-    " started_at, ended_at, seconds, amount, transaction_id, created_at)"
-    " SELECT NULL, m.job_id, j.owner_id, m.chip_type_id, m.mode, sum(m.chips), min(m.started_at),"
-    " max(m.ended_at), sum(m.seconds), sum(m.charged), m.txn, %s"
-    " FROM moved m JOIN workers_job j ON j.id = m.job_id WHERE m.charged > 0"
-    " GROUP BY m.job_id, j.owner_id, m.chip_type_id, m.mode, m.txn"
-)
-
-
-def save_lines(batch, posted, now) -> None:
-    import numpy as np
-    from django.db import connection
-
-    from billing.services.meter_columns import US, int_array
-
-    txns = np.array([posted.get(owner, 0) for owner in batch.owner.tolist()], dtype=np.int64)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            LINE_SAVE,
-            [
-                int_array(batch.id),
-                int_array(batch.billed - batch.start),
-                int_array((batch.mark - batch.start) // US),
-                int_array(batch.seconds),
-                int_array(batch.charged),
-                int_array(np.where(batch.charged > 0, txns, 0)),
-                now,
-            ],
-        )
-
 
 LINE_MARKS_SCHEMA = """
 CREATE TABLE bench_billing_line (
@@ -112,9 +47,9 @@ LINE_MARKS_SAVE = (
     " ON CONFLICT (job_id, chip_type_id, mode) DO UPDATE SET billed_through = excluded.billed_through,"
     " charged_total = l.charged_total + excluded.charged_total)"
     " INSERT INTO billing_charge (allocation_id, job_id, owner_id, chip_type_id, mode, chips,"
-    " started_at, ended_at, seconds, amount, transaction_id, created_at)"
+    " started_at, ended_at, seconds, chip_seconds, amount, transaction_id, created_at)"
     " SELECT NULL, job, owner, chip_type, mode, 1, to_timestamp(first / 1e6), to_timestamp(mark / 1e6),"
-    " chip_seconds, amount, txn, %s FROM v WHERE amount > 0"
+    " 1, chip_seconds, amount, txn, %s FROM v WHERE amount > 0"
 )
 
 
@@ -192,11 +127,11 @@ def use_variant(variant: str) -> None:
 
     SHIPPED.setdefault("save", meter._save)
     SHIPPED.setdefault("lock", meter._lock)
-    meter._save = {"lines": save_lines, "line-marks": save_line_marks}.get(variant, SHIPPED["save"])
+    meter._save = save_line_marks if variant == "line-marks" else SHIPPED["save"]
     meter._lock = read_unlocked if variant == "line-marks" else SHIPPED["lock"]
-    if variant != "shipped":
+    if variant == "line-marks":
         with connection.cursor() as cursor:
-            cursor.execute(LINE_SCHEMA + (LINE_MARKS_SCHEMA if variant == "line-marks" else ""))
+            cursor.execute(LINE_MARKS_SCHEMA)
 
 
 def first_tick_only(args, allocations: int) -> dict:
@@ -224,7 +159,7 @@ def first_tick_only(args, allocations: int) -> dict:
     return {"first": wall, "cpu": cpu, "db": db, "next": None}
 
 
-VARIANTS = ("shipped", "lines", "line-marks")
+VARIANTS = ("shipped", "line-marks")
 
 
 def main() -> None:
@@ -232,7 +167,7 @@ def main() -> None:
     parser.add_argument("--allocations", type=int, default=100_000)
     parser.add_argument("--users", type=int, default=1_000)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--rounds", type=int, default=2, help="each round runs both variants once")
+    parser.add_argument("--rounds", type=int, default=2, help="each round runs shipped and line-marks once")
     args = parser.parse_args()
     run_args = argparse.Namespace(users=args.users, seed=args.seed, runs=1, allocation_fillfactor=None)
     url = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")

@@ -11,7 +11,7 @@ from datetime import date, timedelta
 
 from django.conf import settings
 from django.contrib import admin
-from django.db.models import F, Sum
+from django.db.models import Sum
 from django.db.models.functions import TruncDate
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
@@ -81,11 +81,11 @@ def revenue_view(request: HttpRequest) -> HttpResponse:
     rows = (
         charges.annotate(day=day)
         .values("day", "chip_type__slug")
-        .annotate(chip_seconds=Sum(F("seconds") * F("chips")), amount=Sum("amount"))
+        .annotate(total_chip_seconds=Sum("chip_seconds"), amount=Sum("amount"))
         .order_by("-day", "chip_type__slug")
     )
     lines = [
-        RevenueLine(r["day"], r["chip_type__slug"], f"{r['chip_seconds'] / 3600:.3f}", money_html(r["amount"]))
+        RevenueLine(r["day"], r["chip_type__slug"], f"{r['total_chip_seconds'] / 3600:.3f}", money_html(r["amount"]))
         for r in rows
     ]
     by_chip = charges.values("chip_type__slug").annotate(amount=Sum("amount")).order_by("chip_type__slug")

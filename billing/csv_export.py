@@ -24,6 +24,7 @@ USAGE_HEADER = [
     "started_at_utc",
     "ended_at_utc",
     "seconds",
+    "chip_seconds",
     "amount",
     "currency",
 ]
@@ -90,6 +91,7 @@ def usage_rows(charges: QuerySet[Charge]) -> Iterator[list]:
             _iso(charge.started_at),
             _iso(charge.ended_at),
             charge.seconds,
+            charge.chip_seconds,
             format_amount(charge.amount),
             settings.CURRENCY,
         ]

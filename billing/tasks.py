@@ -35,7 +35,7 @@ def run_meter() -> None:
     result = charge_due_allocations()
     heartbeats.mark("meter")  # /readyz and /metrics: the meter ran
     if result.charges:
-        logger.info("meter: %d charge(s), %d chip-second(s)", result.charges, result.seconds)
+        logger.info("meter: %d allocation(s) charged, %d chip-second(s)", result.charges, result.seconds)
 
 
 # -- Stripe top-ups ------------------------------------------------------------------------------

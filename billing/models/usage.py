@@ -1,4 +1,7 @@
-"""Compute usage as billed: one row per allocation per meter tick, written with the ledger transaction that paid it."""
+"""Compute usage as billed: one row per billing line per meter tick, written with the ledger transaction that paid it.
+
+A billing line is one job's allocations of one chip type and mode: they cost the same per chip-second.
+"""
 
 from __future__ import annotations
 
@@ -10,16 +13,21 @@ from base.money import format_amount
 
 
 class Charge(models.Model):
-    """What one allocation was charged for [started_at, ended_at): the basis of statements."""
+    """What one billing line (a job's allocations of one chip type and mode) was charged by one
+    ledger transaction for [started_at, ended_at): the basis of statements.
 
-    # The allocation is a real foreign key. Job, owner and chip type are copies of the allocation's,
-    # and the transaction that paid is append-only: instead of a per-row foreign key check each
-    # (at commit), one statement-level trigger checks every inserted row against its allocation and
-    # its transaction (billing migration 0006). Deleting what a charge names is still refused by the
-    # database (allocation -> job -> owner, allocation -> chip type; transactions are never deleted).
-    # The single-column indexes that (owner, ended_at) and (allocation, ended_at) cover are left out.
+    The meter writes one row per line per tick, not one per allocation: a tick over 100,000
+    allocations writes a few thousand rows. Rows written before that (billing migration 0010) each
+    name their allocation; the meter's rows name none (`allocation` is empty).
+    """
+
+    # Job, owner and chip type are the line's, and the transaction that paid is append-only: instead
+    # of a per-row foreign key check each (at commit), one statement-level trigger checks every
+    # inserted row against its job's owner, its chip type, its allocation where it names one, and its
+    # transaction (billing migrations 0006, 0010). Deleting what a charge names is still refused by
+    # the database: a job's allocations protect it, and transactions are never deleted.
     allocation = models.ForeignKey(
-        "workers.Allocation", on_delete=models.PROTECT, related_name="charges", db_index=False
+        "workers.Allocation", on_delete=models.PROTECT, related_name="charges", null=True, blank=True, db_index=False
     )
     job = models.ForeignKey("workers.Job", on_delete=models.PROTECT, related_name="charges", db_constraint=False)
     owner = models.ForeignKey(
@@ -29,10 +37,13 @@ class Charge(models.Model):
         "workers.ChipType", on_delete=models.PROTECT, related_name="+", db_constraint=False, db_index=False
     )
     mode = models.CharField(max_length=12)
-    chips = models.PositiveSmallIntegerField()
-    started_at = models.DateTimeField()
-    ended_at = models.DateTimeField()
-    seconds = models.PositiveIntegerField(help_text="Wall-clock seconds covered (per chip).")
+    chips = models.PositiveIntegerField(help_text="Chips of the line's allocations this row charges for.")
+    started_at = models.DateTimeField(help_text="The earliest second the row charges for.")
+    ended_at = models.DateTimeField(help_text="Just after the latest second the row charges for.")
+    seconds = models.PositiveIntegerField(
+        help_text="Wall-clock seconds covered: the longest of the line's allocations."
+    )
+    chip_seconds = models.BigIntegerField(help_text="Chip-seconds charged for: each allocation's chips × its seconds.")
     amount = models.BigIntegerField(help_text="micro-units")
     # One CHARGE transaction per wallet per meter tick pays all of that wallet's charges of the tick.
     transaction = models.ForeignKey(
@@ -42,11 +53,11 @@ class Charge(models.Model):
 
     class Meta:
         ordering = ["-ended_at", "-id"]
-        indexes = [models.Index(fields=["owner", "ended_at"]), models.Index(fields=["allocation", "ended_at"])]
+        indexes = [models.Index(fields=["owner", "ended_at"])]
         constraints = [
             models.CheckConstraint(condition=Q(amount__gte=0), name="charge_not_negative"),
             models.CheckConstraint(condition=Q(ended_at__gt=models.F("started_at")), name="charge_covers_time"),
         ]
 
     def __str__(self) -> str:
-        return f"{format_amount(self.amount)} for allocation {self.allocation_id} ({self.seconds}s)"
+        return f"{format_amount(self.amount)} for job {self.job_id}: {self.chip_seconds} chip-second(s)"

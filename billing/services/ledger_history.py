@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import F, QuerySet
+from django.db.models import QuerySet
 
 from billing.choices import AccountKind, TransactionKind
 from billing.models import Charge
@@ -33,7 +33,7 @@ HOUR = timedelta(hours=1)
 _ROWS = """
     SELECT %(meter)s AS kind, MAX(c.created_at) AS at, (-SUM(c.amount))::bigint AS amount, c.job_id,
            date_trunc('hour', c.created_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' AS hour,
-           SUM(c.seconds::bigint * c.chips)::bigint AS chip_seconds, COUNT(DISTINCT c.transaction_id) AS ticks,
+           SUM(c.chip_seconds)::bigint AS chip_seconds, COUNT(DISTINCT c.transaction_id) AS ticks,
            '' AS memo, NULL::bigint AS entry_id
       FROM billing_charge c
      WHERE c.owner_id = %(owner)s
@@ -153,7 +153,6 @@ def group_charges(user, job_id: int, hour: datetime) -> QuerySet[Charge]:
     """The single meter charges behind one (job, hour) row, oldest first, each with its chip-seconds."""
     return (
         Charge.objects.filter(owner=user, job_id=job_id, created_at__gte=hour, created_at__lt=hour + HOUR)
-        .annotate(chip_seconds=F("seconds") * F("chips"))
         .select_related("chip_type")
         .order_by("created_at", "id")
     )

@@ -14,9 +14,10 @@ Rules:
   together or not at all. A retry, a second beat or a crashed worker's redelivery re-reads the
   advanced mark and does nothing.
 - One ledger transaction per wallet per batch (wallet -> revenue, key
-  `meter:w{wallet}:{tick time in us}:a{first allocation}`) pays all of that wallet's charges; each
-  Charge row names it. Batches keep a wallet's allocations together, so a wallet is charged once
-  a tick unless it has more allocations than a batch holds.
+  `meter:w{wallet}:{tick time in us}:a{first allocation}`) pays all of that wallet's charges; the
+  tick's Charge rows, one per billing line (a job's allocations of one chip type and mode), name
+  it. Batches keep a wallet's allocations together, so a wallet is charged once a tick unless it
+  has more allocations than a batch holds.
 - A wallet never goes negative. When a wallet cannot cover what its allocations owe, each is
   charged in id order while the balance lasts (the last one partly); the mark still advances, the
   unpaid rest stays visible as `owed - charged_total` (which `manage.py reconcile` reports), and
@@ -125,10 +126,10 @@ class Shortfall:
 class MeterResult:
     """What one tick did."""
 
-    allocations: int = 0
-    seconds: int = 0
+    allocations: int = 0  # allocations with a new whole second
+    seconds: int = 0  # chip-seconds
     charged: int = 0
-    charges: int = 0
+    charges: int = 0  # allocations charged (a billing line's share one Charge row)
     transactions: int = 0
     shortfalls: list[Shortfall] = field(default_factory=list)
 
@@ -279,7 +280,7 @@ def _line_rows(chip_types: np.ndarray, spot: np.ndarray):
 
 
 def _post(batch: Batch, now: datetime) -> MeterResult:
-    """Write the batch: a ledger transaction per wallet, a Charge row per paid allocation, the marks."""
+    """Write the batch: a ledger transaction per wallet, a Charge row per billing line paid, the marks."""
     revenue = platform_account(AccountKind.REVENUE)
     wallets = _lock_wallets(set(batch.owner[batch.delta > 0].tolist()), revenue)
     batch.charged = _pay(batch, wallets)
@@ -401,10 +402,13 @@ def _memo(bills: Batch) -> str:
 
 
 def _save(batch: Batch, posted: dict[int, int], now: datetime) -> None:
-    """Advance every row's mark and charged total, and write a Charge row for each paid one, in one statement.
+    """Advance every row's mark and charged total, and write a Charge row for each billing line and
+    paying transaction, in one statement.
 
-    Times travel as offsets from the allocation's start: the new mark in whole seconds, the old
-    one (where the charge starts) in microseconds.
+    A line is one job's allocations of one chip type and mode; its row covers the earliest old mark
+    to the latest new mark of its paid allocations, with their chips, chip-seconds and charges
+    summed. Times travel as offsets from the allocation's start: the new mark in whole seconds, the
+    old one (where the charge starts) in microseconds.
     """
     paid = batch.charged > 0
     txns = np.array([posted.get(owner, 0) for owner in batch.owner.tolist()], dtype=np.int64)
@@ -414,14 +418,15 @@ def _save(batch: Batch, posted: dict[int, int], now: datetime) -> None:
             " %s::bigint[]) AS v(id, old, whole, seconds, charged, txn)),"
             " moved AS (UPDATE workers_allocation a SET billed_through = a.started_at + v.whole * interval '1 second',"
             " charged_total = a.charged_total + v.charged FROM v WHERE a.id = v.id"
-            " RETURNING a.id, a.job_id, a.chip_type_id, a.mode, a.chips,"
+            " RETURNING a.job_id, a.chip_type_id, a.mode, a.chips,"
             " a.started_at + v.old * interval '1 microsecond' AS started_at, a.billed_through AS ended_at,"
             " v.seconds, v.charged, v.txn)"
             " INSERT INTO billing_charge (allocation_id, job_id, owner_id, chip_type_id, mode, chips,"
-            " started_at, ended_at, seconds, amount, transaction_id, created_at)"
-            " SELECT m.id, m.job_id, j.owner_id, m.chip_type_id, m.mode, m.chips, m.started_at, m.ended_at,"
-            " m.seconds, m.charged, m.txn, %s"
-            " FROM moved m JOIN workers_job j ON j.id = m.job_id WHERE m.charged > 0 ORDER BY m.id",
+            " started_at, ended_at, seconds, chip_seconds, amount, transaction_id, created_at)"
+            " SELECT NULL, m.job_id, j.owner_id, m.chip_type_id, m.mode, sum(m.chips), min(m.started_at),"
+            " max(m.ended_at), max(m.seconds), sum(m.chips::bigint * m.seconds), sum(m.charged), m.txn, %s"
+            " FROM moved m JOIN workers_job j ON j.id = m.job_id WHERE m.charged > 0"
+            " GROUP BY m.job_id, j.owner_id, m.chip_type_id, m.mode, m.txn ORDER BY m.job_id, m.chip_type_id, m.mode",
             [
                 int_array(batch.id),
                 int_array(batch.billed - batch.start),

@@ -12,7 +12,7 @@ from datetime import date, datetime, time, timedelta
 from decimal import Decimal
 
 from django.conf import settings
-from django.db.models import F, QuerySet, Sum
+from django.db.models import QuerySet, Sum
 from django.db.models.functions import TruncDate
 from django.utils import timezone
 
@@ -145,10 +145,10 @@ def charges_for_everyone(period: Period) -> QuerySet[Charge]:
 def usage_rows(charges: QuerySet[Charge], group: str) -> list[UsageRow]:
     """Charged seconds, chip-seconds and amount per job, chip type or day; sums to the charged total."""
     group = parse_group(group)
-    # Named apart from the fields, so F("seconds") still means the column, not the sum.
+    # Named apart from the fields, so "seconds" still means the column, not the sum.
     totals = {
         "sum_seconds": Sum("seconds"),
-        "sum_chip_seconds": Sum(F("seconds") * F("chips")),
+        "sum_chip_seconds": Sum("chip_seconds"),
         "sum_amount": Sum("amount"),
     }
     charges = charges.order_by()

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections import Counter, defaultdict
+from collections import Counter
 from datetime import timedelta
 from pathlib import Path
 
@@ -38,8 +38,8 @@ from billing.choices import AccountKind, TransactionKind
 from billing.models import Charge, Entry
 from billing.services.credits import adjust_credit
 from billing.services.ledger import audit_ledger, balance_of, platform_account, wallet_for
-from billing.services.meter import SECOND, billing_mark, charge_allocations, owed
-from billing.services.pricing import PriceBook
+from billing.services.meter import billing_mark, charge_allocations
+from billing.services.reconciliation import differences
 from portal.celery import app as celery_app
 from tests.compute.conftest import enroll  # noqa: F401 - fixture
 from tests.e2e.stack import REPO, wait_until
@@ -217,27 +217,11 @@ def test_a_celery_worker_killed_at_random_points_bills_every_second_once(three_w
     Allocation.objects.filter(pk__in=ids).update(ended_at=end)
     charge_allocations(ids, end)  # the final charge
 
-    book = PriceBook.load()
-    spans = defaultdict(list)
-    for allocation_id, started, ended, seconds in Charge.objects.order_by("allocation_id", "started_at").values_list(
-        "allocation_id", "started_at", "ended_at", "seconds"
-    ):
-        spans[allocation_id].append((started, ended, seconds))
-    paid = dict(
-        Charge.objects.values("allocation_id").annotate(total=Sum("amount")).values_list("allocation_id", "total")
-    )
     for allocation in Allocation.objects.filter(pk__in=ids):
-        mark = billing_mark(allocation.started_at, end)
-        assert allocation.billed_through == mark
-        chain = [allocation.started_at] + [ended for _, ended, _ in spans[allocation.pk]]
-        assert [started for started, _, _ in spans[allocation.pk]] == chain[:-1], "a gap or a second billed twice"
-        assert chain[-1] == mark
-        assert sum(seconds for *_, seconds in spans[allocation.pk]) == (mark - allocation.started_at) // SECOND
-        assert (
-            paid[allocation.pk]
-            == allocation.charged_total
-            == owed(book, allocation.chip_type_id, allocation.mode, allocation.chips, allocation.started_at, mark)
-        )
+        assert allocation.billed_through == billing_mark(allocation.started_at, end)
+    # Each allocation at its exact integral; each billing line's Charge rows hold its allocations'
+    # chip-seconds once each (a gap or a second billed twice shows there) and their charged totals.
+    assert list(differences(end, timedelta(0), Allocation.objects.filter(pk__in=ids))) == []
 
     revenue = platform_account(AccountKind.REVENUE)
     by_transaction = dict(
@@ -259,6 +243,6 @@ def test_a_celery_worker_killed_at_random_points_bills_every_second_once(three_w
     assert not audit_ledger()
 
     # The run did what it claims: many ticks, kills inside transactions, killed tasks delivered again.
-    assert max(len(s) for s in spans.values()) > 5, "the meter hardly ticked"
+    assert Charge.objects.values("created_at").distinct().count() > 5, "the meter hardly ticked"
     assert in_transaction == 2, "the worker was never seen inside a transaction"
     assert any(n > 1 for n in worker.deliveries().values()), "no killed task was delivered again"

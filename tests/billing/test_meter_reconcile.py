@@ -11,7 +11,8 @@ from django.db import connection
 from django.utils import timezone
 from test_meter import fund, open_allocation
 
-from billing.services.meter import run_meter
+from billing.models import Charge
+from billing.services.meter import SECOND, run_meter
 from tests.compute.conftest import enroll, planning_job  # noqa: F401 - fixtures
 from workers.choices import JobStatus
 from workers.models import Allocation
@@ -60,3 +61,24 @@ def test_reconcile_reports_an_allocation_billed_short_of_its_end(metered):
     Allocation.objects.filter(pk=metered[0].pk).update(ended_at=timezone.now())
     code, out = reconcile()
     assert code == 1 and f"allocation {metered[0].pk}: billed" in out
+
+
+def test_reconcile_reports_a_line_whose_charge_rows_do_not_add_up_to_its_allocations(metered):
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE workers_allocation SET charged_total = charged_total + 7 WHERE id = %s", [metered[1].pk])
+    code, out = reconcile()
+    job = metered[1].job
+    assert code == 1
+    assert f"job {job.pk}, chip type {metered[1].chip_type_id}, on_demand: charge rows sum to" in out
+
+
+def test_reconcile_reports_seconds_a_line_was_charged_twice(metered):
+    """A copy of a tick's row for the line (nothing paid, the chip-seconds counted again)."""
+    row = Charge.objects.filter(job=metered[0].job).earliest("created_at")
+    row.pk, row.amount, row.chip_seconds = None, 0, 10**6
+    row.save()
+    billed = sum(a.chips * ((a.billed_through - a.started_at) // SECOND) for a in Allocation.objects.all())
+    in_rows = sum(Charge.objects.values_list("chip_seconds", flat=True))
+    code, out = reconcile()
+    assert code == 1
+    assert f"charge rows hold {in_rows:,} chip-second(s), its allocations were billed {billed:,}" in out

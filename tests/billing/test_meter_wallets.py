@@ -1,4 +1,5 @@
-"""A tick pays each wallet's charges with one ledger transaction, and the database checks the rows it writes."""
+"""A tick pays each wallet's charges with one ledger transaction and writes one Charge row per billing line
+(a job's allocations of one chip type and mode); the database checks the rows it writes."""
 
 from __future__ import annotations
 
@@ -63,9 +64,11 @@ def test_a_tick_posts_one_transaction_per_wallet_that_pays_exactly_its_charges(t
     revenue = platform_account(AccountKind.REVENUE)
     for user in (alice, bob):
         [paid] = Transaction.objects.filter(kind=TransactionKind.CHARGE, entries__account=wallet_for(user))
-        charges = Charge.objects.filter(transaction=paid)
-        assert sorted(charges.values_list("allocation_id", flat=True)) == [a.pk for a in two_owners[user]]
-        assert all(charge.owner_id == user.pk for charge in charges)
+        [line] = Charge.objects.filter(transaction=paid)  # the user's three allocations: one job, chip type, mode
+        allocations = two_owners[user]
+        assert (line.allocation_id, line.owner_id, line.job_id) == (None, user.pk, allocations[0].job_id)
+        assert (line.chips, line.seconds, line.chip_seconds) == (3 * 4, 3600, 3 * 4 * 3600)
+        assert (line.started_at, line.ended_at, line.amount) == (T0, HOUR, 3 * FOUR_CHIPS_PER_HOUR)
         legs = dict(paid.entries.values_list("account_id", "amount"))
         assert legs == {wallet_for(user).pk: -3 * FOUR_CHIPS_PER_HOUR, revenue.pk: 3 * FOUR_CHIPS_PER_HOUR}
         assert balance_of(user) == 10**12 - 3 * FOUR_CHIPS_PER_HOUR
@@ -77,13 +80,15 @@ def test_a_batch_holds_a_wallets_allocations_together_so_it_is_charged_once(two_
     """Batches of three, ids interleaved alice/bob: batching by id would split both wallets over two batches."""
     result = run_meter(HOUR, batch=3)
     assert (result.charges, result.transactions) == (6, 2)
-    assert [txn.charges.count() for txn in charge_transactions()] == [3, 3]
+    assert [txn.charges.count() for txn in charge_transactions()] == [1, 1]
 
 
 def test_a_wallet_with_more_allocations_than_a_batch_is_charged_once_per_batch(two_owners, alice):
     result = run_meter(HOUR, batch=2)
     assert result.charges == 6
-    assert sorted(txn.charges.count() for txn in charge_transactions()) == [1, 1, 2, 2]
+    # Alice's line is split over two batches, so two transactions: a Charge row each.
+    assert [txn.charges.count() for txn in charge_transactions()] == [1, 1, 1, 1]
+    assert sorted(Charge.objects.filter(owner=alice).values_list("chips", flat=True)) == [4, 8]
     assert balance_of(alice) == 10**12 - 3 * FOUR_CHIPS_PER_HOUR
 
 
@@ -108,10 +113,9 @@ def test_a_short_wallet_pays_its_allocations_in_id_order_until_empty(two_owners,
         assert allocation.billed_through == HOUR  # the mark moves on whether or not it was paid
     assert [a.charged_total for a in two_owners[alice]] == [FOUR_CHIPS_PER_HOUR, FOUR_CHIPS_PER_HOUR // 2, 0]
     assert balance_of(alice) == 0
-    assert sorted(Charge.objects.filter(owner=alice).values_list("amount", flat=True)) == [
-        FOUR_CHIPS_PER_HOUR // 2,
-        FOUR_CHIPS_PER_HOUR,
-    ]
+    # One row for what the line paid: the third allocation paid nothing, so it is not in it.
+    [line] = Charge.objects.filter(owner=alice)
+    assert (line.amount, line.chips, line.chip_seconds) == (FOUR_CHIPS_PER_HOUR * 3 // 2, 8, 8 * 3600)
     assert sum(s.shortfall for s in result.shortfalls) == FOUR_CHIPS_PER_HOUR * 3 // 2
     assert balance_of(bob) == 10**12 - 3 * FOUR_CHIPS_PER_HOUR
     assert audit_ledger() == []
@@ -123,7 +127,13 @@ def test_ticks_add_up_per_allocation_with_wallet_transactions(two_owners, alice)
     for allocation in two_owners[alice]:
         allocation.refresh_from_db()
         assert allocation.charged_total == exact_cost(allocation, HOUR)
-        assert sum(allocation.charges.values_list("seconds", flat=True)) == 3600
+    rows = Charge.objects.filter(owner=alice).order_by("started_at")
+    assert sum(rows.values_list("chip_seconds", flat=True)) == 3 * 4 * 3600
+    assert sum(rows.values_list("amount", flat=True)) == sum(a.charged_total for a in two_owners[alice])
+    # The line's rows tile its time: each starts where the one before ended.
+    spans = list(rows.values_list("started_at", "ended_at"))
+    assert [start for start, _ in spans[1:]] == [end for _, end in spans[:-1]]
+    assert (spans[0][0], spans[-1][1]) == (T0, HOUR)
     assert len(charge_transactions()) == 2 * 7
 
 
@@ -151,6 +161,7 @@ def insert_charge(allocation, txn, **changes) -> None:
         "started_at": allocation.started_at,
         "ended_at": allocation.started_at + timedelta(seconds=1),
         "seconds": 1,
+        "chip_seconds": allocation.chips,
         "amount": 1,
         "transaction_id": txn.pk,
         "created_at": allocation.started_at,
@@ -198,8 +209,28 @@ def test_the_database_refuses_a_charge_that_does_not_match_its_allocation(two_ow
     allocation, txn = two_owners[alice][0], paid_by()
     values = {"bob": bob.pk, "bob's job": two_owners[bob][0].job_id}
     changes = {column: values.get(value, value) for column, value in changes.items()}
-    with pytest.raises(IntegrityError, match="does not match allocation"):
+    with pytest.raises(IntegrityError, match="does not match job"):
         insert_charge(allocation, txn, **changes)
+    assert not Charge.objects.exists()
+
+
+def test_the_database_accepts_a_billing_line_charge_that_names_no_allocation(two_owners, alice, paid_by):
+    insert_charge(two_owners[alice][0], paid_by(), allocation_id=None, chips=12, chip_seconds=12)
+    assert Charge.objects.get().allocation_id is None
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [{"owner_id": "bob"}, {"job_id": 999_999}, {"chip_type_id": 999_999}, {"transaction_id": 999_999}],
+    ids=lambda changes: next(iter(changes)),
+)
+def test_the_database_refuses_a_billing_line_charge_with_the_wrong_owner_job_chip_type_or_payment(
+    two_owners, alice, bob, paid_by, changes
+):
+    allocation, txn = two_owners[alice][0], paid_by()
+    changes = {column: bob.pk if value == "bob" else value for column, value in changes.items()}
+    with pytest.raises(IntegrityError, match="does not match job"):
+        insert_charge(allocation, txn, allocation_id=None, **changes)
     assert not Charge.objects.exists()
 
 

@@ -74,6 +74,7 @@ def charge(allocation: Allocation, started: str, ended: str, amount: str) -> Cha
         started_at=start,
         ended_at=end,
         seconds=int((end - start).total_seconds()),
+        chip_seconds=allocation.chips * int((end - start).total_seconds()),
         amount=to_micros(amount),
         transaction=txn,
         created_at=end,
