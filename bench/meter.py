@@ -291,7 +291,7 @@ def run(args, url: str, allocations: int) -> dict:
         for name, at in [("first", first_at), ("no-op", first_at), ("next (+5 s)", next_at)]:
             before = rows()
             tick, wall, cpu, db = clock(lambda at=at: run_meter(at))
-            written = rows() - before + tick.allocations
+            written = rows() - before + tick.lines + tick.settled
             charged += tick.charged
             times[name].append(wall)
             if name == "first":
@@ -309,7 +309,7 @@ def run(args, url: str, allocations: int) -> dict:
             assert charged == expected[at], f"charged {charged} by {at}, expected {expected[at]}"
         problems = audit_ledger()
         assert not problems, problems
-    print("rows written = ledger transactions + entries + charge rows + allocation marks updated")
+    print("rows written = ledger transactions + entries + charge rows + billing lines updated + allocations folded in")
     print(
         f"charged totals exact (independent Fractions computation, after the first and the next tick): "
         f"{expected[first_at]} and {expected[next_at]}; ledger audit clean"

@@ -7,7 +7,7 @@ from a box on the admin index. `install()` runs once, when billing/admin.py impo
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import date, timedelta
+from datetime import date, datetime, timedelta
 
 from django.conf import settings
 from django.contrib import admin
@@ -21,7 +21,7 @@ from django.utils import timezone
 from base.money import format_price
 from base.templatetags.money import money_html
 from billing.choices import AccountKind
-from billing.models import Account, Payment, Refund
+from billing.models import Account, BillingLine, Payment, Refund
 from billing.services.pricing import PriceBook
 from billing.services.statements import (
     Period,
@@ -108,7 +108,8 @@ class OpenAllocationLine:
 
     allocation: Allocation
     rate: str
-    charged: str  # safe HTML, as RevenueLine.amount
+    billed_through: datetime | None  # its billing line's mark: an open allocation is billed with its line
+    charged: str  # safe HTML, as RevenueLine.amount: what the line was charged
     balance: str
     lasts: str
 
@@ -126,6 +127,10 @@ def open_allocations_view(request: HttpRequest) -> HttpResponse:
         )
     )
     rates = {a.pk: allocation_rate(a, book, now) for a in allocations}
+    billing_lines = {
+        (line.job_id, line.chip_type_id, line.mode): line
+        for line in BillingLine.objects.filter(job_id__in={a.job_id for a in allocations})
+    }
     owner_rates: dict[int, int] = {}
     for a in allocations:
         owner_rates[a.job.owner_id] = owner_rates.get(a.job.owner_id, 0) + rates[a.pk]
@@ -133,9 +138,15 @@ def open_allocations_view(request: HttpRequest) -> HttpResponse:
     for a in allocations:
         balance, owner_rate = balances.get(a.job.owner_id, 0), owner_rates[a.job.owner_id]
         lasts = format_hours(SpendRate(owner_rate, balance).lasts_hours)
+        billing = billing_lines.get((a.job_id, a.chip_type_id, a.mode))
         lines.append(
             OpenAllocationLine(
-                a, f"{format_price(rates[a.pk])}/h", money_html(a.charged_total), money_html(balance), lasts
+                a,
+                f"{format_price(rates[a.pk])}/h",
+                billing.billed_through if billing else None,
+                money_html(billing.charged_total if billing else 0),
+                money_html(balance),
+                lasts,
             )
         )
     context = {"lines": lines, "total_rate": f"{format_price(sum(rates.values()))}/h", "limit": OPEN_LIMIT}

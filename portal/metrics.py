@@ -12,7 +12,7 @@ import os
 from collections.abc import Iterator
 
 from django.db import DatabaseError
-from django.db.models import Count, Min, OuterRef, Q, Subquery, Sum
+from django.db.models import Count, Exists, Min, OuterRef, Q, Subquery, Sum
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
@@ -21,7 +21,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 from base import heartbeats
 from base.money import MICROS_PER_UNIT
-from billing.models import SpotPrice
+from billing.models import BillingLine, SpotPrice
 from portal.metrics_access import may_scrape
 from workers.choices import AgentStatus, AllocationMode, JobStatus
 from workers.models import Allocation, ChipType, Job, Node
@@ -110,7 +110,11 @@ class PlatformCollector:
         family = GaugeMetricFamily(
             "starverse_meter_lag_seconds", "How far behind now the oldest open allocation is billed (0: none open)."
         )
-        oldest = Allocation.objects.open().aggregate(oldest=Min("billed_through"))["oldest"]
+        # An open allocation is billed with its billing line (job, chip type, mode).
+        open_lines = Allocation.objects.open().filter(
+            job=OuterRef("job"), chip_type=OuterRef("chip_type"), mode=OuterRef("mode")
+        )
+        oldest = BillingLine.objects.filter(Exists(open_lines)).aggregate(oldest=Min("billed_through"))["oldest"]
         family.add_metric([], max(0.0, (now - oldest).total_seconds()) if oldest else 0.0)
         return family
 

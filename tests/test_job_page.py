@@ -15,6 +15,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from tests.conftest import token_client
+from tests.lines import bill_as_charged
 from tests.stored import own_store_url, stored_checkpoint
 from workers.choices import AgentStatus, JobEventKind, JobStatus
 from workers.models import Allocation, Job, JobEvent, JobLogLine, Node
@@ -426,10 +427,10 @@ def test_a_rerun_the_api_would_refuse_creates_nothing_and_says_why(alice_client,
 def charge(job: Job, micros: int) -> None:
     node = Node.objects.select_related("pool").first()
     now = timezone.now()
-    Allocation.objects.create(
+    allocation = Allocation.objects.create(
         job=job, node=node, chip_type=node.pool.chip_type, chips=1, epoch=1, started_at=now, billed_through=now,
-        charged_total=micros,
     )  # fmt: skip
+    bill_as_charged(allocation, micros)
 
 
 def test_the_jobs_list_shows_each_jobs_cost_so_far(alice_client, alice, catalog):

@@ -6,6 +6,8 @@ them, through the same lifecycle path as the owner's Cancel button.
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from django.contrib import admin, messages
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
@@ -349,6 +351,10 @@ class AllocationInline(admin.TabularInline):
 
     @admin.display(description="Charged")
     def charged(self, allocation: Allocation):
+        """An allocation's own total once it ended and the meter folded it into its billing line (the
+        job's chips of that type and mode); until then it is billed with the line."""
+        if allocation.ended_at is None or allocation.billed_through <= allocation.ended_at - timedelta(seconds=1):
+            return "billed with its line"
         return money_html(allocation.charged_total)
 
 

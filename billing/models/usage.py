@@ -12,6 +12,40 @@ from django.db.models import Q
 from base.money import format_amount
 
 
+class BillingLine(models.Model):
+    """One job's allocations of one chip type and mode: what the meter bills as one.
+
+    While an allocation is open its billing lives here, not on its own row: a tick reads the line's
+    open allocations, prices each from its start to its last whole second before the tick (one
+    rounding each, as always), and charges the line what that adds to `settled_owed` beyond
+    `charged_total`. The allocation rows are not written until one ends: then the meter folds it in
+    (its own `billed_through` and `charged_total` become final and are added to `settled_*`).
+
+    The database makes a line for every new allocation (a trigger on the allocation table, billing
+    migration 0011), so every allocation has one however it was created.
+    """
+
+    job = models.ForeignKey(
+        "workers.Job", on_delete=models.PROTECT, related_name="billing_lines", db_index=False
+    )  # the unique (job, chip type, mode) index serves lookups by job
+    chip_type = models.ForeignKey("workers.ChipType", on_delete=models.PROTECT, related_name="+", db_index=False)
+    mode = models.CharField(max_length=12)
+    billed_through = models.DateTimeField(help_text="When the meter last billed the line (or its first start).")
+    charged_total = models.BigIntegerField(default=0, help_text="What the line's wallet paid, in micro-units.")
+    chip_seconds = models.BigIntegerField(default=0, help_text="Chip-seconds billed, ended allocations included.")
+    settled_owed = models.BigIntegerField(default=0, help_text="What the line's folded-in (ended) allocations cost.")
+    settled_chip_seconds = models.BigIntegerField(default=0, help_text="Their chip-seconds.")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["job", "chip_type", "mode"], name="one_billing_line_per_kind"),
+            models.CheckConstraint(condition=Q(charged_total__gte=0), name="billing_line_charged_not_negative"),
+        ]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id}: {self.chip_type_id} {self.mode}"
+
+
 class Charge(models.Model):
     """What one billing line (a job's allocations of one chip type and mode) was charged by one
     ledger transaction for [started_at, ended_at): the basis of statements.

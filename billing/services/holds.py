@@ -24,7 +24,7 @@ from django.db import connection
 from django.utils import timezone
 
 from base.money import format_price, round_micros
-from billing.models import OperatorSettings
+from billing.models import BillingLine, OperatorSettings
 from billing.services.ledger import balance_of
 from billing.services.pricing import PriceBook
 from workers.choices import JobStatus
@@ -130,15 +130,21 @@ def open_spend(now: datetime) -> list[JobSpend]:
     open_allocations = Allocation.objects.open().filter(job__status__in=STOPPABLE).select_related("job")
     rows = list(open_allocations)
     book = PriceBook.load({a.chip_type_id for a in rows})
+    lines = {
+        (line.job_id, line.chip_type_id, line.mode): line
+        for line in BillingLine.objects.filter(job_id__in={a.job_id for a in rows})
+    }
     spend: dict[int, JobSpend] = {}
     for allocation in rows:
         s = spend.setdefault(allocation.job_id, JobSpend(allocation.job_id, allocation.job.owner_id))
         per_hour = allocation.chips * (book.price_per_hour(allocation.chip_type_id, allocation.mode, now) or 0)
         s.rate += per_hour
-        s.unbilled += _cost(per_hour, max(now - allocation.billed_through, timedelta(0)))
-    charged = Allocation.objects.filter(job_id__in=spend).values_list("job_id", "charged_total")
-    for job_id, total in charged:
-        spend[job_id].charged += total
+        # An open allocation is billed with its line: up to the line's mark (or its own start, if later).
+        line = lines.get((allocation.job_id, allocation.chip_type_id, allocation.mode))
+        billed = max(line.billed_through, allocation.started_at) if line else allocation.started_at
+        s.unbilled += _cost(per_hour, max(now - billed, timedelta(0)))
+    for line in lines.values():
+        spend[line.job_id].charged += line.charged_total
     return list(spend.values())
 
 

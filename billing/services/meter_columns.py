@@ -12,11 +12,14 @@ Then `chips × integral / 3.6e9 = chips × A / 3600 + chips × B / 3.6e9`, and w
 `chips × A = 3600 × whole + rest` the rounding is decided on `rest × 10^6 + chips × B`, a small
 number. Nothing is approximated; `Columns.exact` says whether every intermediate stays inside
 an int64 for this batch, and the meter falls back to `meter.owed` per allocation when it does not.
+
+A batch's billing lines and their allocations, read as columns, are `Lines` and `Allocations`.
 """
 
 from __future__ import annotations
 
 import struct
+from dataclasses import MISSING, dataclass, fields
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
@@ -144,3 +147,63 @@ def int_array(values) -> str:
     if isinstance(values, np.ndarray):
         values = values.tolist()
     return "{" + ",".join(map(str, values)) + "}"
+
+
+# A batch's billing lines and their allocations ------------------------------------------------
+
+
+def columns_of(cls, values):
+    """A dataclass of int64 columns from one row of array_agg results (empty columns for no rows)."""
+    if values[0] is None:
+        read = [column.name for column in fields(cls) if column.default is MISSING]
+        return cls(**{name: np.empty(0, dtype=np.int64) for name in read})
+    return cls(*values)
+
+
+@dataclass
+class Lines:
+    """One batch's billing lines as columns (int64; times in microseconds since 1970), read under their
+    row locks, and what this tick does to them."""
+
+    id: np.ndarray
+    job: np.ndarray
+    owner: np.ndarray
+    chip_type: np.ndarray
+    spot: np.ndarray
+    billed: np.ndarray
+    charged_total: np.ndarray
+    chip_seconds: np.ndarray
+    settled_owed: np.ndarray
+    settled_chip_seconds: np.ndarray
+    owed: np.ndarray | None = None  # settled + each unsettled allocation's cost up to its new mark
+    new_chip_seconds: np.ndarray | None = None
+    chips: np.ndarray | None = None  # the chips of the allocations billed this tick
+    settling_owed: np.ndarray | None = None  # what the allocations folded in this tick cost
+    settling_chip_seconds: np.ndarray | None = None
+    delta: np.ndarray | None = None  # owed beyond what was charged
+    charged: np.ndarray | None = None  # what the wallet paid of it
+
+    def __len__(self) -> int:
+        return len(self.id)
+
+    def take(self, rows: np.ndarray) -> Lines:
+        return Lines(**{name: None if column is None else column[rows] for name, column in vars(self).items()})
+
+
+@dataclass
+class Allocations:
+    """The unsettled allocations of a batch's lines as columns, and each one's new mark and cost."""
+
+    id: np.ndarray
+    line: np.ndarray
+    chips: np.ndarray
+    start: np.ndarray
+    end: np.ndarray  # NO_END while open
+    row_line: np.ndarray | None = None  # the index of its line in the batch's Lines
+    mark: np.ndarray | None = None
+    owed: np.ndarray | None = None
+    settling: np.ndarray | None = None  # ended by now: folded into its line this tick
+
+    @property
+    def seconds(self) -> np.ndarray:
+        return (self.mark - self.start) // US

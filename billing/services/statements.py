@@ -12,12 +12,12 @@ from datetime import date, datetime, time, timedelta
 from decimal import Decimal
 
 from django.conf import settings
-from django.db.models import QuerySet, Sum
+from django.db.models import OuterRef, QuerySet, Subquery, Sum
 from django.db.models.functions import TruncDate
 from django.utils import timezone
 
 from billing.choices import AccountKind, TransactionKind
-from billing.models import Charge, Entry
+from billing.models import BillingLine, Charge, Entry
 from billing.services.ledger import balance_of
 from billing.services.pricing import PriceBook
 from workers.models import Allocation
@@ -125,6 +125,18 @@ class UsageRow:
     @property
     def chip_hours(self) -> Decimal:
         return (Decimal(self.chip_seconds) / 3600).quantize(Decimal("0.001"))
+
+
+def job_charged(job) -> int:
+    """What a job has been charged so far: all its billing lines, every epoch (micro-units)."""
+    return BillingLine.objects.filter(job=job).aggregate(total=Sum("charged_total"))["total"] or 0
+
+
+def charged_of_job(job: str = "pk") -> Subquery:
+    """What a job was charged, as a subquery on the outer query's `job` field: no GROUP BY over the
+    jobs, so their ordering holds and a page's COUNT stays a plain one. None for a job never billed."""
+    totals = BillingLine.objects.filter(job=OuterRef(job)).order_by().values("job").annotate(total=Sum("charged_total"))
+    return Subquery(totals.values("total"))
 
 
 def charges_for(user, period: Period = ALL_TIME) -> QuerySet[Charge]:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from django import template
-from django.db.models import Sum
 from django.utils.html import format_html, format_html_join
 
 from base.templatetags.money import money_html
+from billing.services.statements import job_charged
 from market.models import Bid
 
 register = template.Library()
@@ -15,7 +15,7 @@ register = template.Library()
 @register.simple_tag
 def job_cost(job):
     """What the job has been charged so far (all its allocations, every epoch)."""
-    return money_html(job.allocations.aggregate(total=Sum("charged_total"))["total"] or 0)
+    return money_html(job_charged(job))
 
 
 @register.filter

@@ -9,10 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django import template
-from django.db.models import Min, Sum
+from django.db.models import Min
 from django.utils import timezone
 
 from base.money import format_estimate
+from billing.services.statements import job_charged
 from workers.models import Allocation, Job, JobMetric
 
 register = template.Library()
@@ -42,8 +43,7 @@ def planned_vs_actual(job: Job) -> dict:
     if plan is None or not plan.eta_seconds:
         return {"lines": []}
     allocations = Allocation.objects.filter(job=job)
-    totals = allocations.aggregate(started=Min("started_at"), charged=Sum("charged_total"))
-    started, charged = totals["started"], totals["charged"] or 0
+    started, charged = allocations.aggregate(started=Min("started_at"))["started"], job_charged(job)
     if started is None:
         return {"lines": []}
     elapsed = ((job.finished_at or timezone.now()) - started).total_seconds()

@@ -10,7 +10,6 @@ from datetime import datetime
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.db.models import Sum
 from django.db.models.functions import Coalesce
 from django.http import (
     Http404,
@@ -31,6 +30,7 @@ from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
 from base.money import format_price, to_decimal
+from billing.services.statements import charged_of_job
 from portal.views.training import format_duration, format_rate, summarize_plan
 from workers.api.job_serializers import JobSpecSerializer
 from workers.api.stored_files import stored_file_response
@@ -213,7 +213,7 @@ def job_list(request: HttpRequest) -> HttpResponse:
     """The user's jobs, newest first, each with its cost so far (summed in the query: no query per row)."""
     jobs = (
         Job.objects.filter(owner=request.user)
-        .annotate(cost=Coalesce(Sum("allocations__charged_total"), 0))
+        .annotate(cost=Coalesce(charged_of_job(), 0))
         .order_by("-created_at", "-id")
     )
     page = Paginator(jobs, JOBS_PAGE_SIZE).get_page(request.GET.get("page"))

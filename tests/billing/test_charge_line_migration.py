@@ -8,7 +8,6 @@ from datetime import timedelta
 
 import pytest
 from django.db import connection, transaction
-from django.db.migrations.executor import MigrationExecutor
 from django.db.utils import IntegrityError
 from test_meter import T0, fund, open_allocation
 
@@ -16,13 +15,10 @@ from billing.choices import AccountKind, TransactionKind
 from billing.models import Charge
 from billing.services.ledger import platform_account, transfer, wallet_for
 from tests.compute.conftest import enroll, planning_job  # noqa: F401 - fixtures
+from tests.migrating import latest, migrate
 from workers.choices import JobStatus
 
 BEFORE = ("billing", "0009_notification_settings")
-
-
-def migrate(target: list[tuple[str, str]]) -> None:
-    MigrationExecutor(connection).migrate(target)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -37,7 +33,7 @@ def test_rows_from_before_get_their_chip_seconds_and_stay_append_only(alice, enr
         destination=platform_account(AccountKind.REVENUE),
         amount=5,
     )
-    latest = [("billing", name) for _, name in MigrationExecutor(connection).loader.graph.leaf_nodes("billing")]
+    newest = latest("billing")
     migrate([BEFORE])
     try:
         with connection.cursor() as cursor:  # a row as the meter wrote them before: one per allocation
@@ -58,7 +54,7 @@ def test_rows_from_before_get_their_chip_seconds_and_stay_append_only(alice, enr
                 ],
             )
     finally:
-        migrate(latest)
+        migrate(newest)
 
     row = Charge.objects.get()
     assert (row.allocation_id, row.chips, row.seconds, row.chip_seconds, row.amount) == (allocation.pk, 3, 7, 21, 5)

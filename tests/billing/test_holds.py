@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from billing.models import OperatorSettings
+from billing.models import BillingLine, OperatorSettings
 from billing.services.credits import adjust_credit
 from billing.services.holds import HoldRefused, check_hold
 from billing.services.ledger import balance_of
@@ -116,6 +116,7 @@ def test_the_total_budget_stops_the_job(alice, running):
     Job.objects.filter(pk=running.pk).update(total_budget=100_000)
     five_minutes_ago = running.created_at - timedelta(minutes=5)
     Allocation.objects.filter(job=running).update(started_at=five_minutes_ago, billed_through=five_minutes_ago)
+    BillingLine.objects.filter(job=running).update(billed_through=five_minutes_ago)
     assert stop_low_balance() == 1
     job = Job.objects.get(pk=running.pk)
     assert job.status == JobStatus.STOPPING and "total budget of ¥0.10" in job.status_reason

@@ -148,7 +148,8 @@ def worker_in_transaction() -> bool:
 
 @pytest.fixture
 def three_wallets(make_user, enroll):  # noqa: F811
-    """1,000 allocations of three users' jobs, begun ten minutes ago at scattered microseconds."""
+    """1,000 allocations of three users' 90 jobs (180 billing lines), begun ten minutes ago at scattered
+    microseconds: enough lines that a tick's transaction lasts long enough to be killed in."""
     rng = random.Random(0)
     users = [make_user(name) for name in ("ann", "ben", "cy")]
     for user in users:
@@ -163,7 +164,7 @@ def three_wallets(make_user, enroll):  # noqa: F811
             max_budget_per_hour=10**9,
             status=JobStatus.RUNNING,
         )
-        for user in users
+        for user in users * 30
     ]
     began = timezone.now() - timedelta(minutes=10)
     set_price(node.pool.chip_type, began - timedelta(hours=1), 2_400_000, 1_100_000)
@@ -171,7 +172,7 @@ def three_wallets(make_user, enroll):  # noqa: F811
     starts = [began + timedelta(microseconds=rng.randrange(10**6)) for _ in range(1000)]
     allocations = Allocation.objects.bulk_create(
         Allocation(
-            job=jobs[i % 3],
+            job=jobs[i % len(jobs)],
             node=node,
             chip_type=node.pool.chip_type,
             chips=rng.randint(1, 8),

@@ -8,12 +8,14 @@ from datetime import timedelta
 import pytest
 from django.core.management import call_command
 from django.db import connection
+from django.db.models import F
 from django.utils import timezone
 from test_meter import fund, open_allocation
 
-from billing.models import Charge
-from billing.services.meter import SECOND, run_meter
+from billing.models import BillingLine, Charge
+from billing.services.meter import run_meter
 from tests.compute.conftest import enroll, planning_job  # noqa: F401 - fixtures
+from tests.lines import line_of
 from workers.choices import JobStatus
 from workers.models import Allocation
 
@@ -33,10 +35,10 @@ def metered(alice, enroll, planning_job):  # noqa: F811
     return allocations
 
 
-def reconcile() -> tuple[int, str]:
+def reconcile(lag: int = 60) -> tuple[int, str]:
     out = io.StringIO()
     try:
-        call_command("reconcile", stdout=out)
+        call_command("reconcile", f"--lag={lag}", stdout=out)
     except SystemExit as exit:
         return exit.code, out.getvalue()
     except Exception as error:  # CommandError when called in-process
@@ -50,26 +52,33 @@ def test_reconcile_finds_no_difference_after_normal_metering(metered):
 
 
 def test_reconcile_reports_a_tampered_charged_total(metered):
+    """The first allocation ended and was folded into its line: its own total is final, and checked."""
     with connection.cursor() as cursor:
-        cursor.execute("UPDATE workers_allocation SET charged_total = charged_total + 7 WHERE id = %s", [metered[1].pk])
+        cursor.execute("UPDATE workers_allocation SET charged_total = charged_total + 7 WHERE id = %s", [metered[0].pk])
     code, out = reconcile()
     assert code == 1
-    assert f"allocation {metered[1].pk}: charged" in out and "difference 0.000007" in out
+    assert f"allocation {metered[0].pk}: charged" in out and "difference 0.000007" in out
+    assert f"line {line_of(metered[0]).pk} (job {metered[0].job_id}" in out and "its ended allocations" in out
 
 
 def test_reconcile_reports_an_allocation_billed_short_of_its_end(metered):
-    Allocation.objects.filter(pk=metered[0].pk).update(ended_at=timezone.now())
+    Allocation.objects.filter(pk=metered[0].pk).update(ended_at=timezone.now() + timedelta(minutes=2))
     code, out = reconcile()
-    assert code == 1 and f"allocation {metered[0].pk}: billed" in out
+    assert code == 1 and f"line {line_of(metered[0]).pk}" in out and "its ended allocations" in out
 
 
-def test_reconcile_reports_a_line_whose_charge_rows_do_not_add_up_to_its_allocations(metered):
-    with connection.cursor() as cursor:
-        cursor.execute("UPDATE workers_allocation SET charged_total = charged_total + 7 WHERE id = %s", [metered[1].pk])
+def test_reconcile_reports_a_line_charged_more_than_its_seconds_cost(metered):
+    BillingLine.objects.filter(pk=line_of(metered[1]).pk).update(charged_total=F("charged_total") + 7)
     code, out = reconcile()
-    job = metered[1].job
+    line = line_of(metered[1])
     assert code == 1
-    assert f"job {job.pk}, chip type {metered[1].chip_type_id}, on_demand: charge rows sum to" in out
+    assert f"line {line.pk} (job {line.job_id}, chip type {line.chip_type_id}, on_demand): charged" in out
+    assert "(difference 0.000007)" in out and "charge rows sum to" in out
+
+
+def test_reconcile_reports_a_line_billed_behind_now(metered):
+    code, out = reconcile(lag=0)
+    assert code == 1 and f"line {line_of(metered[1]).pk}" in out and "s behind now" in out
 
 
 def test_reconcile_reports_seconds_a_line_was_charged_twice(metered):
@@ -77,8 +86,8 @@ def test_reconcile_reports_seconds_a_line_was_charged_twice(metered):
     row = Charge.objects.filter(job=metered[0].job).earliest("created_at")
     row.pk, row.amount, row.chip_seconds = None, 0, 10**6
     row.save()
-    billed = sum(a.chips * ((a.billed_through - a.started_at) // SECOND) for a in Allocation.objects.all())
+    line = line_of(metered[0])
     in_rows = sum(Charge.objects.values_list("chip_seconds", flat=True))
     code, out = reconcile()
     assert code == 1
-    assert f"charge rows hold {in_rows:,} chip-second(s), its allocations were billed {billed:,}" in out
+    assert f"charge rows hold {in_rows:,} chip-second(s), the line was billed {line.chip_seconds:,}" in out

@@ -17,12 +17,13 @@ from billing.choices import AccountKind, TransactionKind
 from billing.models import Charge, Entry, Transaction
 from billing.services.credits import adjust_credit
 from billing.services.ledger import audit_ledger, balance_of, platform_account, transfer, wallet_for
-from billing.services.meter import charge_allocations, due_allocations, owed, run_meter
+from billing.services.meter import charge_allocations, due_lines, owed, run_meter
 from billing.services.meter_columns import PriceLines, to_us
 from billing.services.pricing import PriceBook
 from tests.compute.conftest import enroll, planning_job  # noqa: F401 - fixtures
+from tests.lines import line_of
 from workers.choices import AllocationMode, JobStatus
-from workers.models import Job
+from workers.models import Allocation, Job
 
 pytestmark = pytest.mark.django_db
 
@@ -60,7 +61,7 @@ def charge_transactions() -> list[Transaction]:
 def test_a_tick_posts_one_transaction_per_wallet_that_pays_exactly_its_charges(two_owners, alice, bob):
     result = run_meter(HOUR)
 
-    assert (result.charges, result.transactions) == (6, 2)
+    assert (result.allocations, result.charges, result.transactions) == (6, 2, 2)
     revenue = platform_account(AccountKind.REVENUE)
     for user in (alice, bob):
         [paid] = Transaction.objects.filter(kind=TransactionKind.CHARGE, entries__account=wallet_for(user))
@@ -77,45 +78,50 @@ def test_a_tick_posts_one_transaction_per_wallet_that_pays_exactly_its_charges(t
 
 
 def test_a_batch_holds_a_wallets_allocations_together_so_it_is_charged_once(two_owners):
-    """Batches of three, ids interleaved alice/bob: batching by id would split both wallets over two batches."""
+    """Batches of three allocations, ids interleaved alice/bob: each wallet's line fills a batch."""
     result = run_meter(HOUR, batch=3)
-    assert (result.charges, result.transactions) == (6, 2)
+    assert (result.allocations, result.transactions) == (6, 2)
     assert [txn.charges.count() for txn in charge_transactions()] == [1, 1]
 
 
-def test_a_wallet_with_more_allocations_than_a_batch_is_charged_once_per_batch(two_owners, alice):
+def test_a_line_with_more_allocations_than_a_batch_is_billed_whole(two_owners, alice):
     result = run_meter(HOUR, batch=2)
-    assert result.charges == 6
-    # Alice's line is split over two batches, so two transactions: a Charge row each.
-    assert [txn.charges.count() for txn in charge_transactions()] == [1, 1, 1, 1]
-    assert sorted(Charge.objects.filter(owner=alice).values_list("chips", flat=True)) == [4, 8]
+    assert (result.allocations, result.charges, result.transactions) == (6, 2, 2)
+    assert sorted(Charge.objects.values_list("chips", flat=True)) == [12, 12]
     assert balance_of(alice) == 10**12 - 3 * FOUR_CHIPS_PER_HOUR
+
+
+def test_a_wallet_with_more_lines_than_a_batch_holds_is_charged_once_per_batch(two_owners, alice, enroll):  # noqa: F811
+    other, _ = enroll("wallets-2", chip="tpu-v5e", chips=8)  # another chip type: a second line for alice's job
+    open_allocation(two_owners[alice][0].job, other, chips=4)
+    result = run_meter(HOUR, batch=3)
+    assert (result.lines, result.transactions) == (3, 3)  # alice's two lines in two batches, bob's in one
+    assert sorted(txn.charges.count() for txn in charge_transactions()) == [1, 1, 1]
+    assert balance_of(alice) == 10**12 - 3 * FOUR_CHIPS_PER_HOUR - exact_cost(Allocation.objects.last(), HOUR)
 
 
 def test_a_second_tick_at_the_same_time_finds_nothing_due_and_writes_nothing(two_owners):
     run_meter(HOUR)
     rows = Transaction.objects.count(), Entry.objects.count(), Charge.objects.count()
-    assert not due_allocations(HOUR).exists()
-    assert not due_allocations(HOUR + timedelta(microseconds=999_999)).exists()
-    assert due_allocations(HOUR + timedelta(seconds=1)).count() == 6
+    assert not due_lines(HOUR)
+    assert not due_lines(HOUR + timedelta(microseconds=999_999))
+    assert [count for _, _, count in due_lines(HOUR + timedelta(seconds=1))] == [3, 3]
     again = run_meter(HOUR)
-    assert (again.allocations, again.charges, again.transactions) == (0, 0, 0)
+    assert (again.lines, again.allocations, again.charges, again.transactions) == (0, 0, 0, 0)
     assert (Transaction.objects.count(), Entry.objects.count(), Charge.objects.count()) == rows
 
 
-def test_a_short_wallet_pays_its_allocations_in_id_order_until_empty(two_owners, alice, bob):
-    """1.5 allocations' worth: the first is paid in full, the second in part, the third not at all."""
+def test_a_short_wallet_pays_what_it_has_and_owes_the_rest(two_owners, alice, bob):
+    """1.5 allocations' worth for a line of three: the line is paid that much, the rest stays owed."""
     adjust_credit(alice, -(10**12) + FOUR_CHIPS_PER_HOUR * 3 // 2, reason="drain", actor=None, key="drain")
     result = charge_allocations([a.pk for a in two_owners[alice] + two_owners[bob]], HOUR)
 
-    for allocation in two_owners[alice]:
-        allocation.refresh_from_db()
-        assert allocation.billed_through == HOUR  # the mark moves on whether or not it was paid
-    assert [a.charged_total for a in two_owners[alice]] == [FOUR_CHIPS_PER_HOUR, FOUR_CHIPS_PER_HOUR // 2, 0]
+    line = line_of(two_owners[alice][0])
+    assert line.billed_through == HOUR  # the mark moves on whether or not it was paid
+    assert (line.charged_total, line.chip_seconds) == (FOUR_CHIPS_PER_HOUR * 3 // 2, 3 * 4 * 3600)
     assert balance_of(alice) == 0
-    # One row for what the line paid: the third allocation paid nothing, so it is not in it.
-    [line] = Charge.objects.filter(owner=alice)
-    assert (line.amount, line.chips, line.chip_seconds) == (FOUR_CHIPS_PER_HOUR * 3 // 2, 8, 8 * 3600)
+    [row] = Charge.objects.filter(owner=alice)
+    assert (row.amount, row.chips, row.chip_seconds) == (FOUR_CHIPS_PER_HOUR * 3 // 2, 12, 12 * 3600)
     assert sum(s.shortfall for s in result.shortfalls) == FOUR_CHIPS_PER_HOUR * 3 // 2
     assert balance_of(bob) == 10**12 - 3 * FOUR_CHIPS_PER_HOUR
     assert audit_ledger() == []
@@ -124,16 +130,15 @@ def test_a_short_wallet_pays_its_allocations_in_id_order_until_empty(two_owners,
 def test_ticks_add_up_per_allocation_with_wallet_transactions(two_owners, alice):
     for seconds in (1, 7, 60, 61, 600, 3599, 3600):
         run_meter(T0 + timedelta(seconds=seconds, microseconds=400_000))
-    for allocation in two_owners[alice]:
-        allocation.refresh_from_db()
-        assert allocation.charged_total == exact_cost(allocation, HOUR)
+    line = line_of(two_owners[alice][0])
+    assert line.charged_total == sum(exact_cost(allocation, HOUR) for allocation in two_owners[alice])
     rows = Charge.objects.filter(owner=alice).order_by("started_at")
-    assert sum(rows.values_list("chip_seconds", flat=True)) == 3 * 4 * 3600
-    assert sum(rows.values_list("amount", flat=True)) == sum(a.charged_total for a in two_owners[alice])
-    # The line's rows tile its time: each starts where the one before ended.
+    assert sum(rows.values_list("chip_seconds", flat=True)) == line.chip_seconds == 3 * 4 * 3600
+    assert sum(rows.values_list("amount", flat=True)) == line.charged_total
+    # The line's rows tile its time: each starts where the one before ended (at the tick).
     spans = list(rows.values_list("started_at", "ended_at"))
     assert [start for start, _ in spans[1:]] == [end for _, end in spans[:-1]]
-    assert (spans[0][0], spans[-1][1]) == (T0, HOUR)
+    assert (spans[0][0], spans[-1][1]) == (T0, HOUR + timedelta(microseconds=400_000))
     assert len(charge_transactions()) == 2 * 7
 
 
@@ -322,5 +327,4 @@ def test_prices_too_large_for_int64_halves_are_charged_exactly_one_by_one(alice,
     set_price(node.pool.chip_type, T0, 10**13)
     allocation = open_allocation(planning_job(status=JobStatus.RUNNING), node, chips=3)
     run_meter(HOUR + timedelta(microseconds=999_999))
-    allocation.refresh_from_db()
-    assert allocation.charged_total == 3 * 10**13
+    assert line_of(allocation).charged_total == 3 * 10**13

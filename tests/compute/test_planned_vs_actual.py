@@ -7,6 +7,7 @@ from datetime import timedelta
 from django.urls import reverse
 
 from tests.compute.conftest import hand_plan
+from tests.lines import bill_as_charged
 from workers.choices import JobStatus
 from workers.models import Job, JobMetric
 from workers.services.placement import allocate
@@ -35,7 +36,8 @@ def test_a_finished_job_shows_quoted_against_actual_and_how_far_off(client, alic
     Job.objects.filter(pk=job.pk).update(
         status=JobStatus.SUCCEEDED, step=100, tokens_per_s=800.0, finished_at=placed + timedelta(seconds=125)
     )
-    job.allocations.update(ended_at=placed + timedelta(seconds=125), charged_total=125_000)
+    job.allocations.update(ended_at=placed + timedelta(seconds=125))
+    bill_as_charged(job.allocations.get(), 125_000)
     client.force_login(alice)
 
     shown = section(client, job)

@@ -26,6 +26,7 @@ from billing.models import SpotPrice
 from billing.services.ledger import balance_of
 from market.models import Bid
 from portal.models.tokens import ApiToken
+from tests.lines import bill_as_charged
 from tests.stored import own_store_url
 from workers.choices import AgentStatus, JobEventKind, JobStatus
 from workers.models import Allocation, ChipType, Dataset, Job, JobLogLine, JobMetric, Node
@@ -178,16 +179,16 @@ def site(live_server, alice, fund, settings, tmp_path, monkeypatch) -> Site:
     spot_price_history()
     job = running_job(alice)
     placed_on = Node.objects.filter(pool__chip_type__slug="rtx-4090").first()
-    Allocation.objects.create(  # billed so far: the job page compares the quote with what it costs
+    billed = Allocation.objects.create(  # billed so far: the job page compares the quote with what it costs
         job=job,
         node=placed_on,
         chip_type=placed_on.pool.chip_type,
         chips=1,
         epoch=1,
         started_at=job.started_at,
-        billed_through=timezone.now(),
-        charged_total=1_500,
+        billed_through=job.started_at,
     )
+    bill_as_charged(billed, 1_500)
     Bid.objects.create(
         owner=alice,
         job=job,

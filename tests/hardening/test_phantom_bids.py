@@ -23,6 +23,7 @@ from market.services.bids import change_bid, place_bid
 from market.services.clearing import clear_chip_type, take_up_seconds
 from tests.conftest import token_client
 from tests.hardening.spot_helpers import job_spec, online_node, spot_job
+from tests.lines import line_charged
 from workers.choices import AllocationMode, JobStatus
 from workers.models import AgentCommand, Allocation, ChipType, Job
 from workers.services.lifecycle import resume as continue_migration
@@ -165,10 +166,9 @@ def test_a_legitimate_bid_still_evicts_with_notice_and_its_job_is_placed_and_bil
 
     before = balance_of(bob)
     charge_allocations([allocation.pk], allocation.started_at + timedelta(seconds=60))
-    allocation.refresh_from_db()
     # one minute at the clearing price, the highest losing bid (alice's 0.80/h)
-    assert allocation.charged_total == round(800_000 / 60)
-    assert balance_of(bob) == before - allocation.charged_total
+    assert line_charged(allocation) == round(800_000 / 60)
+    assert balance_of(bob) == before - line_charged(allocation)
 
 
 def test_a_bid_whose_job_never_takes_up_the_chips_lapses_and_the_chips_go_back(alices_running_job, bob):

@@ -31,6 +31,7 @@ from market.services.clearing import clear_chip_type, take_up_seconds
 from market.services.reservations import end_bid_reservations
 from tests.conftest import token_client
 from tests.hardening.spot_helpers import job_spec, spot_job
+from tests.lines import line_charged
 from workers.choices import JobStatus
 from workers.models import ChipType, Job
 from workers.services.lifecycle import resume as continue_migration
@@ -131,9 +132,8 @@ def test_a_job_that_takes_up_its_chips_pays_the_reservation_then_the_allocation_
     assert balance_of(bob) == before - reservation.amount
 
     charge_allocations([allocation.pk], clock.start + timedelta(seconds=45))
-    allocation.refresh_from_db()
-    assert allocation.charged_total == cost((27, ALICES_BID))
-    assert reservation.amount + allocation.charged_total == cost((45, ALICES_BID))  # one integral over [won, end)
+    assert line_charged(allocation) == cost((27, ALICES_BID))
+    assert reservation.amount + line_charged(allocation) == cost((45, ALICES_BID))  # one integral over [won, end)
     assert balance_of(bob) == before - cost((45, ALICES_BID))
     assert SpotReservation.objects.filter(job=bobs_job).count() == 1  # later clearings reserve nothing more
     assert SpotReservation.objects.filter(job=alices_running_job).count() == 0

@@ -10,7 +10,7 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from base import heartbeats
-from billing.models import SpotPrice
+from billing.models import BillingLine, SpotPrice
 from portal.metrics_access import parse_networks
 from workers.choices import AgentStatus, AllocationMode, JobStatus
 from workers.models import Allocation, ChipType, Job, Node
@@ -101,8 +101,9 @@ def running_job(owner, node: Node, chips: int, mode: str = AllocationMode.ON_DEM
         mode=mode,
         epoch=1,
         started_at=now - timedelta(seconds=behind_s + 60),
-        billed_through=now - timedelta(seconds=behind_s),
+        billed_through=now - timedelta(seconds=behind_s + 60),
     )
+    BillingLine.objects.filter(job=job).update(billed_through=now - timedelta(seconds=behind_s))  # the meter's mark
     return job
 
 

@@ -6,13 +6,13 @@ import re
 from decimal import Decimal
 
 from django.conf import settings
-from django.db.models import Sum
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from base.api.fields import MoneyField, MoneyInputField
 from base.api.serializers import FieldsBuiltOnce
 from base.money import format_amount, to_micros
+from billing.services.statements import job_charged
 from workers.choices import Policy, TrainingMode
 from workers.hfconfig import lora_settings
 from workers.models import ChipType, Dataset, Job, JobEval, JobEvent, JobLogLine, JobMigration
@@ -323,10 +323,8 @@ class JobSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
 
     @extend_schema_field({"type": "string", "format": "decimal", "example": "0.42"})
     def get_cost(self, job: Job) -> str:
-        if hasattr(job, "charged"):  # annotated by the API's queryset: one query for a whole page
-            charged = job.charged
-        else:
-            charged = job.allocations.aggregate(total=Sum("charged_total"))["total"]
+        # Annotated by the API's queryset (one query for a whole page), or asked for this one job.
+        charged = job.charged if hasattr(job, "charged") else job_charged(job)
         return format_amount(charged or 0)
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from django.db.models import OuterRef, Subquery, Sum
 from django.http import Http404, StreamingHttpResponse
 from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
@@ -24,11 +23,12 @@ from base.api.idempotency import IDEMPOTENCY_KEY_PARAMETER, idempotent
 from base.api.parsers import StrictFormParser, StrictMultiPartParser
 from base.api.validation import refuse_unknown_fields
 from base.prepared import PreparedPage, PreparedQuery, prefetched
+from billing.services.statements import charged_of_job
 from workers import planner
 from workers.api import job_docs as docs
 from workers.api import job_serializers as s
 from workers.api.stored_files import StorageDown, stored_file_response
-from workers.models import Allocation, Dataset, Job, JobMigration
+from workers.models import Dataset, Job, JobMigration
 from workers.services import job_logs
 from workers.services.artifacts import list_artifacts, stored_artifact
 from workers.services.datasets import DatasetInUse, DatasetRejected, delete_dataset, store_dataset
@@ -79,13 +79,6 @@ def valid_spec(request) -> s.JobSpecSerializer:
 def artifact_url(request, job: Job, relative: str) -> str:
     """Where `artifact` serves a file of the job: its path (percent-encoded by reverse), no trailing slash."""
     return request.build_absolute_uri(reverse("job-artifact", kwargs={"pk": job.pk, "path": relative}))
-
-
-def charged_of_job() -> Subquery:
-    """What a job's allocations were charged, as a subquery: no GROUP BY over the jobs, so their ordering
-    (newest first) holds and a page's COUNT stays a plain one."""
-    totals = Allocation.objects.filter(job=OuterRef("pk")).order_by().values("job").annotate(total=Sum("charged_total"))
-    return Subquery(totals.values("total"))
 
 
 def jobs_of(owner, status: str | None = None):

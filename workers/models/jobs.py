@@ -156,8 +156,11 @@ class Allocation(models.Model):
     epoch = models.PositiveIntegerField()
     started_at = models.DateTimeField()
     ended_at = models.DateTimeField(null=True, blank=True)
-    # High-water mark of per-second billing and what has been charged up to it (micro-units,
-    # cumulative-exact: the price integrated from started_at to billed_through, rounded once).
+    # Final once the allocation ended and the meter folded it into its billing line
+    # (billing.models.BillingLine, the job's chips of this type and mode): billed through its last
+    # whole second, and what that cost (micro-units, the price integrated from started_at to
+    # billed_through, rounded once). While it is open its billing lives on the line, and these stay
+    # at started_at and 0.
     billed_through = models.DateTimeField()
     charged_total = models.BigIntegerField(default=0)
     # A reclaimed allocation stops billing at once (`ended_at`) but keeps its chips until its ranks

@@ -13,9 +13,8 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from django.db.models import Sum
-
 from base.money import format_amount
+from billing.services.statements import job_charged
 from workers.choices import TrainingMode
 from workers.models import Job, UploadedModel
 from workers.runtime.staging import is_stored, key_of
@@ -107,7 +106,7 @@ def exported_step(job: Job) -> ExportedStep | None:
 
 def model_card(job: Job, which: str, step_name: str) -> str:
     """README.md: what was trained, on what, how far, on which chips, with which losses, for how much."""
-    charged = job.allocations.aggregate(total=Sum("charged_total"))["total"] or 0
+    charged = job_charged(job)
     chips = job.plan.describe().removeprefix("Placed on ") if job.plan else "–"
     dataset = job.dataset_upload.name if job.dataset_upload_id else job.dataset
     lines = [
