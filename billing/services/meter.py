@@ -259,15 +259,11 @@ def _read_allocations(lines: Lines) -> Allocations:
     )
     values = _read(sql, [int_array(np.unique(lines.job)), AllocationMode.SPOT])
     if values[0] is None:
-        none = columns_of(Allocations, values)
-        none.row_line = np.empty(0, dtype=np.int64)
-        return none
+        return columns_of(Allocations, values)
     ids, jobs, chip_types, spot, chips, start, end = values
     row_line = _match_lines(lines, jobs, chip_types, spot)
     mine = row_line >= 0
-    return Allocations(
-        ids[mine], lines.id[row_line[mine]], chips[mine], start[mine], end[mine], row_line=row_line[mine]
-    )
+    return Allocations(ids[mine], row_line[mine], chips[mine], start[mine], end[mine])
 
 
 def _match_lines(lines: Lines, jobs: np.ndarray, chip_types: np.ndarray, spot: np.ndarray) -> np.ndarray:

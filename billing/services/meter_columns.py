@@ -195,11 +195,10 @@ class Allocations:
     """The unsettled allocations of a batch's lines as columns, and each one's new mark and cost."""
 
     id: np.ndarray
-    line: np.ndarray
+    row_line: np.ndarray  # the index of its line in the batch's Lines
     chips: np.ndarray
     start: np.ndarray
     end: np.ndarray  # NO_END while open
-    row_line: np.ndarray | None = None  # the index of its line in the batch's Lines
     mark: np.ndarray | None = None
     owed: np.ndarray | None = None
     settling: np.ndarray | None = None  # ended by now: folded into its line this tick
