@@ -1,4 +1,4 @@
-"""Heartbeats: the last time a periodic process did its work, and what it found, for /readyz and /metrics.
+"""Heartbeats: the last time a periodic process did its work, and what it found, for /metrics.
 
 `mark("meter")` after each meter run, `mark("ledger_audit", problems=0)` after each audit, and the
 beat after each task it publishes (portal.beat). They live in the cache (Redis), so every process

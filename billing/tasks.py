@@ -33,7 +33,7 @@ def audit_ledger() -> int:
 def run_meter() -> None:
     """Charge every open allocation up to now; a second beat or a redelivery charges nothing twice."""
     result = charge_due_allocations()
-    heartbeats.mark("meter")  # /readyz and /metrics: the meter ran
+    heartbeats.mark("meter")  # /metrics: the meter ran
     if result.charges:
         logger.info("meter: %d allocation(s) charged, %d chip-second(s)", result.charges, result.seconds)
 

@@ -1,6 +1,6 @@
 """The beat's heartbeat: once a process starts as Celery beat, each task it publishes marks "beat".
 
-/readyz reads that mark (base.heartbeats) to tell whether the beat is alive; nothing else records
+/metrics reads that mark (base.heartbeats) to tell whether the beat is alive; nothing else records
 a beat tick (the schedule file stays on the beat's own disk). A mark is one Redis write, a few a second.
 """
 

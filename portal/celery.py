@@ -6,7 +6,7 @@ import os
 
 from celery import Celery
 
-from portal import beat  # noqa: F401  (the beat marks its ticks for /readyz)
+from portal import beat  # noqa: F401  (the beat marks its ticks for /metrics)
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 

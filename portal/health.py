@@ -1,8 +1,14 @@
 """Liveness and readiness for load balancers and orchestrators: /healthz and /readyz.
 
-/healthz answers 200 as long as this process serves requests; it touches no store. /readyz runs the
-checks below (django-health-check plugins, all at once, each within its timeout) and answers 200
-when every one passes, else 503; either way a JSON body names each check and what failed.
+/healthz answers 200 as long as this process serves requests; it touches no store. /readyz says
+whether *this* instance can serve: its database and its storage (django-health-check plugins, at
+once, each within its timeout); 200 when both pass, else 503, with a JSON body naming each check.
+Redis, beat and the meter are shared by every instance: a stalled beat would fail every instance's
+probe at once and empty the load balancer, so they are reported by /metrics (portal.metrics) instead.
+
+A failure names the check and the error's type only: messages of database drivers and storage
+clients carry hosts, ports, bucket URLs and folder paths, which an unauthenticated probe must not
+show. The full error goes to the log.
 """
 
 from __future__ import annotations
@@ -11,10 +17,10 @@ import asyncio
 import concurrent.futures
 import dataclasses
 import datetime
+import logging
 from typing import Any
 
-import redis.asyncio
-from django.conf import settings
+from django.db import Error as DatabaseDriverError
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils.cache import add_never_cache_headers, patch_vary_headers
@@ -23,11 +29,10 @@ from django.views import View
 from django.views.decorators.http import require_GET
 from health_check.base import HealthCheck
 from health_check.checks import Database
-from health_check.contrib.redis import Redis
 from health_check.exceptions import ServiceUnavailable
 from health_check.views import HealthCheckView
 
-from base import heartbeats
+logger = logging.getLogger(__name__)
 
 CHECK_TIMEOUT = datetime.timedelta(seconds=3)
 
@@ -40,16 +45,25 @@ def healthz(request: HttpRequest) -> HttpResponse:
     return response
 
 
+def unavailable(what: str, error: BaseException) -> ServiceUnavailable:
+    """The probe's answer names the error's type only; its message (hosts, paths) goes to the log."""
+    logger.warning("readiness: %s (%s: %s)", what, type(error).__name__, error)
+    return ServiceUnavailable(f"{what} ({type(error).__name__})")
+
+
 class ReadyDatabase(Database):
     """`SELECT 1` on a fresh connection (django-health-check's check, within our timeout)."""
 
     timeout = CHECK_TIMEOUT
 
-
-class ReadyRedis(Redis):
-    """`PING` to REDIS_URL (django-health-check's check, within our timeout)."""
-
-    timeout = CHECK_TIMEOUT
+    def run(self) -> None:
+        try:
+            super().run()
+        except ServiceUnavailable as error:
+            # The library's message is the driver's text up to its first colon: it can name the server.
+            raise unavailable("the database did not answer", error.__cause__ or error) from error
+        except DatabaseDriverError as error:
+            raise unavailable("the database did not answer", error) from error
 
 
 @dataclasses.dataclass
@@ -64,41 +78,12 @@ class PlatformStorage(HealthCheck):
 
             platform_store().ping()
         except Exception as error:  # any failure to reach or use the store: its type says which
-            raise ServiceUnavailable(f"storage ping failed ({type(error).__name__}: {error})"[:300]) from error
-
-
-@dataclasses.dataclass
-class RecentHeartbeat(HealthCheck):
-    """A periodic process marked its heartbeat (base.heartbeats) within `within_s` seconds."""
-
-    name: str = ""
-    within_s: float = 0.0
-    what: str = dataclasses.field(default="", repr=False)
-    timeout = CHECK_TIMEOUT
-
-    def run(self) -> None:
-        beat = heartbeats.last(self.name)
-        if beat is None:
-            raise ServiceUnavailable(f"{self.what}: no run recorded")
-        age = beat.age_seconds()
-        if age > self.within_s:
-            raise ServiceUnavailable(f"{self.what}: last ran {age:.0f} s ago (more than {self.within_s:g} s)")
-
-
-def redis_client() -> redis.asyncio.Redis:
-    timeout = settings.REDIS_SOCKET_TIMEOUT_S
-    return redis.asyncio.Redis.from_url(settings.REDIS_URL, socket_timeout=timeout, socket_connect_timeout=timeout)
+            raise unavailable("storage ping failed", error) from error
 
 
 def readiness_checks() -> dict[str, tuple[type[HealthCheck], dict[str, Any]]]:
-    """Name -> (check, options): what must work for this instance to take traffic."""
-    return {
-        "database": (ReadyDatabase, {}),
-        "redis": (ReadyRedis, {"client_factory": redis_client}),
-        "storage": (PlatformStorage, {}),
-        "beat": (RecentHeartbeat, {"name": "beat", "within_s": settings.READY_BEAT_WITHIN_S, "what": "Celery beat"}),
-        "meter": (RecentHeartbeat, {"name": "meter", "within_s": settings.READY_METER_WITHIN_S, "what": "meter"}),
-    }
+    """Name -> (check, options): what this instance needs of its own to take traffic."""
+    return {"database": (ReadyDatabase, {}), "storage": (PlatformStorage, {})}
 
 
 class ReadinessView(HealthCheckView):

@@ -11,6 +11,8 @@ import logging
 import os
 from collections.abc import Iterator
 
+import redis
+from django.conf import settings
 from django.db import DatabaseError
 from django.db.models import Count, Exists, Min, OuterRef, Q, Subquery, Sum
 from django.http import HttpRequest, HttpResponse
@@ -45,6 +47,7 @@ class PlatformCollector:
         yield up
         yield from gauges
         yield from self.heartbeat_gauges()
+        yield self.redis_up()
 
     def platform_gauges(self) -> Iterator[Metric]:
         now = timezone.now()
@@ -128,6 +131,21 @@ class PlatformCollector:
         rows = ChipType.objects.annotate(price=Subquery(latest[:1])).filter(~Q(price=None)).order_by("slug")
         for slug, price in rows.values_list("slug", "price"):
             family.add_metric([slug], price / MICROS_PER_UNIT)
+        return family
+
+    def redis_up(self) -> Metric:
+        """Redis is shared by every instance, so it is watched here and alerted on, not a readiness check."""
+        family = GaugeMetricFamily("starverse_redis_up", "1 when Redis (REDIS_URL) answered a PING, else 0.")
+        timeout = settings.REDIS_SOCKET_TIMEOUT_S
+        client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=timeout, socket_connect_timeout=timeout)
+        try:
+            answered = bool(client.ping())
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as error:
+            logger.warning("metrics: Redis unavailable (%s)", type(error).__name__)
+            answered = False
+        finally:
+            client.close()
+        family.add_metric([], 1 if answered else 0)
         return family
 
     def heartbeat_gauges(self) -> Iterator[Metric]:

@@ -336,12 +336,6 @@ CONTENT_SECURITY_POLICY = PAGE_CONTENT_POLICY  # portal.content_policy; the bill
 # docs/OPERATIONS.md describes each variable. /healthz and /readyz: portal/health.py; /metrics:
 # portal/metrics.py; logs: portal/logs.py; Sentry: portal/sentry.py; mail: portal/mail_settings.py.
 
-# /readyz: the beat published within three of its shortest periods, the meter ran within three of its own.
-READY_BEAT_WITHIN_S = 3 * min(
-    entry["schedule"] for entry in CELERY_BEAT_SCHEDULE.values() if isinstance(entry["schedule"], int | float)
-)
-READY_METER_WITHIN_S = 3 * CELERY_BEAT_SCHEDULE["run-meter"]["schedule"]
-
 # Prometheus: request metrics (the two middlewares wrap all others) and database metrics (the engine).
 MIDDLEWARE = [
     "django_prometheus.middleware.PrometheusBeforeMiddleware",

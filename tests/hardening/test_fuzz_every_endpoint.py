@@ -248,7 +248,7 @@ def check(response, request: dict) -> None:
     label = f"{request['method']} {request['url'][:200]!r} ({request['auth']})"
     url = request["url"]
     stripe_unconfigured = response.status_code == 503 and ("/topups/" in url)
-    # /readyz answers 503 by design while beat and the meter have not run (no Celery in this test)
+    # /readyz answers 503 by design when this instance's storage can't be reached
     not_ready = response.status_code == 503 and url.startswith("/readyz") and "failed" in response.json()
     assert response.status_code < 500 or stripe_unconfigured or not_ready, f"{label} answered {response.status_code}"
     if url.startswith("/api/") and response.status_code >= 400:

@@ -181,3 +181,9 @@ def test_without_a_database_the_process_metrics_still_answer(client, monkeypatch
     exported = samples(response)
     assert exported[("starverse_platform_metrics_up", ())] == 0
     assert not any(name == "starverse_jobs" for name, _ in exported)
+
+
+def test_redis_is_reported_up_when_it_answers_and_down_when_it_does_not(client, settings):
+    assert samples(scrape(client))[("starverse_redis_up", ())] == 1
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"  # nothing listens on port 1
+    assert samples(scrape(client))[("starverse_redis_up", ())] == 0
