@@ -326,7 +326,10 @@ CSRF_COOKIE_SECURE = SECURE_HTTPS
 SECURE_SSL_REDIRECT = SECURE_HTTPS
 SECURE_HSTS_SECONDS = 31536000 if SECURE_HTTPS else 0
 SECURE_HSTS_INCLUDE_SUBDOMAINS = SECURE_HTTPS
-SECURE_HSTS_PRELOAD = SECURE_HTTPS
+# Preloading puts the domain into browsers' built-in HTTPS-only lists, which takes months to undo: the
+# operator's decision (SECURE_HSTS_PRELOAD=1), never a default. Django's deploy check would flag it off.
+SECURE_HSTS_PRELOAD = SECURE_HTTPS and env_bool("SECURE_HSTS_PRELOAD", False)
+SILENCED_SYSTEM_CHECKS = [] if SECURE_HSTS_PRELOAD else ["security.W021"]
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if env_bool("BEHIND_PROXY") else None
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"

@@ -82,3 +82,30 @@ def test_the_celery_app_knows_the_periodic_tasks():
     app.loader.import_default_modules()
     assert "billing.tasks.audit_ledger" in app.tasks
     assert any(entry["task"] == "billing.tasks.audit_ledger" for entry in app.conf.beat_schedule.values())
+
+
+HSTS_HEADER = """
+import django
+django.setup()
+from django.http import HttpResponse
+from django.middleware.security import SecurityMiddleware
+from django.test import RequestFactory
+request = RequestFactory().get("/", secure=True)
+print(SecurityMiddleware(lambda request: HttpResponse())(request)["Strict-Transport-Security"])
+"""
+
+
+def hsts_header(**variables: str) -> str:
+    """The Strict-Transport-Security header production settings send with these environment variables."""
+    env = {**os.environ, "DJANGO_SECRET_KEY": secrets.token_urlsafe(50), "SECURE_HTTPS": "true", **variables}
+    env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+    result = subprocess.run(
+        [sys.executable, "-c", HSTS_HEADER], env=env, capture_output=True, text=True, timeout=120, check=True
+    )
+    return result.stdout.strip()
+
+
+def test_hsts_does_not_ask_browsers_to_preload_the_domain_unless_the_operator_turns_it_on():
+    # Preloading is hard to undo (browsers ship the list): it is the operator's decision, never a default.
+    assert hsts_header() == "max-age=31536000; includeSubDomains"
+    assert hsts_header(SECURE_HSTS_PRELOAD="true") == "max-age=31536000; includeSubDomains; preload"
