@@ -8,14 +8,17 @@ from io import StringIO
 
 import pytest
 from django.core.management import call_command
+from django.db.models import Sum
 from django.urls import reverse
+from django.utils import timezone
 
 from base.money import format_amount
 from billing.services.credits import adjust_credit, grant_trial_credit
 from billing.services.pricing import current_offers, reference_chip
 from portal.models.tokens import ApiToken, TokenScope, hash_token
 from tests.money_html import money
-from workers.models import ChipType
+from workers.choices import AgentStatus
+from workers.models import ChipType, Node
 
 pytestmark = pytest.mark.django_db
 
@@ -52,6 +55,37 @@ def test_the_home_page_links_to_pricing_and_sign_up(client):
     html = client.get(reverse("home")).content.decode()
     assert reverse("pricing") in html
     assert reverse("account_signup") in html
+
+
+def test_a_visitor_sees_each_chips_prices_and_how_many_are_online_on_the_home_page(client, catalog):
+    Node.objects.filter(pool__chip_type__slug="rtx-4090").update(
+        agent_status=AgentStatus.ONLINE, last_heartbeat_at=timezone.now()
+    )
+    online = Node.objects.filter(pool__chip_type__slug="rtx-4090").aggregate(chips=Sum("chips"))["chips"]
+
+    html = client.get(reverse("home")).content.decode()
+
+    rtx = row_of(html.replace("</li>", "</tr>"), "rtx-4090")
+    assert "¥1.20" in rtx and "on-demand" in rtx and "spot now" in rtx
+    assert f"{online} online" in rtx
+    assert "none online" in row_of(html.replace("</li>", "</tr>"), "tpu-v5e")
+    assert f"{online} chips online" in html
+
+
+def test_a_visitor_reads_how_it_works_on_the_home_page(client):
+    html = client.get(reverse("home")).content.decode()
+    steps = html[html.index('data-testid="how-it-works"') :]
+    assert "How it works" in html
+    assert "Sign up" in steps and "quote" in steps and "Download the model" in steps
+
+
+@pytest.mark.parametrize("path", ["/", "/pricing/", "/accounts/login/", "/no/such/page/"])
+def test_every_page_starts_with_a_link_that_skips_to_the_content(client, path):
+    html = client.get(path).content.decode()
+    body = html[html.index("<body") :]
+    first_link = re.search(r"<(a|button|summary)\b[^>]*>", body).group(0)
+    assert 'href="#main"' in first_link and "Skip to content" in body[: body.index("</a>")]
+    assert '<main class="container" id="main"' in html
 
 
 def test_pricing_is_public_and_lists_every_chip(client, catalog):

@@ -39,8 +39,16 @@ def pricing_row(offer: ChipOffer, reference: ChipType) -> PricingRow:
 
 
 def home(request: HttpRequest) -> HttpResponse:
+    """What a visitor needs to decide: each chip type's prices now and how many are online, and how it works."""
     trial_credit = OperatorSettings.load().trial_credit
-    return render(request, "portal/home.html", {"trial_credit": format_price(trial_credit) if trial_credit else ""})
+    offers = [offer for offer in current_offers() if offer.price]
+    context = {
+        "trial_credit": format_price(trial_credit) if trial_credit else "",
+        "offers": offers,
+        "chips_online": sum(offer.capacity for offer in offers),
+        "simulated_online": sum(offer.simulated_capacity for offer in offers),
+    }
+    return render(request, "portal/home.html", context)
 
 
 def pricing(request: HttpRequest) -> HttpResponse:
