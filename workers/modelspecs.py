@@ -6,7 +6,8 @@ the network from the Hugging Face config itself (workers.hfconfig, transformers)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 
 FULL, LORA = "full", "lora"
 MODES = (FULL, LORA)
@@ -79,6 +80,12 @@ class ModelSpec:
             "exact_parameters": self.exact_parameters,
             "trainable_parameters": self.trainable_parameters,
         }
+
+    @classmethod
+    def from_dict(cls, data: Mapping) -> ModelSpec:
+        """The inverse of as_dict (keys it doesn't know, such as a launch's extras, are left out)."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{key: value for key, value in data.items() if key in known})
 
 
 def _llama(vocab: int, hidden: int, layers: int, heads: int, kv_heads: int, ffn: int, context: int) -> dict:

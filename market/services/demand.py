@@ -7,7 +7,8 @@ evicted other users' spot jobs for free. So:
 - only a live spot job bids: not finished, not stopping, no cancel asked;
 - its constraints must allow the chip type: chips picked by hand name it (and cap the count), a
   job that may not change chip types has it in its current plan, and its model fits that chip's
-  memory at some ZeRO stage (the planner's memory rule);
+  memory at some ZeRO stage (the planner's memory rule, on the model as planning sized it at launch:
+  `Job.model_spec`, since uploads and Hub ids resolve only on the compute side);
 - a placed job (provisioning, running) asks for no more than the spot chips of that type it holds:
   it does not grow onto new chips, it only keeps what it has;
 - a job waiting to be placed (queued, planning, migrating) asks for up to its bid's chips; chips it
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from workers import planner
 from workers.choices import JobStatus
 from workers.models import ChipType, Job
-from workers.modelspecs import UnknownModel, resolve_model
+from workers.modelspecs import ModelSpec, UnknownModel, resolve_model
 
 PLACED = {JobStatus.PROVISIONING, JobStatus.RUNNING}
 WAITING = {JobStatus.QUEUED, JobStatus.PLANNING, JobStatus.MIGRATING}
@@ -54,7 +55,8 @@ def chip_limit(job: Job, chip_type: ChipType) -> Usable:
     if kept is not None and slug not in kept:
         types = ", ".join(sorted(kept))
         return Usable(0, "chip", f"Job {job.pk} may not change chip types: it runs on {types}, not on {slug}.")
-    if not model_fits(job.model_name, float(chip_type.memory_gib), _largest_world(job)):
+    model = job_model(job)
+    if model is None or not model_fits(model, float(chip_type.memory_gib), _largest_world(job)):
         return Usable(
             0,
             "chip",
@@ -76,12 +78,19 @@ def demand_of(bid_chips: int, job: Job, chip_type: ChipType, held: int) -> int:
     return 0
 
 
-@functools.lru_cache(maxsize=512)
-def model_fits(model_name: str, memory_gib: float, ranks: int) -> bool:
+def job_model(job: Job) -> ModelSpec | None:
+    """The job's model as planning sized it at launch (an upload, a Hub model, LoRA's trainable share); for
+    rows from before that was kept, a catalog name trained fully. None: a model the market can't size."""
+    if job.model_spec:
+        return ModelSpec.from_dict(job.model_spec)
     try:
-        model = resolve_model(model_name)
+        return resolve_model(job.model_name)
     except UnknownModel:
-        return False
+        return None
+
+
+@functools.lru_cache(maxsize=512)
+def model_fits(model: ModelSpec, memory_gib: float, ranks: int) -> bool:
     return planner.fits_chip(model, memory_gib, ranks)
 
 

@@ -74,6 +74,10 @@ class Job(models.Model):
     mode = models.CharField(max_length=8, choices=TrainingMode.choices, default=TrainingMode.FULL)
     lora = models.JSONField(null=True, blank=True)
     gradient_checkpointing = models.BooleanField(default=False)
+    # The model as planning sized it at launch (workers.modelspecs.ModelSpec.as_dict(): an upload's or a Hub
+    # model's exact shape, LoRA's trainable share). The market reads it to tell which chips the job fits: it
+    # can't resolve uploads and Hub ids itself (it may not call workers.services). None: rows from before.
+    model_spec = models.JSONField(null=True, blank=True, editable=False)
     # Held-out loss: an eval dataset of the owner's, or a fraction of the training records; every N steps.
     eval_dataset_upload = models.ForeignKey(
         Dataset, null=True, blank=True, on_delete=models.PROTECT, related_name="eval_jobs"

@@ -23,7 +23,7 @@ from workers import planner
 from workers.models import Job
 from workers.services.lifecycle import submit
 from workers.services.models import ModelUnavailable, lock_for_launch
-from workers.services.planning import fleet_chips, fleet_quote, quote
+from workers.services.planning import fleet_chips, fleet_quote, model_spec, quote
 from workers.spec import JobSpec
 
 # Which field a planning error is about, its code in the error format (the SDK's typed errors), and
@@ -53,6 +53,7 @@ def launch(owner, spec: JobSpec) -> Job:
     """Refuse or queue one job for `owner`."""
     try:
         plan = launch_plan(spec)
+        model = model_spec(spec)
     except ModelUnavailable as error:  # deleted since the spec was checked
         raise LaunchRefused("model", "model_unavailable", str(error)) from None
     check_total_budget(spec, plan)
@@ -68,7 +69,7 @@ def launch(owner, spec: JobSpec) -> Job:
             check_hold(owner, plan.price_per_hour, committed=commitments(owner).total())
         except HoldRefused as error:
             raise LaunchRefused("balance", "insufficient_credit", str(error)) from None
-        return submit(owner, spec, credit_hold=hold)
+        return submit(owner, spec, credit_hold=hold, model=model)
 
 
 def launch_plan(spec: JobSpec) -> planner.Plan:

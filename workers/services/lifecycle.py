@@ -38,6 +38,7 @@ from billing.notifications import job_ended
 from market.services.bids import close_job_bids
 from workers.choices import JobEventKind, JobStatus
 from workers.models import Allocation, Job, JobEvent, JobMigration, MigrationReason, Node
+from workers.modelspecs import ModelSpec
 from workers.planner import Plan
 from workers.protocol import CommandType
 from workers.services import allocations, commands, migration
@@ -59,10 +60,17 @@ WAITING = {JobStatus.QUEUED, JobStatus.PLANNING}
 # Queue and placement ----------------------------------------------------------------------------
 
 
-def submit(owner, spec: JobSpec, *, credit_hold: int = 0) -> Job:
-    """A validated job enters the queue (workers.services.launch decides whether it may)."""
+def submit(owner, spec: JobSpec, *, credit_hold: int = 0, model: ModelSpec | None = None) -> Job:
+    """A validated job enters the queue (workers.services.launch decides whether it may); `model` is its
+    model as planning sized it, kept for the market's fit check."""
     with transaction.atomic():
-        job = Job.objects.create(owner=owner, status=JobStatus.QUEUED, credit_hold=credit_hold, **spec.job_columns())
+        job = Job.objects.create(
+            owner=owner,
+            status=JobStatus.QUEUED,
+            credit_hold=credit_hold,
+            model_spec=model.as_dict() if model else None,
+            **spec.job_columns(),
+        )
         record_event(job, JobEventKind.QUEUED, "Queued")
         _announce_queued(job.pk)
     return job
