@@ -72,7 +72,7 @@ class OperatorSettingsForm(forms.ModelForm):
 
     class Meta:
         model = OperatorSettings
-        fields = ["staff_two_factor_required"]
+        fields = ["staff_two_factor_required", "telemetry_retention_days"]
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 
@@ -31,6 +32,12 @@ class OperatorSettings(models.Model):
         default=False,
         help_text="Staff must use two-factor sign-in (an authenticator app): without it, the admin sends them "
         "to set it up first.",
+    )
+    telemetry_retention_days = models.PositiveIntegerField(
+        default=90,
+        validators=[MinValueValidator(1), MaxValueValidator(36500)],
+        help_text="A job's log lines and per-step metrics are deleted this many days after the job ended "
+        "(its summary, timeline, cost and checkpoints stay).",
     )
     updated_at = models.DateTimeField(auto_now=True)
 
