@@ -253,6 +253,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "workers.tasks.prune_checkpoints",
         "schedule": env_int("CHECKPOINT_PRUNE_SECONDS", 600),
     },
+    # Finished jobs' log lines and metrics past the operator's retention (workers/services/retention.py).
+    "prune-job-telemetry": {
+        "task": "workers.tasks.prune_job_telemetry",
+        "schedule": env_int("TELEMETRY_PRUNE_SECONDS", 3600),
+    },
 }
 
 # Compute fleet and training.

@@ -10,9 +10,16 @@ from celery import shared_task
 
 from workers.services import monitor
 from workers.services.checkpoints import prune_checkpoints_task
+from workers.services.retention import prune_job_telemetry_task
 from workers.services.scheduling import schedule_job, schedule_waiting_jobs_task
 
-__all__ = ["prune_checkpoints_task", "reconcile_jobs", "schedule_job", "schedule_waiting_jobs_task"]
+__all__ = [
+    "prune_checkpoints_task",
+    "prune_job_telemetry_task",
+    "reconcile_jobs",
+    "schedule_job",
+    "schedule_waiting_jobs_task",
+]
 
 
 @shared_task(ignore_result=True, soft_time_limit=60)
