@@ -98,6 +98,9 @@ class Job(models.Model):
     # Bumped on every (re)placement; ranks and agents of an older epoch are fenced out.
     epoch = models.PositiveIntegerField(default=0)
     plan = PlanField(null=True, blank=True)
+    # The plan the owner was quoted at launch (else the first placement's): the job page compares the run
+    # with it. `plan` is the current placement's and changes with every re-plan; this never does.
+    quote = PlanField(null=True, blank=True, editable=False)
     step = models.PositiveIntegerField(default=0)
     tokens = models.PositiveBigIntegerField(default=0)
     loss = models.FloatField(null=True, blank=True)
@@ -129,6 +132,11 @@ class Job(models.Model):
     @property
     def is_finished(self) -> bool:
         return self.status in JobStatus.finished()
+
+    def operator_cancel_reason(self) -> str:
+        """The reason the operator gave for cancelling this job; "" when nobody but its owner did."""
+        asked = self.events.filter(kind=JobEventKind.CANCEL_REQUESTED, data__by="operator").first()
+        return asked.data.get("reason", "") if asked else ""
 
     @property
     def progress(self) -> float:
