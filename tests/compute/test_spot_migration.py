@@ -111,7 +111,7 @@ def test_a_higher_bid_takes_the_chips_and_the_job_resumes_elsewhere_from_its_che
             "kind": "checkpoint",
             "rank": 0,
             "step": 8,
-            "path": "/ckpt/step-8",
+            "path": f"store:checkpoints/job-{job.pk}/step-8",
             "seconds": 0.1,
             "stopping": True,
             "t": _t(),
@@ -125,7 +125,7 @@ def test_a_higher_bid_takes_the_chips_and_the_job_resumes_elsewhere_from_its_che
     assert new.node == spot_910b and new.mode == AllocationMode.SPOT
     start = AgentCommand.objects.get(job=job, epoch=job.epoch, type="start")
     launch = start.payload["ranks"][0]
-    assert launch["resume_from"] == "/ckpt/step-8" and launch["world_size"] == 1
+    assert launch["resume_from"] == f"store:checkpoints/job-{job.pk}/step-8" and launch["world_size"] == 1
     assert job.plan.global_batch == 8  # pinned: the optimisation goes on with the same batch
 
     # Bob gets the 4090s he won, once alice's ranks are gone.
@@ -156,7 +156,14 @@ def test_a_lost_node_moves_its_job_from_the_last_periodic_checkpoint_and_refunds
         job,
         first,
         metric(0, 10),
-        {"kind": "checkpoint", "rank": 0, "step": 10, "path": "/ckpt/step-10", "seconds": 0.1, "t": _t()},
+        {
+            "kind": "checkpoint",
+            "rank": 0,
+            "step": 10,
+            "path": f"store:checkpoints/job-{job.pk}/step-10",
+            "seconds": 0.1,
+            "t": _t(),
+        },
         metric(0, 14),
     )
     job.refresh_from_db()
@@ -171,7 +178,7 @@ def test_a_lost_node_moves_its_job_from_the_last_periodic_checkpoint_and_refunds
     assert migration.reason == "lost_node" and migration.nodes == ["spot-a"]
     assert job.status == JobStatus.PROVISIONING and job.allocations.get(epoch=job.epoch).node == second
     assert AgentCommand.objects.get(job=job, epoch=job.epoch, type="start").payload["ranks"][0]["resume_from"] == (
-        "/ckpt/step-10"
+        f"store:checkpoints/job-{job.pk}/step-10"
     )
     report(job, second, metric(0, 11))
     migration.refresh_from_db()

@@ -74,7 +74,7 @@ def lost(catalog, alice, fund, settings):
         "kind": "checkpoint",
         "rank": 0,
         "step": 10,
-        "path": "/ckpt/10",
+        "path": f"store:checkpoints/job-{job.pk}/step-10",
         "seconds": 0.1,
         "t": at(checkpoint_at),
     }
@@ -96,12 +96,25 @@ def test_the_epoch_is_fenced_at_the_moment_of_loss_and_late_reports_are_refused(
 
     late_metric = send(api_a, job, 1, metric(20, lost["noticed"]))
     late_checkpoint = send(
-        api_a, job, 1, {"kind": "checkpoint", "rank": 0, "step": 20, "path": "/ckpt/20", "t": at(lost["noticed"])}
+        api_a,
+        job,
+        1,
+        {
+            "kind": "checkpoint",
+            "rank": 0,
+            "step": 20,
+            "path": f"store:checkpoints/job-{job.pk}/step-20",
+            "t": at(lost["noticed"]),
+        },
     )
     late_exit = send(api_a, job, 1, {"kind": "exit", "rank": 0, "code": 0})
     assert [r.status_code for r in (late_metric, late_checkpoint, late_exit)] == [409, 409, 409]
     job.refresh_from_db()
-    assert (job.step, job.latest_checkpoint, job.status) == (14, "/ckpt/10", JobStatus.QUEUED)
+    assert (job.step, job.latest_checkpoint, job.status) == (
+        14,
+        f"store:checkpoints/job-{job.pk}/step-10",
+        JobStatus.QUEUED,
+    )
     assert not JobMetric.objects.filter(job=job, step=20).exists()
 
 
@@ -137,7 +150,7 @@ def test_the_resume_gets_a_fresh_epoch_and_the_insurance_pays_only_for_work_real
     migration = job.migrations.get()
     assert job.status == JobStatus.PROVISIONING and job.epoch == 3 and migration.to_epoch == 3
     start = AgentCommand.objects.get(job=job, epoch=3, type="start", node=b)
-    assert start.payload["ranks"][0]["resume_from"] == "/ckpt/10"
+    assert start.payload["ranks"][0]["resume_from"] == f"store:checkpoints/job-{job.pk}/step-10"
     assert send(api_a, job, 2, metric(15, timezone.now())).status_code == 409  # the fenced epoch is never reused
 
     before = balance_of(alice)
@@ -170,7 +183,13 @@ def test_lost_work_ends_at_the_last_step_reported_when_that_came_after_the_last_
     allocate(job, hand_plan((a, 4), global_batch=4))
     heartbeat = job.allocations.get().started_at + timedelta(seconds=1)
     record_heartbeat(a, {}, now=heartbeat)
-    checkpoint = {"kind": "checkpoint", "rank": 0, "step": 10, "path": "/ckpt/10", "t": at(heartbeat)}
+    checkpoint = {
+        "kind": "checkpoint",
+        "rank": 0,
+        "step": 10,
+        "path": f"store:checkpoints/job-{job.pk}/step-10",
+        "t": at(heartbeat),
+    }
     send(api_a, job, 1, metric(10, heartbeat), checkpoint, metric(12, heartbeat + timedelta(seconds=2)))
     reconcile(now=heartbeat + timedelta(seconds=settings.AGENT_HEARTBEAT_DEADLINE_S + 1))
     migration = job.migrations.get()

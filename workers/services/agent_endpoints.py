@@ -88,5 +88,5 @@ def report(node: Node, data: dict) -> tuple[int, dict]:
     except StaleEpoch as error:
         return 409, {"detail": str(error)}
     except ReportRejected as error:
-        return 400, {"detail": str(error)}
+        return 400, {"detail": str(error), "code": error.code}
     return 200, {"accepted": accepted}

@@ -34,6 +34,27 @@ UNIVERSAL = "universal"
 INCOMPLETE_AFTER = timedelta(hours=1)
 
 
+def job_checkpoints(job_id: int) -> str:
+    """Where a job's checkpoints are kept in the platform's store: `checkpoints/job-<id>/step-<n>/` trees."""
+    return f"{CHECKPOINTS_PREFIX}/job-{job_id}"
+
+
+def is_own_checkpoint(job_id: int, key: str) -> bool:
+    """Whether `key` names one of the job's checkpoint trees: `checkpoints/job-<id>/step-<n>`."""
+    step = key.removeprefix(f"{job_checkpoints(job_id)}/step-")
+    return step != key and step.isascii() and step.isdigit()
+
+
+def own_checkpoint_key(job: Job, path: str | None) -> str | None:
+    """The key of `path` when it is `store:` one of the job's own checkpoint trees, else None. Hosts are third
+    parties (#28): what one reports is trusted only inside its job's prefix, so a report can never point the
+    pruner or a resume at another user's objects."""
+    if not is_stored(path):
+        return None
+    key = key_of(path)
+    return key if is_own_checkpoint(job.pk, key) else None
+
+
 def record_checkpoint(job: Job, item: dict, now: datetime) -> JobCheckpoint | None:
     """Record a reported checkpoint (a `store:` path; one on a shared disk is not pruned). A second report of
     the same tree marks it stopping if this one is."""
@@ -107,7 +128,19 @@ def prune_checkpoints(now: datetime | None = None, budget_s: float = 60.0) -> Pr
     return report
 
 
+def _forgot_foreign(row: JobCheckpoint) -> bool:
+    """A row naming a key outside its job's checkpoints (recorded from a host's report before reports were
+    checked) is deleted, never what it names."""
+    if is_own_checkpoint(row.job_id, row.key):
+        return False
+    logger.warning("checkpoint row %s names %s, outside job %s's checkpoints: forgotten", row.pk, row.key, row.job_id)
+    row.delete()
+    return True
+
+
 def _delete(store: Store, row: JobCheckpoint, report: PruneReport) -> None:
+    if _forgot_foreign(row):
+        return
     try:
         delete_tree(store, row.key)
     except StorageError as error:
@@ -119,6 +152,8 @@ def _delete(store: Store, row: JobCheckpoint, report: PruneReport) -> None:
 
 
 def _fill_size(store: Store, row: JobCheckpoint, report: PruneReport) -> None:
+    if _forgot_foreign(row):
+        return
     try:
         manifest = read_manifest(store, row.key)
     except StorageError as error:

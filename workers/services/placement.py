@@ -26,6 +26,7 @@ from workers.planner import Plan, Rank
 from workers.protocol import CommandType, RankLaunch
 from workers.runtime.staging import stored
 from workers.services import commands, lifecycle, spot
+from workers.services.checkpoints import job_checkpoints, own_checkpoint_key
 from workers.services.fleet import free_chips
 from workers.services.models import ModelUnavailable, resolve_model_source, store_hub_snapshot
 from workers.services.planning import model_spec
@@ -144,7 +145,7 @@ def rank_launches(job: Job, plan: Plan, nodes: dict[int, Node]) -> list[tuple[in
                     zero_stage=plan.zero_stage,
                     run_dir=str(settings.RUNS_ROOT / f"job-{job.pk}" / f"epoch-{job.epoch}"),
                     checkpoint_dir=stored(checkpoint_prefix(job)),
-                    resume_from=job.latest_checkpoint or None,
+                    resume_from=resume_point(job),
                     checkpoint_every=checkpoint_interval(job),
                     device=device,
                     paced_tokens_per_s=rank.paced_tokens_per_s if node.simulated else None,
@@ -175,7 +176,13 @@ def master_port(job: Job) -> int:
 
 def checkpoint_prefix(job: Job) -> str:
     """Where the job's checkpoints are kept in the platform's store: `<prefix>/step-<n>/` trees."""
-    return f"checkpoints/job-{job.pk}"
+    return job_checkpoints(job.pk)
+
+
+def resume_point(job: Job) -> str | None:
+    """The checkpoint the next placement resumes from: the job's latest, only ever one of its own trees."""
+    key = own_checkpoint_key(job, job.latest_checkpoint)
+    return stored(key) if key else None
 
 
 def checkpoint_interval(job: Job) -> int:

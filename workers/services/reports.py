@@ -16,7 +16,7 @@ from workers.models import Allocation, Job, JobEval, JobLogLine, JobMetric, Node
 from workers.protocol import ReportKind
 from workers.services import lifecycle
 from workers.services.allocations import release_leaving_chips
-from workers.services.checkpoints import record_checkpoint
+from workers.services.checkpoints import job_checkpoints, own_checkpoint_key, record_checkpoint
 from workers.services.events import record_event
 from workers.services.throughput import remember_throughput
 
@@ -28,7 +28,11 @@ class StaleEpoch(Exception):
 
 
 class ReportRejected(Exception):
-    """A report that doesn't fit the job (wrong node, malformed item)."""
+    """A report that doesn't fit the job (wrong node, malformed item); `code` names which (the 400's code)."""
+
+    def __init__(self, message: str, code: str = "report_rejected") -> None:
+        super().__init__(message)
+        self.code = code
 
 
 def accept_report(node: Node, job_id: int, epoch: int, items: list[dict], now=None) -> int:
@@ -52,8 +56,22 @@ def accept_report(node: Node, job_id: int, epoch: int, items: list[dict], now=No
         for item in items:
             if item.get("rank") not in ranks_here:
                 raise ReportRejected(f"Rank {item.get('rank')} of job {job_id} does not run on {node.hostname}.")
+            if item["kind"] == ReportKind.CHECKPOINT:
+                _check_checkpoint_path(job, item)
         _apply(job, node, items, now)
     return len(items)
+
+
+def _check_checkpoint_path(job: Job, item: dict) -> None:
+    """A host may name only the checkpoint its ranks were told to write: the reported step's tree under the
+    job's own prefix. Anything else is refused before any item of the report is applied."""
+    expected = f"{job_checkpoints(job.pk)}/step-{item['step']}"
+    if own_checkpoint_key(job, item["path"]) != expected:
+        raise ReportRejected(
+            f"A checkpoint of job {job.pk} at step {item['step']} is stored at store:{expected}, "
+            f"not {str(item['path'])[:200]!r}.",
+            "checkpoint_outside_job",
+        )
 
 
 def _ranks_on(job: Job, node: Node) -> set[int]:
