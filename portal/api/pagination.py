@@ -24,11 +24,18 @@ from rest_framework.utils.urls import remove_query_param, replace_query_param
 
 MAX_PAGE_SIZE = 200
 COUNT_BOUND = 10_000
+# PostgreSQL's OFFSET is a bigint: a page past this would overflow it (a 500), so it is a 404 like any page
+# past the end. MAX_PAGE x MAX_PAGE_SIZE stays far below 2**63.
+MAX_PAGE = 10**15
+MAX_DIGITS = len(str(MAX_PAGE))
 
 
 def _whole_number(text: str) -> int | None:
-    """`text` as a positive int, or None ("²" passes str.isdigit() but is no number: isascii first)."""
-    return int(text) if text.isascii() and text.isdigit() and int(text) > 0 else None
+    """`text` as a positive int, or None ("²" passes str.isdigit() but is no number: isascii first; and
+    int() refuses strings of over 4,300 digits, so longer ones are no number either)."""
+    if not (text.isascii() and text.isdigit()) or len(text.lstrip("0")) > MAX_DIGITS:
+        return None
+    return int(text) or None
 
 
 class BoundedPageNumberPagination(PageNumberPagination):
@@ -52,8 +59,8 @@ class BoundedPageNumberPagination(PageNumberPagination):
     def page_number_of(self, request: Request) -> int:
         given = request.query_params.get(self.page_query_param) or "1"
         number = _whole_number(given)
-        if number is None:
-            raise NotFound("Invalid page.")
+        if number is None or number > MAX_PAGE:
+            raise NotFound(f"Invalid page: give a whole number from 1 to {MAX_PAGE:,}.")
         return number
 
     def paginate_queryset(self, queryset: QuerySet, request: Request, view=None) -> list[Any] | None:
@@ -113,7 +120,7 @@ class BoundedPageNumberPagination(PageNumberPagination):
                 "required": False,
                 "in": "query",
                 "description": "A page number within the paginated result set (from 1).",
-                "schema": {"type": "integer", "minimum": 1},
+                "schema": {"type": "integer", "minimum": 1, "maximum": MAX_PAGE},
             },
             {
                 "name": self.page_size_query_param,

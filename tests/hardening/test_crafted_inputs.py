@@ -50,6 +50,14 @@ PROBES = [
     ("a body over Django's limit", False, "post", "/api/v1/tokens/", TOO_BIG, None),
     ("a body over Django's limit", True, "post", "/api/v1/datasets/", {"name": "x" * (3 * 1024 * 1024)}, None),
     ("too many form fields", True, "post", "/api/v1/datasets/", {f"f{i}": "" for i in range(1200)}, "non_field_errors"),
+    *[
+        ("a page past PostgreSQL's bigint", True, "get", f"{url}{'&' if '?' in url else '?'}page={n}", None, None)
+        for url in ["/api/v1/jobs/", "/api/v1/datasets/", "/api/v1/bids/", "/api/v1/ledger/", "/api/v1/tokens/",
+                    "/api/v1/pools/", "/api/v1/prices/history/?chip=rtx-4090"]
+        for n in ["99999999999999999999", str(2**62)]
+    ],
+    ("a page number of 5,000 digits (past int()'s limit)", True, "get", f"/api/v1/jobs/?page={'9' * 5000}", None, None),
+    ("a page size of 5,000 digits", True, "get", f"/api/v1/jobs/?page_size={'9' * 5000}", None, "page_size"),
 ]  # fmt: skip
 
 
