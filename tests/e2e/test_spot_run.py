@@ -10,16 +10,19 @@ from __future__ import annotations
 import io
 import json
 import os
+import tarfile
 import time
 
 import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.management import call_command
 from django.db.models import Max, Min
 
-from billing.models import Transaction
+from billing.models import SpotPrice, Transaction
 from market.models import Bid
 from tests.conftest import token_client
 from tests.e2e.stack import platform_stack, wait_until
+from tests.hfmodels import make_model_dir
 from workers.choices import AgentStatus, AllocationMode, JobStatus
 from workers.models import Job, JobMetric, JobMigration, Node
 
@@ -153,6 +156,36 @@ def test_a_higher_bid_takes_the_chips_and_the_run_resumes_elsewhere_from_its_che
     assert rival.status == JobStatus.SUCCEEDED, rival.status_reason
     assert {a.node.hostname for a in rival.allocations.all()} == {"spot-4090"}
     token_client(alice).post(f"/api/v1/jobs/{job_id}/cancel/")
+
+
+def test_a_spot_run_on_an_uploaded_model_keeps_the_chips_its_bid_won_and_trains_to_the_end(stack, alice, tmp_path):
+    """The market sizes a user's model as planning did: before, every clearing "outbid" it at a lower price."""
+    stack.add_agent("u-4090", "rtx-4090", chips=1, spot=True)
+    wait_online(stack, "u-4090")
+    api = token_client(alice)
+    archive = io.BytesIO()
+    with tarfile.open(fileobj=archive, mode="w:gz") as tar:
+        tar.add(make_model_dir(tmp_path / "my-llama", "llama"), arcname="my-llama")
+    upload = SimpleUploadedFile("my-llama.tar.gz", archive.getvalue())
+    uploaded = api.post("/api/v1/models/", {"name": "my-llama", "file": upload}, format="multipart")
+    assert uploaded.status_code == 201, uploaded.content
+    job_id = submit(api, model=uploaded.json()["reference"], max_steps=40, seq_len=32, spot=True, bid="1.00",
+                    allow_on_demand=False)  # fmt: skip
+
+    job = wait_until(
+        lambda: Job.objects.filter(pk=job_id, status__in=JobStatus.finished()).first(),
+        300,
+        "the run to end",
+        stack,
+        explain=lambda: timeline(job_id),
+    )
+    assert job.status == JobStatus.SUCCEEDED, timeline(job_id)
+    assert not job.migrations.exists(), timeline(job_id)
+    (allocation,) = job.allocations.all()
+    assert allocation.mode == AllocationMode.SPOT and allocation.node.hostname == "u-4090"
+    # Prices are kept when they change: the last one before the run ended is the market it trained in.
+    market = SpotPrice.objects.filter(chip_type__slug="rtx-4090", at__lt=allocation.ended_at).latest("at")
+    assert (market.demand, market.allocated) == (1, 1) and market.price_per_hour < 1_000_000
 
 
 def test_killing_an_agent_mid_run_moves_the_run_and_refunds_the_lost_work(stack, alice):
