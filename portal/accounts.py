@@ -5,22 +5,28 @@ alone, and its default adds a per-IP limit, so ten failures from one office's ad
 other user there out. Here the key is the login *and* the client's address: guessing at one account
 from one address locks exactly that pair, and the same account from elsewhere, or other accounts
 from the same address, still sign in. Staff sign in through the same page (see portal.staff).
+
+The adapter also names the site in allauth's mails: without django.contrib.sites allauth names it after
+the request's host, so sign-up mail came as "[127.0.0.1:8000] Please Confirm Your Email Address".
 """
 
 from __future__ import annotations
 
 import math
 import time
+from types import SimpleNamespace
 from typing import Any
 
 from allauth.account.adapter import DefaultAccountAdapter, get_adapter
 from allauth.account.views import LoginView as AllauthLoginView
 from allauth.core.internal import ratelimit
+from django.contrib.sites.shortcuts import get_current_site
 from django.core.cache import cache
 from django.http import HttpRequest, HttpResponse
 
 APP = "allauth.account"
 LOCKOUT_CODE = "too_many_login_attempts"
+SITE_NAME = "Starverse"
 
 
 class AccountAdapter(DefaultAccountAdapter):
@@ -30,6 +36,14 @@ class AccountAdapter(DefaultAccountAdapter):
         # allauth's own hook for the "login_failed" key (used on every attempt and by password reset).
         login = super()._get_login_attempts_cache_key(request, **credentials)
         return f"{login}:{ratelimit.get_ip(request)}"
+
+    def format_email_subject(self, subject: str) -> str:
+        return f"[{SITE_NAME}] {subject}"
+
+    def send_mail(self, template_prefix: str, email: str, context: dict) -> None:
+        # allauth's mail templates say {{ current_site.name }}; the domain stays the one the user visited.
+        site = SimpleNamespace(name=SITE_NAME, domain=get_current_site(self.request).domain)
+        super().send_mail(template_prefix, email, {"current_site": site, **context})
 
 
 def lockout_retry_after(request: HttpRequest, login: str) -> int:

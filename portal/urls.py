@@ -1,11 +1,12 @@
 from django.contrib import admin
-from django.urls import include, path
+from django.urls import include, path, re_path
 
 from billing.webhooks import stripe_webhook
 from portal.accounts import LoginView
 from portal.health import ReadinessView, healthz
 from portal.metrics import metrics
 from portal.staff import route_admin_login_through_allauth
+from portal.views.accounts import ConfirmEmailView, VerificationSentView
 
 route_admin_login_through_allauth()  # the admin's own login form has no lockout and no two-factor
 
@@ -18,6 +19,9 @@ urlpatterns = [
     path("stripe/webhook/", stripe_webhook, name="stripe_webhook"),
     # allauth's login page, answering a locked-out attempt with 429 and Retry-After.
     path("accounts/login/", LoginView.as_view()),
+    # allauth's sign-up pages: the "verify your e-mail" page resends, and confirming signs you in (#28).
+    path("accounts/confirm-email/", VerificationSentView.as_view()),
+    re_path(r"^accounts/confirm-email/(?P<key>[-:\w]+)/$", ConfirmEmailView.as_view()),
     path("accounts/", include("allauth.urls")),
     path("api/v1/", include("portal.api.urls")),
     path("", include("portal.views.urls")),
