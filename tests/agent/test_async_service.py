@@ -276,6 +276,26 @@ def test_enrollment_answers_as_the_sync_view_does(service, catalog):
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    ("body", "field", "code"),
+    [
+        ("[" * 5000 + "]" * 5000, "non_field_errors", "too_deep"),
+        ('{"hostname": "a\\u0000b"}', "hostname", "null_characters_not_allowed"),
+        ('{"hostname": "\\ud800"}', "hostname", "surrogate_characters_not_allowed"),
+    ],
+    ids=["5,000-deep JSON", "a NUL", "a lone surrogate"],
+)
+def test_a_crafted_enrollment_body_is_a_400_naming_the_field(service, catalog, body, field, code):
+    nodes = Node.objects.count()
+    answer = service.http.post(
+        f"{AGENT_API_PREFIX}/enroll/", content=body, headers={"content-type": "application/json"}
+    )
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["code"] == code and field in answer.json()["errors"], answer.json()
+    assert Node.objects.count() == nodes
+
+
+@pytest.mark.django_db(transaction=True)
 def test_with_redis_unreachable_a_waiting_poll_still_gets_its_command_by_reading_the_database(
     settings, long_polls, enroll, job
 ):

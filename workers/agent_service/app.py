@@ -141,7 +141,7 @@ class AgentService:
             status, body = await handler(request)
             headers = ()
         except HttpError as error:
-            status, body, headers = error.status, {"detail": error.detail}, error.headers
+            status, body, headers = error.status, error.body, error.headers
         except ConnectionResetError:
             return
         except (InterfaceError, OperationalError):

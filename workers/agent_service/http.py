@@ -6,14 +6,31 @@ import json
 from dataclasses import dataclass
 
 from django.core.serializers.json import DjangoJSONEncoder
+from rest_framework.exceptions import ValidationError
+
+from base.api.errors import validation_code
+from base.api.parsers import check_document, too_deep
 
 
 class HttpError(Exception):
-    """Answer with this status and {"detail": message} (plus `headers`)."""
+    """Answer with this status and {"detail": message} (plus `headers`; plus "code" and "errors" when given)."""
 
-    def __init__(self, status: int, detail: str, headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
+    def __init__(
+        self, status: int, detail: str, headers: tuple[tuple[bytes, bytes], ...] = (), *, fields: dict | None = None
+    ) -> None:
         super().__init__(detail)
-        self.status, self.detail, self.headers = status, detail, headers
+        self.status, self.detail, self.headers, self.fields = status, detail, headers, fields or {}
+
+    @property
+    def body(self) -> dict:
+        return {"detail": self.detail, **self.fields}
+
+    @classmethod
+    def invalid(cls, error: ValidationError) -> HttpError:
+        """A refused body as the site's API answers it: {"detail", "code", "errors": {field: [message]}}."""
+        errors = {field: [str(message) for message in messages] for field, messages in error.detail.items()}
+        fields = {"code": validation_code(error), "errors": errors}
+        return cls(400, f"Invalid input: {', '.join(errors)}.", fields=fields)
 
 
 @dataclass
@@ -34,8 +51,14 @@ class Request:
             return {}
         try:
             data = json.loads(self.body)
+        except RecursionError:  # 5,000 nested brackets exhaust the decoder's stack: as the site's parser says
+            raise HttpError.invalid(too_deep("non_field_errors")) from None
         except ValueError as error:
             raise HttpError(400, f"JSON parse error - {error}") from error
+        try:
+            check_document(data)  # deep nesting, NUL and lone surrogates, refused as the site's parser does
+        except ValidationError as error:
+            raise HttpError.invalid(error) from None
         if not isinstance(data, dict):
             raise HttpError(400, "Expected a JSON object.")
         return data
