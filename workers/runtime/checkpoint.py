@@ -264,7 +264,7 @@ def restore_rng(path: Path, placement: Placement) -> None:
     """Restore this rank's RNG states when the checkpoint had such a rank; else keep the seed's."""
     if not path.is_file():
         return
-    state = torch.load(path, map_location="cpu", weights_only=False)
+    state = torch.load(path, map_location="cpu", weights_only=True)
     random.setstate(state["python"])
     torch.set_rng_state(state["torch"])
     if placement.cuda and "cuda" in state:

@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 
 from workers.protocol import RankLaunch
-from workers.runtime import checkpoint, staging
+from workers.runtime import checkpoint, staging, untrusted
 from workers.runtime.checkpoint import TrainState
 from workers.runtime.control import ControlFile, Request
 from workers.runtime.data import TrainingData, open_data, shard
@@ -200,6 +200,7 @@ class Trainer:
 def run(launch: RankLaunch, events: EventStream) -> TrainState:
     """Join the job, build or restore the engine, train, leave the process group."""
     check_launch(launch)
+    untrusted.load_weights_only()  # before any checkpoint file is read
     launch = staging.stage_inputs(launch)  # stored dataset and model folder: copies on this host's disk
     spec, source = spec_from_dict(launch.model), ModelSource.from_launch(launch.model)
     data = open_data(  # a bad dataset fails before any rendezvous

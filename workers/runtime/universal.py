@@ -84,7 +84,7 @@ def _write_from_plain(source: Path, out: Path) -> None:
     """
     import deepspeed
 
-    states = torch.load(source / MODEL_STATES, map_location="cpu", weights_only=False)
+    states = torch.load(source / MODEL_STATES, map_location="cpu", weights_only=True)
     module, optimizer = states["module"], states["optimizer"]
     # state_dict order is parameter order (the model saves no buffers, and a LoRA job's frozen base is
     # excluded from its checkpoints), so optimizer index i is module key i.
@@ -124,7 +124,7 @@ def load_into_plain(engine, folder: Path) -> None:
     wrapper = engine.optimizer
     masters = [p for group in getattr(wrapper, "fp32_groups", []) for p in group]
     adam = wrapper.optimizer if masters else wrapper
-    common = torch.load(folder / "zero" / "optimizer_state.pt", map_location="cpu", weights_only=False)
+    common = torch.load(folder / "zero" / "optimizer_state.pt", map_location="cpu", weights_only=True)
     trained = [(name, param) for name, param in engine.module.named_parameters() if param.requires_grad]
     for index, (name, param) in enumerate(trained):
         master = masters[index] if masters else param
@@ -143,9 +143,9 @@ def _load_param(directory: Path, master: torch.Tensor, state: dict) -> None:
         if (directory / f"{key}.pt").is_file():
             state[key] = _tensor(directory / f"{key}.pt").reshape(master.shape).to(master).clone()
     if (directory / "step.pt").is_file():
-        step = torch.load(directory / "step.pt", map_location="cpu", weights_only=False)
+        step = torch.load(directory / "step.pt", map_location="cpu", weights_only=True)
         state["step"] = torch.tensor(float(step), dtype=torch.float32)
 
 
 def _tensor(path: Path) -> torch.Tensor:
-    return torch.load(path, map_location="cpu", weights_only=False)["param"]
+    return torch.load(path, map_location="cpu", weights_only=True)["param"]
