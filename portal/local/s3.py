@@ -5,9 +5,10 @@ starts the embedded PostgreSQL. It binds one address (127.0.0.1 unless told othe
 test binds its bridge address) and every port it opens is chosen here, so two instances never collide.
 Requests must be signed with the one key pair here (an identity file it is given: without one, SeaweedFS
 lets anyone read and write), so a presigned URL works only for its object and until it expires; the
-bucket is created at start, and it reports nothing to SeaweedFS's telemetry. Its other servers
-(master, volume, filer, WebDAV) listen on the same address without authentication: like the embedded
-PostgreSQL (trust authentication), this is a store for one machine's own use. No Django import here.
+bucket is created at start, and it reports nothing to SeaweedFS's telemetry. Its other servers (master,
+volume, filer, admin) listen on the same address but require a client certificate and signed tokens made
+for each start (s3_security.py), so the S3 API with its keys is the only way in; WebDAV is off. No Django
+import here.
 """
 
 from __future__ import annotations
@@ -23,13 +24,14 @@ import sysconfig
 from pathlib import Path
 
 from portal.local._child import ChildServer, StoreError, ensure_port_free
+from portal.local.s3_security import weed_security_environment
 
 __all__ = ["EmbeddedS3", "weed_binary"]
 
 BUCKET = "starverse"
 ACCESS_KEY, SECRET_KEY = "starverse", "starverse-local-secret"
-# weed mini's servers and the gRPC port of each (port + 10000); the S3 API is `port`.
-_SERVERS = ("master", "volume", "filer", "admin", "webdav")
+# weed mini's servers and the gRPC port of each (port + 10000); the S3 API is `port`. WebDAV is off.
+_SERVERS = ("master", "volume", "filer", "admin")
 # Starts tried when a port is taken between its check and weed's bind; how weed says so (its own
 # check of the ports it is given, then the bind itself).
 START_ATTEMPTS = 3
@@ -90,6 +92,8 @@ class EmbeddedS3(ChildServer):
         self.ip, self.bucket = ip, bucket
         self.s3_dir = self.data_dir / "s3"
         self.identities_path = self.data_dir / "s3-identities.json"
+        self.tls_dir = self.data_dir / "s3-tls"
+        self.server_ports: dict[str, int] = {}  # weed's own servers' HTTP ports (gRPC: + 10000), once started
 
     @property
     def endpoint(self) -> str:
@@ -116,8 +120,10 @@ class EmbeddedS3(ChildServer):
         self.s3_dir.mkdir(parents=True, exist_ok=True)
         self._write_identities()
         ensure_port_free(self.port, "STARVERSE_S3_PORT", "the embedded S3 server")
+        env = {**os.environ, **weed_security_environment(self.tls_dir, self.ip)}
         for attempt in range(1, START_ATTEMPTS + 1):
-            self._spawn(self._argv(_server_ports(self.ip, self.port)), cwd=self.s3_dir)
+            self.server_ports = dict(zip(_SERVERS, _server_ports(self.ip, self.port), strict=True))
+            self._spawn(self._argv(list(self.server_ports.values())), cwd=self.s3_dir, env=env)
             try:
                 self._wait_ready(self._answers_s3, timeout=60)
                 return
@@ -136,6 +142,7 @@ class EmbeddedS3(ChildServer):
             f"-ip.bind={self.ip}",
             f"-s3.port={self.port}",
             *(f"-{server}.port={port}" for server, port in zip(_SERVERS, server_ports, strict=True)),
+            "-webdav=false",
             "-s3.port.iceberg=0",
             "-s3.port.lance=0",
             f"-bucket={self.bucket}",
