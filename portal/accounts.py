@@ -48,7 +48,16 @@ class AccountAdapter(DefaultAccountAdapter):
 
 def lockout_retry_after(request: HttpRequest, login: str) -> int:
     """Seconds until `login` may try again from this request's address (at least 1 while locked)."""
-    key = get_adapter(request)._get_login_attempts_cache_key(request, username=login)
+    return retry_after(request, get_adapter(request)._get_login_attempts_cache_key(request, username=login))
+
+
+def two_factor_retry_after(request: HttpRequest, user) -> int:
+    """Seconds until `user` may try a two-factor code again (allauth.mfa counts failures per account)."""
+    return retry_after(request, f"mfa-auth-user-{user.pk}")  # allauth.mfa.base.internal.flows.check_rate_limit
+
+
+def retry_after(request: HttpRequest, key: str) -> int:
+    """Seconds until allauth's "login_failed" limit for `key` lets an attempt through (at least 1)."""
     now, wait = time.time(), 0.0
     for rate in ratelimit.get_rates(app=APP, action="login_failed"):
         if rate.per != "key":

@@ -39,6 +39,18 @@ def test_a_token_is_returned_once_and_stored_only_as_its_hash(api, alice):
     assert "token" not in listed[0]
 
 
+def test_a_new_token_expires_in_90_days_unless_asked_otherwise(api, alice):
+    def expires(**body):
+        response = api.post("/api/v1/tokens/", {"username": "alice", "password": PASSWORD, **body}, format="json")
+        assert response.status_code == 201, response.json()
+        return ApiToken.objects.get(pk=response.json()["id"]).expires_at
+
+    days = expires() - timezone.now()
+    assert timedelta(days=89, hours=23) < days <= timedelta(days=90)
+    assert timedelta(days=6) < expires(expires_in_days=7) - timezone.now() <= timedelta(days=7)
+    assert expires(expires_in_days=None) is None
+
+
 def test_a_token_can_be_had_with_the_email_address_too(api, alice):
     response = api.post("/api/v1/tokens/", {"username": "alice@example.com", "password": PASSWORD}, format="json")
     assert response.status_code == 201

@@ -2,7 +2,8 @@
 
 Bad input (400) carries `errors` by field and a machine-readable `code` (e.g. `insufficient_credit`,
 `budget_too_low`, `no_capacity`, `model_does_not_fit`, `unknown_field`, else `invalid`/`required`)
-that the SDK maps to a typed exception. Other errors are `{"detail": ...}`, told apart by status.
+that the SDK maps to a typed exception. Other errors are `{"detail": ...}`, told apart by status, except
+the refusals a client acts on (an exception with `answer_with_code`, e.g. a 401 `two_factor_required`).
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ def exception_handler(exc, context):
     elif isinstance(exc, ParseError):
         detail = str(exc.detail)
         response.data = {"detail": detail, "code": "parse_error", "errors": {"non_field_errors": [detail]}}
+    elif getattr(exc, "answer_with_code", False):  # a refusal a client acts on by its code
+        response.data = {"detail": str(exc.detail), "code": exc.detail.code}
     elif isinstance(response.data, dict) and "detail" in response.data:
         response.data = {"detail": str(response.data["detail"])}
     return response

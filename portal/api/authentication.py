@@ -5,6 +5,8 @@ shared by all web workers; portal.cache fails open to the database) for TOKEN_CA
 answer is a Redis GET instead of a query over two tables. What makes a cached token stop working:
 
 - expiry is checked on every request against the cached `expires_at`: an expired token stops at once;
+- a token of an account whose e-mail is not confirmed (when sign-in needs that) is refused, with the reason,
+  and never cached, so confirming counts at once (#28); a change of the account's addresses drops its entries;
 - revoking (ApiToken.revoke(): the API, the dashboard, the admin action) drops the entry at once, and so
   does saving or deleting a token or its user (the receivers below: admin edits, deactivation, deletion);
 - any other change (a bulk update of tokens) is seen within TOKEN_CACHE_SECONDS at most, when the
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from allauth.account.models import EmailAddress
 from django.contrib.auth import get_user_model
 from django.core.cache import cache
 from django.db.models.signals import post_delete, post_save
@@ -24,6 +27,7 @@ from django.dispatch import receiver
 from django.utils import timezone
 from rest_framework import authentication, exceptions
 
+from portal.api.sign_in import UNCONFIRMED, SignInRefused, is_confirmed
 from portal.models import ApiToken, hash_token
 from portal.models.tokens import token_cache_key
 
@@ -55,6 +59,12 @@ def _user_changed(sender, instance, created: bool = False, **kwargs) -> None:
         forget_tokens_of(instance)
 
 
+@receiver([post_save, post_delete], sender=EmailAddress, dispatch_uid="api-token-cache-email")
+def _email_changed(sender, instance: EmailAddress, **kwargs) -> None:
+    """An address confirmed, unconfirmed (the admin) or removed: the user's tokens are looked up afresh."""
+    forget_tokens_of(instance.user_id)
+
+
 def looked_up(token_hash: str) -> ApiToken | None:
     """The token with its user: from the cache, else the database (then cached if it is usable)."""
     key = token_cache_key(token_hash)
@@ -62,7 +72,10 @@ def looked_up(token_hash: str) -> ApiToken | None:
     if token is not None:
         return token
     token = ApiToken.objects.select_related("user").filter(token_hash=token_hash).first()
-    if token is not None and token.revoked_at is None and token.user.is_active:
+    if token is None:
+        return None
+    token.user_confirmed = is_confirmed(token.user)  # cached with the token
+    if token.revoked_at is None and token.user.is_active and token.user_confirmed:
         cache.set(key, token, TOKEN_CACHE_SECONDS)
     return token
 
@@ -86,6 +99,8 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
             raise exceptions.AuthenticationFailed("This API token has expired.")
         if not token.user.is_active:
             raise exceptions.AuthenticationFailed("This account is disabled.")
+        if not token.user_confirmed:
+            raise SignInRefused(UNCONFIRMED, code="email_unconfirmed")
         if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
             ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
             token.last_used_at = now

@@ -8,6 +8,7 @@ from base.api.fields import MoneyField
 from base.api.serializers import FieldsBuiltOnce
 from billing.models import Entry
 from portal.models import ApiToken, TokenScope
+from portal.models.tokens import DEFAULT_EXPIRY_DAYS, MAX_EXPIRY_DAYS
 from workers.models import Pool
 
 
@@ -72,9 +73,21 @@ class LedgerEntrySerializer(FieldsBuiltOnce, serializers.ModelSerializer):
 class TokenCreateSerializer(serializers.Serializer):
     username = serializers.CharField(help_text="Your username or e-mail address.")
     password = serializers.CharField(style={"input_type": "password"}, trim_whitespace=False)
+    otp = serializers.CharField(
+        max_length=64,
+        required=False,
+        help_text="With two-factor on: the code from your authenticator app, or one of your recovery codes.",
+    )
     name = serializers.CharField(max_length=80, required=False, default="API token")
     scope = serializers.ChoiceField(choices=TokenScope.choices, required=False, default=TokenScope.READ_WRITE)
-    expires_in_days = serializers.IntegerField(min_value=1, max_value=365, required=False, allow_null=True)
+    expires_in_days = serializers.IntegerField(
+        min_value=1,
+        max_value=MAX_EXPIRY_DAYS,
+        required=False,
+        allow_null=True,
+        default=DEFAULT_EXPIRY_DAYS,
+        help_text=f"Days until the token stops working: {DEFAULT_EXPIRY_DAYS} unless given, null for never.",
+    )
 
 
 class TokenSerializer(serializers.ModelSerializer):

@@ -6,14 +6,11 @@ import threading
 import time
 from datetime import timedelta
 
-from allauth.account.adapter import get_adapter
 from django.conf import settings
-from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import Count, Q, Sum
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import mixins, status, viewsets
-from rest_framework.exceptions import AuthenticationFailed, Throttled
 from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -25,11 +22,12 @@ from billing.choices import AccountKind
 from billing.models import Entry
 from billing.services.ledger import balance_of
 from billing.services.pricing import current_offers, reference_chip
-from portal.accounts import lockout_retry_after
 from portal.api import serializers
 from portal.api.authentication import forget_token
+from portal.api.sign_in import sign_in
 from portal.api.throttling import ScopedThrottle
 from portal.models import ApiToken
+from portal.models.tokens import DEFAULT_EXPIRY_DAYS
 from workers.models import Pool
 
 
@@ -165,21 +163,6 @@ class LedgerViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
         return PreparedPage(LEDGER_PAGE, owner=self.request.user.pk)
 
 
-def authenticate_with_lockout(request, username: str, password: str):
-    """Check a password through allauth, so API attempts count toward the login page's lockout.
-
-    The lock is per account and address (portal.accounts); a locked attempt is a 429 with Retry-After
-    (docs/RELIABILITY.md #22).
-    """
-    try:
-        return get_adapter(request._request).authenticate(request._request, username=username, password=password)
-    except DjangoValidationError:
-        raise Throttled(
-            wait=lockout_retry_after(request._request, username),
-            detail="Too many failed sign-in attempts for this account; try again in a few minutes.",
-        ) from None
-
-
 @extend_schema_view(
     list=extend_schema(
         summary="Your API tokens",
@@ -212,8 +195,12 @@ class TokenViewSet(mixins.ListModelMixin, mixins.DestroyModelMixin, viewsets.Gen
         summary="Create an API token",
         description=(
             "Exchange a username (or e-mail) and password for a new API token; the secret is in this answer "
-            "only. `scope: read_only` makes a token that can't write; `expires_in_days` makes it expire. "
-            "Failed attempts count toward the same lockout as the login page (429 once locked)."
+            "only. The same checks as the login page: failed attempts count toward its lockout (429 once "
+            "locked), an account whose e-mail is not confirmed gets none (401, `code` email_unconfirmed), and "
+            "an account with two-factor on needs `otp`, the code from its authenticator app or a recovery code "
+            "(401, `code` two_factor_required without it, two_factor_invalid when wrong). `scope: read_only` "
+            f"makes a token that can't write. A token expires after `expires_in_days` ({DEFAULT_EXPIRY_DAYS} "
+            "unless given; `null` for one that never expires)."
         ),
         request=serializers.TokenCreateSerializer,
         responses={
@@ -223,8 +210,19 @@ class TokenViewSet(mixins.ListModelMixin, mixins.DestroyModelMixin, viewsets.Gen
         examples=[
             OpenApiExample(
                 "Create a token for the CLI",
-                value={"username": "alice", "password": "…", "name": "laptop", "expires_in_days": 90},
+                value={"username": "alice", "password": "…", "name": "laptop", "expires_in_days": 30},
                 request_only=True,
+            ),
+            OpenApiExample(
+                "With two-factor",
+                value={"username": "alice", "password": "…", "otp": "123456"},
+                request_only=True,
+            ),
+            OpenApiExample(
+                "Two-factor code needed",
+                value={"detail": "This account uses two-factor authentication: send …", "code": "two_factor_required"},
+                response_only=True,
+                status_codes=["401"],
             ),
             VALIDATION_EXAMPLE,
         ],
@@ -236,10 +234,8 @@ class TokenViewSet(mixins.ListModelMixin, mixins.DestroyModelMixin, viewsets.Gen
         refuse_unknown_fields(form, read_only=serializers.NewTokenSerializer().fields)
         form.is_valid(raise_exception=True)
         data = form.validated_data
-        user = authenticate_with_lockout(request, data["username"], data["password"])
-        if user is None or not user.is_active:
-            raise AuthenticationFailed("Invalid username or password.")
-        days = data.get("expires_in_days")
+        user = sign_in(request, data["username"], data["password"], data.get("otp"))
+        days = data["expires_in_days"]
         token, raw = ApiToken.issue(
             user,
             name=data["name"],

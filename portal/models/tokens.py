@@ -11,6 +11,9 @@ from django.db import models
 from django.utils import timezone
 
 TOKEN_PREFIX = "sv_"
+# A new token expires after this many days unless its owner picks another lifetime (or none) (#28).
+DEFAULT_EXPIRY_DAYS = 90
+MAX_EXPIRY_DAYS = 365
 
 
 def hash_token(raw: str) -> str:
@@ -20,7 +23,7 @@ def hash_token(raw: str) -> str:
 
 def token_cache_key(token_hash: str) -> str:
     """Where the API's authentication keeps a looked-up token for a few seconds (portal.api.authentication)."""
-    return f"api-token:{token_hash}"
+    return f"api-token:v2:{token_hash}"  # v2: the entry says whether its user's e-mail is confirmed
 
 
 class TokenScope(models.TextChoices):

@@ -21,6 +21,7 @@ from starverse.errors import (
     ServerError,
     StarverseError,
     TooManyQueued,
+    TwoFactorRequired,
     ValidationError,
 )
 from starverse.training import Cluster, MetaParallel, ModelConfig, Plan, Run, Trainer, accelerate
@@ -53,6 +54,7 @@ __all__ = [
     "ServerError",
     "StarverseError",
     "Trainer",
+    "TwoFactorRequired",
     "ValidationError",
     "accelerate",
     "create_token",

@@ -107,10 +107,18 @@ def login(
     else:
         username = username or typer.prompt("Username or e-mail", default=stored.get("username") or None)
         password = typer.prompt("Password", hide_input=True)
-        created = create_token(url, username, password, name="starverse CLI")
-        token, name = created["token"], username
+        token, name = sign_in(url, username, password), username
     path = save_config(url, token, username=name)
     out.print(f"Logged in to {url} as {name}; token saved to {path} (readable only by you).")
+
+
+def sign_in(url: str, username: str, password: str) -> str:
+    """A new token for these credentials; asks for the two-factor code when the platform wants one."""
+    try:
+        return create_token(url, username, password, name="starverse CLI")["token"]
+    except errors.TwoFactorRequired:
+        otp = typer.prompt("Two-factor code (authenticator app, or a recovery code)").strip()
+        return create_token(url, username, password, name="starverse CLI", otp=otp)["token"]
 
 
 # -- catalog and account ---------------------------------------------------------------------------

@@ -309,10 +309,16 @@ class Client:
         self.request("DELETE", f"tokens/{int(token_id)}/")
 
 
-def create_token(url: str, username: str, password: str, *, name: str = "starverse CLI", **kwargs) -> dict:
-    """Exchange a username (or e-mail) and password for a new API token (its secret is in `token`)."""
+def create_token(
+    url: str, username: str, password: str, *, name: str = "starverse CLI", otp: str | None = None, **kwargs
+) -> dict:
+    """Exchange a username (or e-mail) and password for a new API token (its secret is in `token`).
+
+    An account with two-factor on raises TwoFactorRequired without `otp`, its authenticator app's code.
+    """
+    body = {"username": username, "password": password, "name": name, **({"otp": otp} if otp else {})}
     with Client(url, need_key=False, **kwargs) as client:
-        return client.post("tokens/", {"username": username, "password": password, "name": name})
+        return client.post("tokens/", body)
 
 
 def upload_model(path: str | Path, name: str | None = None, *, client: Client | None = None) -> dict:

@@ -41,6 +41,10 @@ class AuthError(APIError):
     """401: no, a wrong, a revoked or an expired API token."""
 
 
+class TwoFactorRequired(AuthError):
+    """401 `two_factor_required`: the account uses two-factor; send the authenticator app's code as `otp`."""
+
+
 class PermissionDenied(AuthError):
     """403: the token may not do this (e.g. a read-only token on a write)."""
 
@@ -134,6 +138,8 @@ def error_for(status: int, body: Any, retry_after: float | None = None) -> APIEr
         )
         message = first_message(errors) if kind is not ValidationError else detail
         return kind(message or detail, status=status, errors=errors, body=body)
+    if status == 401 and body_dict.get("code") == "two_factor_required":
+        return TwoFactorRequired(detail, status=status, errors=errors, body=body)
     if status == 409 and body_dict.get("code") == "confirm_required":
         return MoveNotConfirmed(detail, status=status, errors=errors, body=body)
     if status == 422 and errors and "Idempotency-Key" not in detail:

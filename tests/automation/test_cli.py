@@ -17,6 +17,7 @@ from starverse.client import Client
 from starverse.config import config_path
 
 from tests.conftest import PASSWORD
+from tests.two_factor import recovery_code, turn_on_totp
 from workers.choices import JobStatus
 from workers.models import Job, JobLogLine
 
@@ -81,6 +82,17 @@ def test_login_with_a_wrong_password_exits_3_without_a_traceback(live_server, al
     assert "Invalid username or password" in done.stderr
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "xdg" / "starverse" / "config.toml").exists()
+
+
+def test_login_asks_for_the_two_factor_code_when_the_account_has_one(live_server, alice, tmp_path):
+    turn_on_totp(alice)
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "xdg")}
+
+    done = run_cli("login", "--url", live_server.url, stdin=f"alice\n{PASSWORD}\n{recovery_code(alice)}\n", env=env)
+
+    assert done.returncode == 0, done.stderr
+    assert "Two-factor code" in done.stdout
+    assert json.loads(run_cli("balance", "--json", env=env).stdout)["username"] == "alice"
 
 
 def test_login_with_a_token_checks_it_and_saves_it(capsys, live_server, token_for, alice):
