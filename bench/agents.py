@@ -180,6 +180,7 @@ def setup_django() -> None:
 
 
 def user_tokens(count: int) -> list[str]:
+    from allauth.account.models import EmailAddress
     from django.contrib.auth import get_user_model
 
     from portal.models import ApiToken
@@ -187,6 +188,7 @@ def user_tokens(count: int) -> list[str]:
     tokens = []
     for index in range(count):
         user, _ = get_user_model().objects.get_or_create(username=f"bench-user-{index}", email=f"u{index}@example.com")
+        EmailAddress.objects.get_or_create(user=user, email=user.email, defaults={"primary": True, "verified": True})
         tokens.append(ApiToken.issue(user)[1])
     return tokens
 

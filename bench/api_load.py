@@ -69,6 +69,7 @@ def seed(users: int, jobs: int, ledger_rows: int, bids: int) -> list[str]:
     import django
 
     django.setup()
+    from allauth.account.models import EmailAddress
     from django.contrib.auth import get_user_model
     from django.utils import timezone
 
@@ -85,6 +86,7 @@ def seed(users: int, jobs: int, ledger_rows: int, bids: int) -> list[str]:
     tokens = []
     for u in range(users):
         user = get_user_model().objects.create_user(username=f"load{u}", email=f"load{u}@example.com")
+        EmailAddress.objects.create(user=user, email=user.email, primary=True, verified=True)  # tokens need it
         for row in range(ledger_rows):
             adjust_credit(user, to_micros("5"), reason="load test credit", actor=None, key=f"load:{u}:{row}")
         made = []

@@ -80,6 +80,7 @@ def wait_for(check, what: str, timeout: float) -> None:
 
 def api_user() -> str:
     """A funded user with an API token; the raw token."""
+    from allauth.account.models import EmailAddress
     from django.contrib.auth import get_user_model
 
     from base.money import to_micros
@@ -87,6 +88,7 @@ def api_user() -> str:
     from portal.models import ApiToken
 
     user = get_user_model().objects.create_user(username="bench", email="bench@example.com", password="x-x-x-x-x")
+    EmailAddress.objects.create(user=user, email=user.email, primary=True, verified=True)  # tokens need it
     adjust_credit(user, to_micros("1000"), reason="benchmark funds", actor=None, key="bench-funds")
     return ApiToken.issue(user)[1]
 

@@ -21,6 +21,7 @@ import time
 import boto3
 import httpx
 import pytest
+from allauth.account.models import EmailAddress
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 
@@ -96,6 +97,7 @@ def fleet(committed_rows, tmp_path_factory):
 @pytest.fixture(scope="module")
 def api(fleet, committed_rows):
     user = get_user_model().objects.create_user(username="fleet-user", email="fleet@example.com", password="x-x-x-x")
+    EmailAddress.objects.create(user=user, email=user.email, primary=True, verified=True)  # tokens need it (#28)
     adjust_credit(user, to_micros("500"), reason="test funds", actor=None, key="fleet-funds")
     _, raw = ApiToken.issue(user)
     with httpx.Client(base_url=fleet.url, headers={"Authorization": f"Bearer {raw}"}, timeout=30) as client:
