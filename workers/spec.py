@@ -7,7 +7,7 @@ No Django here: a `Job` row turns into a spec with `JobSpec.of_job`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
@@ -43,7 +43,8 @@ class JobSpec:
     chips by hand.
 
     `global_batch` and `chip_types` pin a re-plan: a job resuming from a checkpoint keeps its global
-    batch (so the optimisation goes on unchanged), and one that may not change chip types keeps them.
+    batch (so the optimisation goes on unchanged), and one that may not change chip types keeps them;
+    `excluded_chip_types` are left out of it.
     """
 
     model_name: str
@@ -69,6 +70,8 @@ class JobSpec:
     eval_every: int = 0
     global_batch: int | None = None
     chip_types: tuple[str, ...] | None = field(default=None)
+    # Chip types a re-plan must leave out: those whose last bid the owner cancelled (market.services.bids).
+    excluded_chip_types: tuple[str, ...] = ()
 
     @property
     def spot_only(self) -> bool:
@@ -87,6 +90,7 @@ class JobSpec:
         data["chip_counts"] = dict(self.chip_counts) if self.chip_counts is not None else None
         data["lora"] = dict(self.lora) if self.lora is not None else None
         data["chip_types"] = list(self.chip_types) if self.chip_types is not None else None
+        data["excluded_chip_types"] = list(self.excluded_chip_types)
         return data
 
     @classmethod
@@ -95,12 +99,16 @@ class JobSpec:
         values = {key: value for key, value in data.items() if key in known}
         if values.get("chip_types") is not None:
             values["chip_types"] = tuple(values["chip_types"])
+        values["excluded_chip_types"] = tuple(values.get("excluded_chip_types") or ())
         return cls(**values)
 
     @classmethod
-    def of_job(cls, job) -> JobSpec:
-        """A job's spec for (re-)planning: a job moving on keeps its global batch, and its chip types if pinned."""
-        spec = cls(**{name: getattr(job, name) for name in JOB_COLUMNS})
+    def of_job(cls, job, excluded_chip_types: Collection[str] = ()) -> JobSpec:
+        """A job's spec for (re-)planning: a job moving on keeps its global batch, and its chip types if pinned;
+        `excluded_chip_types` are those it no longer rents (its bid for them cancelled)."""
+        spec = cls(
+            **{name: getattr(job, name) for name in JOB_COLUMNS}, excluded_chip_types=tuple(sorted(excluded_chip_types))
+        )
         plan = job.plan
         resuming = bool(plan and job.latest_checkpoint)
         return spec.pinned(

@@ -10,7 +10,7 @@ Cancelling a bid, or its job's end, ends and charges the chips kept for it since
 from __future__ import annotations
 
 from django.db import transaction
-from django.db.models import Max, Sum
+from django.db.models import Max, OuterRef, Subquery, Sum
 from django.utils import timezone
 
 from base.money import format_amount
@@ -21,6 +21,7 @@ from market.models import Bid, BidStatus
 from market.services.clearing import request_clearing
 from market.services.commitments import bid_hold, commitments
 from market.services.demand import chip_limit
+from market.services.locks import lock_bid, lock_job_bids
 from market.services.market_state import floor_of
 from market.services.reservations import end_bid_reservations, end_job_reservations
 from workers.models import Allocation, ChipType, Job, Node
@@ -69,7 +70,7 @@ def change_bid(bid: Bid, *, chips: int | None = None, max_price_per_hour: int | 
     """Raise or lower a bid's price or chips; time priority is kept."""
     now = now or timezone.now()
     with transaction.atomic():
-        bid = Bid.objects.select_for_update().select_related("chip_type", "job").get(pk=bid.pk)
+        bid = lock_bid(bid.pk)  # its job first, then the bid, then the owner's credit
         if bid.status != BidStatus.ACTIVE:
             raise BidRefused("status", f"Bid {bid.pk} is {bid.get_status_display().lower()}; it can't be changed.")
         chips = bid.chips if chips is None else chips
@@ -90,7 +91,7 @@ def cancel_bid(bid: Bid, now=None) -> Bid:
     """
     now = now or timezone.now()
     with transaction.atomic():
-        bid = Bid.objects.select_for_update().get(pk=bid.pk)
+        bid = lock_bid(bid.pk)  # its job first, then the bid
         if bid.status == BidStatus.CANCELLED:
             return bid
         if bid.status != BidStatus.ACTIVE:
@@ -105,7 +106,7 @@ def cancel_bid(bid: Bid, now=None) -> Bid:
 def sync_job_bids(job: Job, chip_counts: dict[str, int], now) -> None:
     """A spot job's bids follow its placement: one per spot chip type it uses, at its bid price."""
     chips = {chip.slug: chip for chip in ChipType.objects.filter(slug__in=chip_counts)}
-    active = {bid.chip_type.slug: bid for bid in Bid.objects.active().filter(job=job).select_related("chip_type")}
+    active = {bid.chip_type.slug: bid for bid in lock_job_bids(job)}
     touched = set()
     for slug, count in chip_counts.items():
         bid = active.get(slug)
@@ -137,7 +138,9 @@ def sync_job_bids(job: Job, chip_counts: dict[str, int], now) -> None:
 def close_job_bids(job: Job, now=None) -> int:
     """The job ended: its bids close, and chips they won that it didn't hold stop being kept (and billed) for it."""
     now = now or timezone.now()
-    closed = Bid.objects.active().filter(job=job).update(status=BidStatus.CLOSED, won_chips=0, updated_at=now)
+    # Locked by id before the update: an UPDATE locks rows in whatever order it finds them.
+    bids = [bid.pk for bid in lock_job_bids(job)]
+    closed = Bid.objects.filter(pk__in=bids).update(status=BidStatus.CLOSED, won_chips=0, updated_at=now)
     end_job_reservations(job, now)
     return closed
 
@@ -155,6 +158,14 @@ def lapsed_chip_types(job: Job) -> set[int]:
     if placed is not None:
         lapsed = lapsed.filter(updated_at__gt=placed)
     return set(lapsed.values_list("chip_type_id", flat=True))
+
+
+def cancelled_chip_types(job: Job) -> set[str]:
+    """Chip types (slugs) whose last bid of the job was cancelled: the job stops renting them, and its
+    re-plans neither bid for them again nor run on them on demand. A new bid for a type takes that back."""
+    latest = Bid.objects.filter(job=job, chip_type=OuterRef("chip_type")).order_by("-pk").values("pk")[:1]
+    cancelled = Bid.objects.filter(job=job, status=BidStatus.CANCELLED, pk=Subquery(latest))
+    return set(cancelled.values_list("chip_type__slug", flat=True))
 
 
 def _check_usable(job: Job, chip_type: ChipType, chips: int) -> None:

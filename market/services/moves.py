@@ -60,6 +60,8 @@ class JobMove:
         )
         now = f" (now {format_price(self.price_per_hour_now)}/h)" if self.price_per_hour_now else ""
         text = f"{action} moves job {self.job_id}{now}: it loses {lost}, checkpoints and is re-planned"
+        if self.cancel:  # the job stops renting the type: the re-plan neither bids for it nor runs there on demand
+            text += f" without {chip} chips (a new bid for them takes that back)"
         if self.destination is None:
             return text + " on whatever chips are free then."
         if not self.destination.chips:

@@ -9,6 +9,7 @@ it would leave), nothing placed.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from dataclasses import replace
 
 from market.signals import MoveDestination
 from workers import planner
@@ -16,7 +17,6 @@ from workers.choices import AllocationMode
 from workers.models import Allocation, ChipType, Job
 from workers.services import spot
 from workers.services.planning import quote
-from workers.spec import JobSpec
 
 
 def preview_move(
@@ -27,14 +27,16 @@ def preview_move(
         own[node_id] += chips
     market = spot.MarketView.for_job(job, extra=dict(own))
     bids = defaultdict(market.bids.default_factory, market.bids)
-    bids.pop(chip_type.slug, None)  # withdrawn: like the scheduler, the job falls back to its launch bid
-    if bid_price is not None:
+    spec = spot.replan_spec(job)
+    if bid_price is None:  # withdrawn: like the scheduler, the re-plan leaves the chip type out
+        spec = replace(spec, excluded_chip_types=tuple(sorted({*spec.excluded_chip_types, chip_type.slug})))
+    else:
         bids[chip_type.slug] = bid_price
     market.bids = bids
     market.prices = {**market.prices, chip_type.slug: spot_price}
     market.reserve = {**market.reserve, chip_type.pk: reserved}
     try:
-        plan = quote(JobSpec.of_job(job), market)
+        plan = quote(spec, market)
     except planner.PlanningError as error:
         return MoveDestination("", reason=str(error))
     names = dict(ChipType.objects.values_list("slug", "name"))

@@ -146,6 +146,8 @@ def _planning_inputs(spec: JobSpec, market: spot.ChipView | None):
     offers = node_offers(market)
     if spec.chip_types:  # a migrating job that may not change chip types
         offers = [offer for offer in offers if offer.chip in spec.chip_types]
+    if spec.excluded_chip_types:  # its owner cancelled its bid for them: not on spot, nor on demand
+        offers = [offer for offer in offers if offer.chip not in spec.excluded_chip_types]
     return request, chips, offers, throughput_model(request.model.name)
 
 

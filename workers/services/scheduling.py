@@ -17,7 +17,6 @@ from workers.services import lifecycle, spot
 from workers.services.placement import CapacityChanged, allocate
 from workers.services.planning import quote
 from workers.services.queue import due_jobs, wake_on_fleet_change
-from workers.spec import JobSpec
 
 
 def schedule(job_id: int) -> bool:
@@ -25,7 +24,7 @@ def schedule(job_id: int) -> bool:
     job = lifecycle.claim_for_planning(job_id)
     if job is None:
         return False
-    spec = JobSpec.of_job(job)
+    spec = spot.replan_spec(job)
     try:
         plan = quote(spec, spot.MarketView.for_job(job) if job.spot else None)
     except planner.NoCapacity as error:

@@ -6,6 +6,8 @@
   the clearing reclaims the lower bids (with notice), and the job is placed once the chips are free.
 - An on-demand job that finds nothing free may claim chips held by spot work: it records what it
   waits for, which the auction takes out of spot capacity, so the lowest bids are reclaimed first.
+- A spot job whose owner cancelled its last bid for a chip type is re-planned without that type
+  (`replan_spec`), so it neither bids for it again nor runs there on demand.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from billing.services.pricing import current_offers
-from market.services.bids import lapsed_chip_types, sync_job_bids
+from market.services.bids import cancelled_chip_types, lapsed_chip_types, sync_job_bids
 from market.services.clearing import request_clearing
 from market.services.market_state import bid_prices_by_job, reserved_for_waiting_bids
 from workers import planner
@@ -27,6 +29,11 @@ from workers.choices import AllocationMode
 from workers.models import Allocation, ChipType, Job, Node
 from workers.services.fleet import free_chips, schedulable_nodes
 from workers.spec import JobSpec
+
+
+def replan_spec(job: Job) -> JobSpec:
+    """The job's spec for a (re-)plan: without the chip types whose last bid its owner cancelled."""
+    return JobSpec.of_job(job, cancelled_chip_types(job) if job.spot else ())
 
 
 def bid_prices(spec: JobSpec) -> dict[str, int]:
