@@ -72,6 +72,8 @@ def preview_tokens(client, dataset: Dataset, **params) -> list[tuple[str, bool]]
         (jsonl(CHAT, {"prompt": "q", "completion": "a"}), "Line 2: a {&quot;prompt&quot;"),
         (jsonl({"prompt": "q", "completion": "a"}, {"prompt": "q"}), 'Line 2: missing "completion"'),
         (jsonl({"prompt": "q", "completion": None}), 'Line 1: "completion" must be a string, not null'),
+        (jsonl(CHAT, '{"text": ' + "[" * 5000 + "]" * 5000 + "}"), "Line 2: nested deeper than 32 levels"),
+        (jsonl(CHAT, '{"messages": [{"role": "user", "content": "\\ud800"}]}'), "Line 2: \\ud800 is half of a"),
     ],
 )
 def test_a_malformed_line_is_refused_by_number_and_nothing_is_stored(alice, content, message):
@@ -132,6 +134,21 @@ def test_a_preview_in_an_uploaded_models_tokens_uses_its_chat_template(alice_cli
     assert tokens[0] == ("<|user|>", False)
 
 
+def test_a_stored_line_with_a_lone_surrogate_is_a_preview_error_not_a_500(alice_client, alice, tmp_path):
+    """A file stored before uploads were checked for them: "\\ud800" can't be encoded for any tokenizer."""
+    (tmp_path / "data.jsonl").write_bytes(b'{"text": "\\ud800 hi"}\n')
+    prefix = f"datasets/{alice.pk}/old-{tmp_path.name}"
+    upload_tree(platform_store(), prefix, tmp_path)
+    dataset = Dataset.objects.create(
+        owner=alice, name="old", kind="jsonl", store_prefix=prefix, file_name="data.jsonl", size_bytes=20, samples=1
+    )
+
+    response = alice_client.get(reverse("datasets"), {"preview": dataset.pk})
+
+    assert response.status_code == 400
+    assert "Line 1: \\ud800 is half of a UTF-16 surrogate pair" in unescape(response.content.decode())
+
+
 def test_a_preview_with_a_tokenizer_that_is_not_yours_is_refused_naming_it(alice_client, alice, bob):
     dataset = stored(alice, "chat.jsonl", jsonl(CHAT))
     theirs = UploadedModel.objects.create(
@@ -143,7 +160,7 @@ def test_a_preview_with_a_tokenizer_that_is_not_yours_is_refused_naming_it(alice
         assert f"Unknown tokenizer &#x27;{choice}&#x27;" in response.content.decode()
 
 
-@pytest.mark.parametrize("preview", ["other", "abc", "99999999999999999999"])
+@pytest.mark.parametrize("preview", ["other", "abc", "99999999999999999999", "9" * 5000])
 def test_only_your_own_datasets_can_be_previewed(alice_client, bob, preview):
     theirs = stored(bob, "chat.jsonl", jsonl(CHAT))
     pk = theirs.pk if preview == "other" else preview

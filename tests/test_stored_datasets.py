@@ -8,6 +8,7 @@ import hashlib
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
+from django.core.files.uploadhandler import MemoryFileUploadHandler, TemporaryFileUploadHandler
 from django.urls import reverse
 
 from tests.conftest import token_client
@@ -20,6 +21,7 @@ from workers.storage.trees import read_manifest
 pytestmark = pytest.mark.django_db
 
 TEXT = b"roses are red\nviolets are blue\n"
+MIB = 1024 * 1024
 
 
 @pytest.fixture(autouse=True)
@@ -66,6 +68,44 @@ def test_an_upload_is_stored_as_a_tree_of_one_file_whose_name_keeps_its_kind(ali
 def test_a_refused_upload_stores_nothing(alice):
     assert upload(alice, "blob.txt", b"\x00\x01binary").status_code == 400
     assert keys("datasets") == [] and not Dataset.objects.exists()
+
+
+@pytest.fixture
+def streamed(monkeypatch) -> list[int]:
+    """The sizes of the chunks Django's own upload handlers (memory, temporary file) were given."""
+    sizes: list[int] = []
+    for handler in (MemoryFileUploadHandler, TemporaryFileUploadHandler):
+        keep = handler.receive_data_chunk
+
+        def counted(self, raw_data, start, keep=keep):
+            sizes.append(len(raw_data))
+            return keep(self, raw_data, start)
+
+        monkeypatch.setattr(handler, "receive_data_chunk", counted)
+    return sizes
+
+
+@pytest.mark.parametrize("over", [3 * MIB, MIB // 2], ids=["declared length far over", "within the form's allowance"])
+def test_a_dataset_over_the_limit_is_a_413_refused_while_it_streams_in(alice, settings, streamed, over):
+    settings.DATASET_MAX_BYTES = MIB
+
+    response = upload(alice, "big.txt", b"line of text\n" * ((MIB + over) // 13))
+
+    assert response.status_code == 413
+    assert response.json()["detail"].endswith(f"a dataset may be at most {MIB:,} bytes (1.0 MiB).")
+    assert sum(streamed) <= MIB  # the rest of the body was never kept
+    assert keys("datasets") == [] and not Dataset.objects.exists()
+
+
+def test_the_datasets_page_refuses_a_file_over_the_limit_with_a_413_naming_it(client, alice, settings, streamed):
+    settings.DATASET_MAX_BYTES = MIB
+    client.force_login(alice)
+
+    response = client.post(reverse("datasets"), {"file": SimpleUploadedFile("big.txt", b"x\n" * MIB), "name": ""})
+
+    assert response.status_code == 413
+    assert f"a dataset may be at most {MIB:,} bytes" in response.content.decode()
+    assert sum(streamed) <= MIB and not Dataset.objects.exists()
 
 
 def test_a_store_that_fails_is_a_503_and_nothing_is_kept(alice, settings, tmp_path):

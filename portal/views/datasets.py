@@ -6,6 +6,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.csrf import csrf_exempt, csrf_protect
 
 from portal.forms import DatasetUploadForm
 from workers.models import Dataset
@@ -14,6 +15,8 @@ from workers.services.datasets import (
     PREVIEW_RECORDS,
     PREVIEW_TOKENS,
     DatasetRejected,
+    DatasetTooLarge,
+    DatasetUploadLimit,
     preview_dataset,
     preview_tokenizers,
     store_dataset,
@@ -21,8 +24,23 @@ from workers.services.datasets import (
 from workers.services.storage import StorageUnavailable
 
 
+@csrf_exempt  # checked by csrf_protect below, once the upload limit is in place
 @login_required
 def datasets(request: HttpRequest) -> HttpResponse:
+    """The page; a POST uploads a dataset, refused as it streams in once it passes DATASET_MAX_BYTES."""
+    if request.method == "POST":
+        request.upload_handlers.insert(0, DatasetUploadLimit(request))
+        try:
+            request.FILES  # noqa: B018 - parse the body now, under the limit
+        except DatasetTooLarge as error:
+            refused = DatasetUploadForm(data={}, files={})
+            refused.errors["file"] = refused.error_class([str(error)])
+            return page(request, refused, status=413)
+    return upload_or_list(request)
+
+
+@csrf_protect
+def upload_or_list(request: HttpRequest) -> HttpResponse:
     """The upload form and list; with ?preview=<id>[&tokenizer=...], that dataset's first records tokenized."""
     form = DatasetUploadForm(request.POST, request.FILES) if request.method == "POST" else DatasetUploadForm()
     if request.method == "POST" and form.is_valid():
@@ -38,15 +56,19 @@ def datasets(request: HttpRequest) -> HttpResponse:
             )
             return redirect("datasets")
     preview = _preview(request) if "preview" in request.GET else None
+    status = 400 if form.errors or (preview and preview["error"]) else 200
+    return page(request, form, status, preview)
+
+
+def page(request: HttpRequest, form: DatasetUploadForm, status: int, preview: dict | None = None) -> HttpResponse:
     context = {"form": form, "datasets": Dataset.objects.filter(owner=request.user), "preview": preview}
-    status = 400 if preview and preview["error"] else 200
     return render(request, "portal/training/datasets.html", context, status=status)
 
 
 def _preview(request: HttpRequest) -> dict:
     """The preview section's context: one of the user's datasets, the tokenizer choices, the records."""
     pk = request.GET["preview"]
-    if not (pk.isascii() and pk.isdigit()):
+    if not (pk.isascii() and pk.isdigit() and len(pk) <= 18):  # int() refuses 4,300 digits and more
         raise Http404("No such dataset.")
     dataset = get_object_or_404(Dataset, pk=int(pk), owner=request.user)
     choice = request.GET.get("tokenizer", BYTE_LEVEL)

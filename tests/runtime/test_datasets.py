@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tracemalloc
 
 import pytest
 import torch
@@ -26,29 +27,26 @@ def write(tmp_path, name: str, content: bytes):
 
 def test_a_text_file_is_accepted_with_a_record_per_non_blank_line(tmp_path):
     path = write(tmp_path, "corpus.txt", "first line\n\nsecond line é\nthird\n".encode())
-    assert validate_dataset_file(path, LIMIT) == (
-        "text",
-        [{"text": t} for t in ["first line", "second line é", "third"]],
-    )
+    assert validate_dataset_file(path, LIMIT) == ("text", 3)
 
 
 def test_a_jsonl_file_is_accepted_with_its_records(tmp_path):
     lines = [json.dumps({"text": "hello"}), "", json.dumps({"text": "world", "id": 2})]
     path = write(tmp_path, "data.jsonl", "\n".join(lines).encode())
-    assert validate_dataset_file(path, LIMIT) == ("jsonl", [{"text": "hello"}, {"text": "world", "id": 2}])
+    assert validate_dataset_file(path, LIMIT) == ("jsonl", 2)
 
 
 def test_jsonl_is_recognised_without_its_extension(tmp_path):
     path = write(tmp_path, "upload.bin", b'{"text": "a"}\n{"text": "b"}\n')
-    assert validate_dataset_file(path, LIMIT) == ("jsonl", [{"text": "a"}, {"text": "b"}])
+    assert validate_dataset_file(path, LIMIT) == ("jsonl", 2)
 
 
 def test_chat_and_completion_files_are_accepted(tmp_path):
     chat = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}
     path = write(tmp_path, "chat.jsonl", json.dumps(chat).encode())
-    assert validate_dataset_file(path, LIMIT) == ("chat", [chat])
+    assert validate_dataset_file(path, LIMIT) == ("chat", 1)
     path = write(tmp_path, "pairs.jsonl", b'{"prompt": "2+2=", "completion": "4"}\n')
-    assert validate_dataset_file(path, LIMIT) == ("completion", [{"prompt": "2+2=", "completion": "4"}])
+    assert validate_dataset_file(path, LIMIT) == ("completion", 1)
 
 
 @pytest.mark.parametrize("content", [b"", b"  \n\n\t\n"])
@@ -82,6 +80,22 @@ def test_a_jsonl_record_without_text_is_refused_by_number(tmp_path):
 def test_a_file_over_the_limit_is_refused(tmp_path):
     with pytest.raises(DatasetError, match="too large: 2.0 MiB; the limit is 1.0 MiB"):
         validate_dataset_file(write(tmp_path, "big.txt", b"a" * (2 * LIMIT)), LIMIT)
+
+
+def test_an_upload_is_checked_holding_one_record_at_a_time(tmp_path):
+    """A 4 MiB file of short chat records is checked within 1 MiB of Python allocations (it took the whole
+    file several times over: bytes, text, lines, records)."""
+    chat = {"messages": [{"role": "user", "content": "the chip runs"}, {"role": "assistant", "content": "fast"}]}
+    line = json.dumps(chat).encode() + b"\n"
+    path = write(tmp_path, "chat.jsonl", line * (4 * LIMIT // len(line)))
+    tracemalloc.start()
+    try:
+        kind, count = validate_dataset_file(path, 8 * LIMIT)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert (kind, count) == ("chat", 4 * LIMIT // len(line))
+    assert peak < LIMIT, f"{peak:,} bytes at the peak"
 
 
 def test_a_missing_file_is_refused(tmp_path):

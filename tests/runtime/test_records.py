@@ -116,6 +116,10 @@ def test_a_forced_kind_is_checked_on_every_line(tmp_path):
         (CHAT, {"messages": [{"role": "user", "content": "q"}, {"role": "bot", "content": "a"}]}, 'message 2 .*"bot"'),
         (CHAT, {"messages": [{"role": "user", "content": "q"}]}, 'Line 3: no "assistant" message'),
         (CHAT, {"text": "a"}, r'Line 3: a \{"text"\} record in a dataset of \{"messages"\} records .*mixed kinds'),
+        (CHAT, '{"text": "a", "x": ' + "[" * 5000 + "]" * 5000 + "}", "Line 3: nested deeper than 32 levels"),
+        (CHAT, '{"text": "a", "x": ' + "[" * 40 + "]" * 40 + "}", "Line 3: nested deeper than 32 levels"),
+        ({"text": "ok"}, '{"text": "a \\udc00 b"}', r"Line 3: \\udc00 is half of a UTF-16 surrogate pair"),
+        (CHAT, '{"messages": [{"role": "user", "content": "\\uD800"}]}', r"Line 3: \\uD800 is half of a UTF-16"),
     ],
 )
 def test_a_bad_line_is_named_by_its_number(tmp_path, first, bad_line, message):
@@ -139,6 +143,11 @@ def test_a_bad_completion_line_is_named_by_its_number(tmp_path, bad_line, messag
     path = write_lines(tmp_path, "pairs.jsonl", [{"prompt": "q", "completion": "a"}, bad_line])
     with pytest.raises(DatasetError, match=message):
         read_records(path)
+
+
+def test_a_character_escaped_as_a_surrogate_pair_is_read_as_that_character(tmp_path):
+    path = write_lines(tmp_path, "data.jsonl", ['{"text": "\\ud83d\\ude00 [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["}'])
+    assert read_records(path) == ("jsonl", [{"text": "😀 " + "[" * 36}])
 
 
 def test_a_dataset_with_nothing_to_train_on_is_refused(tmp_path):

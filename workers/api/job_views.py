@@ -17,8 +17,10 @@ from base.api.docs import (
     READ_ERRORS,
     VALIDATION_EXAMPLE,
     WRITE_ERRORS,
+    ErrorSerializer,
     errors,
 )
+from base.api.errors import RequestTooLarge
 from base.api.idempotency import IDEMPOTENCY_KEY_PARAMETER, idempotent
 from base.api.parsers import StrictFormParser, StrictMultiPartParser
 from base.api.validation import refuse_unknown_fields
@@ -31,7 +33,14 @@ from workers.api.stored_files import StorageDown, stored_file_response
 from workers.models import Dataset, Job, JobMigration
 from workers.services import job_logs
 from workers.services.artifacts import list_artifacts, stored_artifact
-from workers.services.datasets import DatasetInUse, DatasetRejected, delete_dataset, store_dataset
+from workers.services.datasets import (
+    DatasetInUse,
+    DatasetRejected,
+    DatasetTooLarge,
+    DatasetUploadLimit,
+    delete_dataset,
+    store_dataset,
+)
 from workers.services.launch import LaunchRefused, fleet_refusal, launch, refusal_of
 from workers.services.lifecycle import cancel as cancel_job
 from workers.services.metrics import job_metrics
@@ -322,7 +331,13 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     retrieve=extend_schema(summary="Get a dataset", responses={200: s.DatasetSerializer, **errors(*READ_ERRORS)}),
     create=extend_schema(
         summary="Upload a dataset",
-        description="A UTF-8 text file (one sample per line) or JSONL with a `text` field, as multipart `file`.",
+        description=(
+            "A UTF-8 file of one record per line, as multipart `file`: plain text, or JSON lines all of one kind: "
+            '`{"text"}`, chats `{"messages": [{"role", "content"}, ...]}` (system, user and assistant roles; '
+            'trained on the assistant turns) or `{"prompt", "completion"}` (trained on the completion). Each '
+            "line is checked; 400 names the first bad one; 413 once the body passes the dataset limit "
+            "(DATASET_MAX_BYTES), refused while it streams in."
+        ),
         request={
             "multipart/form-data": {
                 "type": "object",
@@ -330,7 +345,11 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
                 "required": ["file"],
             }
         },
-        responses={201: s.DatasetSerializer, **errors(*WRITE_ERRORS)},
+        responses={
+            201: s.DatasetSerializer,
+            413: OpenApiResponse(ErrorSerializer, description="The file is over the dataset limit."),
+            **errors(*WRITE_ERRORS),
+        },
     ),
     destroy=extend_schema(
         summary="Delete a dataset",
@@ -350,11 +369,15 @@ class DatasetViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets
         return Dataset.objects.filter(owner=self.request.user)
 
     def create(self, request):
-        upload = request.FILES.get("file")
-        if upload is None:
-            raise ValidationError({"file": ["Attach a text or JSONL file as 'file'."]})
+        # Refuse an upload over DATASET_MAX_BYTES as it streams in, before Django parses the body.
+        request.upload_handlers.insert(0, DatasetUploadLimit(request))
         try:
+            upload = request.FILES.get("file")
+            if upload is None:
+                raise ValidationError({"file": ["Attach a text or JSONL file as 'file'."]})
             dataset = store_dataset(request.user, upload, name=request.data.get("name") or upload.name)
+        except DatasetTooLarge as error:
+            raise RequestTooLarge(str(error)) from None
         except DatasetRejected as error:
             raise ValidationError({"file": [str(error)]}) from None
         except StorageUnavailable as error:

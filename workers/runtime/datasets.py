@@ -2,7 +2,7 @@
 
 The platform calls `validate_dataset_file` when a user uploads a dataset, so this module must
 import nothing heavy. Parsing and the record kinds (text, jsonl, chat, completion) live in
-workers.runtime.records; this module adds the upload's entry point and dataset references.
+workers.runtime.record_files; this module adds the upload's entry point and dataset references.
 """
 
 from __future__ import annotations
@@ -10,19 +10,19 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from workers.runtime.records import DatasetError, read_records
+from workers.runtime.record_files import DatasetError, count_records
 
 __all__ = ["DatasetError", "local_path", "validate_dataset_file"]
 
 
-def validate_dataset_file(path: str | os.PathLike, max_bytes: int, kind: str | None = None) -> tuple[str, list[dict]]:
-    """Check an uploaded file and return (kind, records).
+def validate_dataset_file(path: str | os.PathLike, max_bytes: int, kind: str | None = None) -> tuple[str, int]:
+    """Check an uploaded file line by line, one record in memory at a time; return (kind, number of records).
 
     Raises DatasetError for a missing, empty, too large, binary or non-UTF-8 file, and for the first
     malformed line (naming its number). `kind` forces one of the record kinds; by default it comes
     from the file name, else from the first record.
     """
-    return read_records(path, kind, max_bytes)
+    return count_records(path, kind, max_bytes)
 
 
 def local_path(dataset: str) -> Path:

@@ -1,11 +1,7 @@
-"""Dataset records in the model's own tokens: parsing, tokenizers, loss masks, packing, eval examples.
+"""Dataset records in the model's own tokens: tokenizers, loss masks, packing, eval examples.
 
-A dataset file is UTF-8 with one record per non-blank line, of one kind:
-- "text": plain text; every non-blank line is a record {"text": line}.
-- "jsonl": {"text": str}.
-- "chat": {"messages": [{"role": "system" | "user" | "assistant", "content": str}, ...]}, with at
-  least one assistant message.
-- "completion": {"prompt": str, "completion": str}.
+Reading and checking a dataset file, and the record kinds (text, jsonl, chat, completion), are in
+workers.runtime.record_files; its names are re-exported here.
 
 Each record becomes token ids and a loss mask (True: a token the model is trained to predict): every
 token of a text, the completion of a prompt, the assistant turns of a chat. The platform validates
@@ -16,237 +12,49 @@ inside the functions that load or use a model's tokenizer.
 from __future__ import annotations
 
 import io
-import json
 import math
 import os
 import random
-from collections.abc import Callable, Iterable, Iterator
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
-TEXT, JSONL, CHAT, COMPLETION = "text", "jsonl", "chat", "completion"
-KINDS = (TEXT, JSONL, CHAT, COMPLETION)
-ROLES = ("system", "user", "assistant")
-JSONL_SUFFIXES = {".jsonl", ".ndjson"}
-TEXT_SUFFIXES = {".txt", ".text", ".md"}
-DEFAULT_MAX_BYTES = 1 << 30
+from workers.runtime.record_files import (
+    CHAT,
+    COMPLETION,
+    JSONL,
+    KINDS,
+    ROLES,
+    SHAPES,
+    TEXT,
+    DatasetError,
+    count_records,
+    first_records,
+    read_records,
+)
 
-# How each kind of record looks, for error messages.
-SHAPES = {
-    TEXT: "plain text",
-    JSONL: '{"text"}',
-    CHAT: '{"messages"}',
-    COMPLETION: '{"prompt", "completion"}',
-}
-MESSAGES_SHAPE = '"messages" must be a list of {"role", "content"} objects'
+__all__ = [
+    "CHAT",
+    "COMPLETION",
+    "JSONL",
+    "KINDS",
+    "ROLES",
+    "SHAPES",
+    "TEXT",
+    "ByteTokenizer",
+    "DatasetError",
+    "count_records",
+    "encode_record",
+    "eval_examples",
+    "first_records",
+    "load_tokenizer",
+    "pack",
+    "read_records",
+    "split_holdout",
+]
 
 Encoded = tuple[list[int], list[bool]]
 Span = tuple[int, int]
-
-
-class DatasetError(ValueError):
-    """A dataset the runtime cannot train on; the message says why in the user's terms."""
-
-
-# Reading and validating
-
-
-def read_records(
-    path: str | os.PathLike, kind: str | None = None, max_bytes: int = DEFAULT_MAX_BYTES
-) -> tuple[str, list[dict]]:
-    """Every record of a dataset file and its kind, each line validated.
-
-    The kind is `kind` when given, else plain text for .txt/.text/.md names, else (JSON lines) the
-    kind of the first record's keys. The first bad line raises DatasetError naming its number.
-    """
-    path = Path(path)
-    text = read_text(path, max_bytes)
-    lines = text.split("\n")
-    if _check_kind(kind) == TEXT or (kind is None and not _looks_like_json_lines(path, lines)):
-        return TEXT, _text_records(_numbered(lines))
-    kind, records = _json_records(_numbered(lines), kind)
-    _check_something_to_train_on(kind, records)
-    return kind, records
-
-
-def first_records(path: str | os.PathLike, kind: str, count: int) -> list[dict]:
-    """The first `count` records of a stored dataset of known kind, reading no further (previews)."""
-    with open(path, "rb") as file:
-        lines = (line.decode("utf-8", errors="replace") for line in file)
-        if _check_kind(kind) == TEXT:
-            return _text_records(_numbered(lines), count)
-        return _json_records(_numbered(lines), kind, count)[1]
-
-
-def read_text(path: Path, max_bytes: int) -> str:
-    """The file as text, after the checks that need no parsing."""
-    if not path.is_file():
-        raise DatasetError(f"Dataset file '{path}' does not exist.")
-    size = path.stat().st_size
-    if size > max_bytes:
-        raise DatasetError(f"Dataset is too large: {_mib(size)} MiB; the limit is {_mib(max_bytes)} MiB.")
-    data = path.read_bytes()
-    if not data.strip():
-        raise DatasetError("Dataset is empty.")
-    nul = data.find(b"\x00")
-    if nul >= 0:
-        raise DatasetError(f"Dataset looks binary: it contains a NUL byte at offset {nul}.")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise DatasetError(f"Dataset is not UTF-8 text: invalid byte at offset {exc.start}.") from None
-
-
-def _check_kind(kind: str | None) -> str | None:
-    if kind is not None and kind not in KINDS:
-        raise DatasetError(f"Unknown dataset kind '{kind}': use one of {', '.join(KINDS)}.")
-    return kind
-
-
-def _looks_like_json_lines(path: Path, lines: list[str]) -> bool:
-    """JSON lines for .jsonl/.ndjson names or a first line that opens an object; plain text otherwise."""
-    suffix = path.suffix.lower()
-    if suffix in JSONL_SUFFIXES or suffix in TEXT_SUFFIXES:
-        return suffix in JSONL_SUFFIXES
-    first = next((line for line in lines if line.strip()), "")
-    return first.lstrip().startswith("{")
-
-
-def _numbered(lines: Iterable[str]) -> Iterator[tuple[int, str]]:
-    """(line number, line without its end) for the non-blank lines; lines end at \\n only."""
-    for number, line in enumerate(lines, start=1):
-        line = line.rstrip("\r\n")
-        if line.strip():
-            yield number, line
-
-
-def _text_records(lines: Iterable[tuple[int, str]], limit: int | None = None) -> list[dict]:
-    records = []
-    for _, line in lines:
-        if len(records) == limit:
-            break
-        records.append({"text": line})
-    return records
-
-
-def _json_records(
-    lines: Iterable[tuple[int, str]], kind: str | None, limit: int | None = None
-) -> tuple[str, list[dict]]:
-    """(kind, records): every line parsed and checked; all of one kind, the first line's unless forced."""
-    records: list[dict] = []
-    first_line = 0
-    for number, line in lines:
-        if len(records) == limit:
-            break
-        record = _parse_object(number, line)
-        found = _record_kind(number, record)
-        if kind is None:
-            kind, first_line = found, number
-        elif found != kind and first_line:
-            raise DatasetError(
-                f"Line {number}: a {SHAPES[found]} record in a dataset of {SHAPES[kind]} records (as line "
-                f"{first_line}); mixed kinds: every record must be of one kind."
-            )
-        elif found != kind:
-            raise DatasetError(f"Line {number}: a {SHAPES[found]} record where {SHAPES[kind]} records were asked for.")
-        _VALIDATORS[kind](number, record)
-        records.append(record)
-    if kind is None:
-        raise DatasetError("Dataset is empty.")
-    return kind, records
-
-
-def _parse_object(number: int, line: str) -> dict:
-    try:
-        record = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise DatasetError(f"Line {number}: not valid JSON: {exc.msg} (column {exc.colno}).") from None
-    if not isinstance(record, dict):
-        raise DatasetError(f"Line {number}: must be a JSON object, not {_json_type(record)}.")
-    return record
-
-
-def _record_kind(number: int, record: dict) -> str:
-    """A record's kind from its keys: "messages" (chat), "prompt"/"completion", else "text"."""
-    if "messages" in record:
-        return CHAT
-    if "prompt" in record or "completion" in record:
-        return COMPLETION
-    if "text" in record:
-        return JSONL
-    keys = ", ".join(f'"{key}"' for key in list(record)[:5]) or "none"
-    raise DatasetError(
-        f'Line {number}: a record needs a "text" field, a "messages" list, or "prompt" and "completion" '
-        f"fields; its keys are {keys}."
-    )
-
-
-def _require_string(number: int, record: dict, key: str) -> None:
-    if key not in record:
-        raise DatasetError(f'Line {number}: missing "{key}".')
-    if not isinstance(record[key], str):
-        raise DatasetError(f'Line {number}: "{key}" must be a string, not {_json_type(record[key])}.')
-
-
-def _validate_text(number: int, record: dict) -> None:
-    _require_string(number, record, "text")
-
-
-def _validate_completion(number: int, record: dict) -> None:
-    _require_string(number, record, "prompt")
-    _require_string(number, record, "completion")
-
-
-def _validate_chat(number: int, record: dict) -> None:
-    messages = record["messages"]
-    if not isinstance(messages, list):
-        raise DatasetError(f"Line {number}: {MESSAGES_SHAPE}, not {_json_type(messages)}.")
-    if not messages:
-        raise DatasetError(f'Line {number}: "messages" is empty.')
-    for index, message in enumerate(messages, start=1):
-        if not (
-            isinstance(message, dict)
-            and isinstance(message.get("role"), str)
-            and isinstance(message.get("content"), str)
-        ):
-            raise DatasetError(f"Line {number}: {MESSAGES_SHAPE} (message {index} is not).")
-        if message["role"] not in ROLES:
-            raise DatasetError(
-                f'Line {number}: message {index} has the unknown role "{message["role"]}"; '
-                'use "system", "user" or "assistant".'
-            )
-    if not any(message["role"] == "assistant" for message in messages):
-        raise DatasetError(f'Line {number}: no "assistant" message; a chat record trains on its assistant turns.')
-
-
-_VALIDATORS: dict[str, Callable[[int, dict], None]] = {
-    JSONL: _validate_text,
-    CHAT: _validate_chat,
-    COMPLETION: _validate_completion,
-}
-
-
-def _check_something_to_train_on(kind: str, records: list[dict]) -> None:
-    """At least one record has non-blank text where the loss is."""
-    if kind == CHAT:
-        trained = (m["content"] for r in records for m in r["messages"] if m["role"] == "assistant")
-        what = "assistant message"
-    else:
-        field = "completion" if kind == COMPLETION else "text"
-        trained, what = (r[field] for r in records), f'record\'s "{field}"'
-    if not any(text.strip() for text in trained):
-        raise DatasetError(f"Dataset has nothing to train on: every {what} is empty.")
-
-
-def _json_type(value: Any) -> str:
-    names = {dict: "an object", list: "a list", str: "a string", bool: "true/false", type(None): "null"}
-    return names.get(type(value), "a number")
-
-
-def _mib(n: int) -> str:
-    return f"{n / (1 << 20):.1f}"
 
 
 # Tokenizers

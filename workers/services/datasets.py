@@ -14,6 +14,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import ProtectedError
 
+from base.uploads import UploadLimit
 from workers.choices import DatasetKind
 from workers.models import Dataset, UploadedModel
 from workers.runtime.datasets import DatasetError, validate_dataset_file
@@ -40,6 +41,25 @@ class DatasetRejected(ValueError):
     """An upload that can't be trained on; the message says why."""
 
 
+class DatasetTooLarge(DatasetRejected):
+    """An upload over DATASET_MAX_BYTES (the API and the page answer 413)."""
+
+
+def too_large(what: str, limit: int) -> DatasetTooLarge:
+    return DatasetTooLarge(f"{what}; a dataset may be at most {limit:,} bytes ({limit / (1 << 20):.1f} MiB).")
+
+
+class DatasetUploadLimit(UploadLimit):
+    """Refuses a dataset upload over DATASET_MAX_BYTES while it streams in (put it first among a request's
+    handlers): raises DatasetTooLarge out of the request's parsing."""
+
+    def limit(self) -> int:
+        return settings.DATASET_MAX_BYTES
+
+    def refuse(self, what: str, limit: int) -> DatasetTooLarge:
+        return too_large(what, limit)
+
+
 class DatasetInUse(Exception):
     """A dataset a job trains or evaluates on; it can't be deleted."""
 
@@ -56,14 +76,14 @@ def store_dataset(owner, upload, *, name: str) -> Dataset:
     Nothing is stored for a refused upload; the stored tree is deleted again if its row can't be written.
     """
     if upload.size > settings.DATASET_MAX_BYTES:
-        raise DatasetRejected(f"The file is {upload.size:,} bytes; the limit is {settings.DATASET_MAX_BYTES:,} bytes.")
+        raise too_large(f"The file is {upload.size:,} bytes", settings.DATASET_MAX_BYTES)
     with tempfile.TemporaryDirectory(prefix="dataset-") as scratch:
         checked = Path(scratch) / ("upload" + Path(upload.name).suffix.lower()[:16])  # the suffix says the kind
         with open(checked, "wb") as file:
             for chunk in upload.chunks():
                 file.write(chunk)
         try:
-            kind, records = validate_dataset_file(checked, settings.DATASET_MAX_BYTES)
+            kind, samples = validate_dataset_file(checked, settings.DATASET_MAX_BYTES)
         except DatasetError as error:
             raise DatasetRejected(str(error)) from None
         tree = Path(scratch) / "tree"
@@ -86,7 +106,7 @@ def store_dataset(owner, upload, *, name: str) -> Dataset:
             file_name=file_name,
             sha256=manifest.files[file_name].sha256,
             size_bytes=manifest.files[file_name].size,
-            samples=len(records),
+            samples=samples,
         )
     except BaseException:
         delete_stored_tree(prefix)

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from django.conf import settings
-from django.core.files.uploadhandler import FileUploadHandler
 from django.db import transaction
 
+from base.uploads import UploadLimit
 from workers import hfconfig
 from workers.choices import JobStatus
 from workers.hfconfig import ModelShape
@@ -44,8 +44,6 @@ HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]
 ARCHIVE_SUFFIX = re.compile(r"(\.tar\.gz|\.tgz|\.tar|\.zip)$", re.IGNORECASE)
 # Sequence length of a job on a user's model unless it asks for another: the model's context, at most this.
 DEFAULT_SEQ_LEN = 2048
-# What a multipart body may carry beside the file itself (boundaries, headers, the name field).
-MULTIPART_ALLOWANCE = 1024 * 1024
 
 
 class ModelUnavailable(ValueError):
@@ -92,26 +90,15 @@ def upload_limits() -> Limits:
     )
 
 
-class ModelUploadLimit(FileUploadHandler):
-    """Refuses a model upload over MODEL_MAX_BYTES while it streams in (put it first among a request's handlers).
+class ModelUploadLimit(UploadLimit):
+    """Refuses a model upload over MODEL_MAX_BYTES while it streams in (put it first among a request's handlers):
+    raises ModelTooLarge out of the request's parsing."""
 
-    A declared length over the limit is refused before a byte is read; a body without one is refused
-    at the chunk that passes the limit. Either raises ModelTooLarge out of the request's parsing.
-    """
+    def limit(self) -> int:
+        return settings.MODEL_MAX_BYTES
 
-    def handle_raw_input(self, input_data, META, content_length, boundary, encoding=None):
-        limit = settings.MODEL_MAX_BYTES
-        if content_length and content_length > limit + MULTIPART_ALLOWANCE:
-            raise too_large(f"The upload is {content_length:,} bytes", limit)
-
-    def receive_data_chunk(self, raw_data, start):
-        limit = settings.MODEL_MAX_BYTES
-        if start + len(raw_data) > limit:
-            raise too_large("The upload is over the limit", limit)
-        return raw_data
-
-    def file_complete(self, file_size):
-        return None  # the next handler keeps the file
+    def refuse(self, what: str, limit: int) -> ModelTooLarge:
+        return too_large(what, limit)
 
 
 def store_model(owner, upload, name: str = "") -> UploadedModel:

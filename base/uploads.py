@@ -1,0 +1,45 @@
+"""A limit on uploaded files enforced while the request body streams in, before Django keeps any of it.
+
+Django streams a multipart file to memory or a temporary file whatever its size, and a view sees it only
+once the whole body is in: a 240 MiB dataset was read to the end before being refused. An `UploadLimit`
+put first among a request's upload handlers (`request.upload_handlers.insert(0, ...)`, before the body
+is read) refuses a declared length over the limit before a byte is read, and otherwise stops at the
+chunk that passes it, counting every file of the request together.
+"""
+
+from __future__ import annotations
+
+from django.core.files.uploadhandler import FileUploadHandler
+
+# What a multipart body carries beside its files: boundaries, part headers, small form fields.
+MULTIPART_ALLOWANCE = 1024 * 1024
+
+
+class UploadLimit(FileUploadHandler):
+    """Raises `refuse(...)` out of the request's parsing once its files pass `limit()` bytes."""
+
+    def __init__(self, request=None) -> None:
+        super().__init__(request)
+        self.received = 0
+
+    def limit(self) -> int:
+        raise NotImplementedError
+
+    def refuse(self, what: str, limit: int) -> Exception:
+        """The exception to raise: `what` says how large the upload is, `limit` is the limit in bytes."""
+        raise NotImplementedError
+
+    def handle_raw_input(self, input_data, META, content_length, boundary, encoding=None):  # noqa: N803 - Django's
+        limit = self.limit()
+        if content_length and content_length > limit + MULTIPART_ALLOWANCE:
+            raise self.refuse(f"The upload is {content_length:,} bytes", limit)
+
+    def receive_data_chunk(self, raw_data: bytes, start: int) -> bytes:
+        self.received += len(raw_data)
+        limit = self.limit()
+        if self.received > limit:
+            raise self.refuse("The upload is over the limit", limit)
+        return raw_data
+
+    def file_complete(self, file_size: int) -> None:
+        return None  # the next handler keeps the file
