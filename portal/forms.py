@@ -6,14 +6,12 @@ from datetime import datetime, timedelta
 
 from django import forms
 
-from portal.models.tokens import TokenScope
+from portal.models.tokens import DEFAULT_EXPIRY_DAYS, MAX_EXPIRY_DAYS, TokenScope
 from workers.api.job_serializers import JobSpecSerializer
 from workers.choices import Policy, TrainingMode
 from workers.models import ChipType, Dataset, UploadedModel
 from workers.modelspecs import CATALOG
 from workers.spec import JobSpec
-
-MAX_EXPIRY_DAYS = 365
 
 
 class ApiTokenForm(forms.Form):
@@ -24,9 +22,11 @@ class ApiTokenForm(forms.Form):
     expires_in_days = forms.IntegerField(
         label="Expires in (days)",
         required=False,
+        initial=DEFAULT_EXPIRY_DAYS,
         min_value=1,
         max_value=MAX_EXPIRY_DAYS,
-        help_text=f"1–{MAX_EXPIRY_DAYS}; leave empty for a token that does not expire.",
+        help_text=f"1–{MAX_EXPIRY_DAYS}, {DEFAULT_EXPIRY_DAYS} unless you change it; empty for a token that never "
+        "expires.",
     )
 
     def expires_at(self, now: datetime) -> datetime | None:

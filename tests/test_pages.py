@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
+from html import unescape
 from io import StringIO
 
 import pytest
@@ -149,6 +150,29 @@ def test_creating_a_token_shows_it_once_and_stores_only_its_hash(alice_client, a
     again = alice_client.get(reverse("tokens")).content.decode()
     assert raw not in again
     assert f"{token.prefix}…" in again
+
+
+def test_a_new_token_comes_with_a_curl_and_a_cli_line_to_copy(alice_client, alice):
+    html = alice_client.post(reverse("tokens"), {"name": "laptop", "scope": TokenScope.READ_WRITE}).content.decode()
+    raw = NEW_TOKEN.search(html).group(1).strip()
+
+    curl = re.search(r'data-testid="curl-line"[^>]*>([^<]+)<', html).group(1)
+    cli = re.search(r'data-testid="cli-line"[^>]*>([^<]+)<', html).group(1)
+    assert unescape(curl) == f'curl -s http://testserver/api/v1/account/ -H "Authorization: Bearer {raw}"'
+    assert cli == f"starverse login --url http://testserver --token {raw}"
+    assert 'data-copy="#curl-line"' in html and 'data-copy="#cli-line"' in html
+
+
+def test_the_token_form_offers_90_days_and_a_token_made_with_it_expires_then(alice_client, alice):
+    form = alice_client.get(reverse("tokens")).content.decode()
+    assert re.search(r'name="expires_in_days" value="90"', form)
+
+    html = alice_client.post(
+        reverse("tokens"), {"name": "ci", "scope": TokenScope.READ_WRITE, "expires_in_days": 90}
+    ).content.decode()
+
+    token = ApiToken.objects.get(user=alice)
+    assert f"It expires on {token.expires_at:%Y-%m-%d}." in html
 
 
 def test_a_token_can_expire_in_some_days(alice_client, alice):

@@ -62,6 +62,8 @@ def tokens(request: HttpRequest) -> HttpResponse:
         "tokens": request.user.api_tokens.all(),
         "new_token": new_token,
         "raw_token": raw,
+        # For the ready-to-copy curl and CLI lines beside a new token: the address this page was reached at.
+        "site_url": request.build_absolute_uri("/").rstrip("/"),
     }
     # The raw secret is rendered into this one response (never cached) and never stored: shown once.
     return render(request, "portal/tokens.html", context)
