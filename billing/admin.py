@@ -7,7 +7,8 @@ and ledger amounts to the cent with the exact amount on hover (`money_html`).
 from __future__ import annotations
 
 from django.contrib import admin, messages
-from django.db.models import BooleanField, Case, Value, When
+from django.contrib.auth import get_user_model
+from django.db.models import BooleanField, Case, Q, Sum, Value, When
 from django.utils import timezone
 
 from base.admin import AuditedChangesMixin, ReadOnlyMixin
@@ -111,13 +112,58 @@ class EntryInline(admin.TabularInline):
         return signed_money_html(entry.amount)
 
 
+class OwnerFilter(admin.SimpleListFilter):
+    """?owner=<user id>: one user's ledger, the transactions that touch any of their accounts (the user
+    page links here). Only the chosen user is listed: a list of every user would not fit the sidebar."""
+
+    title = "user"
+    parameter_name = "owner"
+
+    def lookups(self, request, model_admin):
+        user = get_user_model().objects.filter(pk=owner_id(request)).first()
+        return [(str(user.pk), user.get_username())] if user else []
+
+    def queryset(self, request, queryset):
+        owner = owner_id(request)
+        if owner is None:
+            return queryset
+        # A subquery, not a join: a join to entries would repeat each transaction and inflate the amounts.
+        return queryset.filter(pk__in=Entry.objects.filter(account__owner_id=owner).values("transaction_id"))
+
+
+def owner_id(request) -> int | None:
+    value = request.GET.get(OwnerFilter.parameter_name, "")
+    return int(value) if value.isascii() and value.isdigit() and len(value) < 19 else None
+
+
 @admin.register(Transaction)
 class TransactionAdmin(ReadOnlyAdmin):
-    list_display = ["id", "created_at", "kind", "memo", "created_by", "idempotency_key"]
-    list_filter = ["kind"]
+    list_display = ["id", "created_at", "kind", "amount", "memo", "created_by", "idempotency_key"]
+    list_filter = [OwnerFilter, "kind"]
     search_fields = ["memo", "idempotency_key", "entries__account__owner__username"]
     inlines = [EntryInline]
     actions = ["reverse_selected"]
+
+    def get_queryset(self, request):
+        """Each transaction's amount (what it moved: the sum of its credits) and, on one user's ledger, what
+        it did to that user's accounts, summed in the query (no query per row)."""
+        owner = owner_id(request)
+        sums = {"moved": Sum("entries__amount", filter=Q(entries__amount__gt=0))}
+        if owner is not None:
+            sums["for_owner"] = Sum("entries__amount", filter=Q(entries__account__owner_id=owner))
+        return super().get_queryset(request).annotate(**sums)
+
+    def get_list_display(self, request):
+        shown = super().get_list_display(request)
+        return [*shown[:4], "for_owner_amount", *shown[4:]] if owner_id(request) is not None else shown
+
+    @admin.display(description="Amount", ordering="moved")
+    def amount(self, txn: Transaction):
+        return money_html(getattr(txn, "moved", None))
+
+    @admin.display(description="For this user", ordering="for_owner")
+    def for_owner_amount(self, txn: Transaction):
+        return signed_money_html(getattr(txn, "for_owner", None))
 
     @admin.action(description="Reverse the selected transactions (a correction)")
     def reverse_selected(self, request, queryset) -> None:

@@ -7,9 +7,11 @@ the commit, once), off again when it is back at or above (re-armed). Nothing is 
 
 Job ends: the job lifecycle calls `job_ended` after a job's final status commits; a Celery task
 sends one e-mail (succeeded, failed, stopped for credit; not for a job its owner cancelled) unless
-the owner turned job e-mails off. A credit stop e-mails when it is asked (`credit_stop_requested`),
-and that is the e-mail of its end. A `SentNotification` key per job keeps a retried task from
-sending twice. Sending never happens inside the transaction that changed the money or the job.
+the owner turned job e-mails off. A job the operator cancelled is always e-mailed, with the operator's
+reason: it was not the owner's doing, and the owner must not learn it only from the job page. A credit
+stop e-mails when it is asked (`credit_stop_requested`), and that is the e-mail of its end. A
+`SentNotification` key per job keeps a retried task from sending twice. Sending never happens inside
+the transaction that changed the money or the job.
 """
 
 from __future__ import annotations
@@ -34,12 +36,13 @@ from workers.models import Job
 
 logger = logging.getLogger(__name__)
 
-# The job ends that send an e-mail; a cancel is the owner's own doing.
+# The job ends that send an e-mail; a cancel is the owner's own doing, unless the operator cancelled.
 JOB_END_SUBJECTS = {
     JobStatus.SUCCEEDED: "finished",
     JobStatus.FAILED: "failed",
     JobStatus.STOPPED_NO_CREDIT: "was stopped: out of credit",
 }
+OPERATOR_CANCEL_SUBJECT = "was cancelled by the operator"
 
 
 # -- settings ------------------------------------------------------------------------------------
@@ -110,9 +113,9 @@ def send_low_balance_email(user_id: int, balance: int, threshold: int) -> None:
 # -- job ends ------------------------------------------------------------------------------------
 
 
-def job_ended(job_id: int, status: str) -> None:
+def job_ended(job_id: int, status: str, *, by_operator: bool = False) -> None:
     """Called after the commit of a job's final status: queue its e-mail (if its end sends one)."""
-    if status in JOB_END_SUBJECTS:
+    if status in JOB_END_SUBJECTS or by_operator:
         _enqueue(send_job_end_email, job_id)
 
 
@@ -135,7 +138,8 @@ def send_job_end_email(job_id: int, stopping_for_credit: bool = False) -> None:
     if job is None or not job.owner.email:
         return
     status = JobStatus.STOPPED_NO_CREDIT if stopping_for_credit else job.status
-    if status not in JOB_END_SUBJECTS or not settings_for(job.owner).job_emails:
+    by_operator = status == JobStatus.CANCELLED and bool(job.operator_cancel_reason())
+    if not by_operator and (status not in JOB_END_SUBJECTS or not settings_for(job.owner).job_emails):
         return
     cost = Charge.objects.filter(job_id=job.pk).aggregate(total=Sum("amount"))["total"] or 0
     context = {
@@ -149,7 +153,8 @@ def send_job_end_email(job_id: int, stopping_for_credit: bool = False) -> None:
         "job_url": settings.SITE_URL.rstrip("/") + reverse("job", args=[job.pk]),
         "billing_url": settings.SITE_URL.rstrip("/") + reverse("billing"),
     }
-    subject = f"Starverse: job {job.pk} {JOB_END_SUBJECTS[status]} ({context['title']})"
+    subject = f"Starverse: job {job.pk} {OPERATOR_CANCEL_SUBJECT if by_operator else JOB_END_SUBJECTS[status]}"
+    subject += f" ({context['title']})"
     # The key and the sending commit together: a failed send leaves no key, a second task finds it.
     with transaction.atomic():
         try:

@@ -7,7 +7,7 @@ from django.db import models
 from django.db.models import OuterRef, Q, Subquery, Sum, Value
 from django.db.models.functions import Coalesce
 
-from base.money import format_amount
+from base.money import format_amount, format_price
 
 
 class BidStatus(models.TextChoices):
@@ -64,7 +64,7 @@ class Bid(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"bid {self.pk}: {self.chips}× {self.chip_type_id} ≤ {format_amount(self.max_price_per_hour)}/h"
+        return f"bid {self.pk}: {self.chips}× {self.chip_type.name} ≤ {format_price(self.max_price_per_hour)}/chip-h"
 
     @property
     def max_price_display(self) -> str:
@@ -127,4 +127,4 @@ class SpotReservation(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"reservation {self.pk}: {self.chips}× {self.chip_type_id} for bid {self.bid_id}"
+        return f"reservation {self.pk}: {self.chips}× {self.chip_type.name} for bid {self.bid_id}"

@@ -31,7 +31,8 @@ admin.site.unregister(User)
 
 @admin.register(User)
 class OperatorUserAdmin(AuditedChangesMixin, UserAdmin):
-    list_display = ["username", "email", "balance", "is_staff", "date_joined", "adjust_link"]
+    list_display = ["username", "email", "balance", "is_staff", "date_joined", "ledger_link", "adjust_link"]
+    change_form_template = "admin/portal/user_change_form.html"  # its Ledger and Adjust credit buttons
 
     def get_queryset(self, request):
         wallets = Account.objects.filter(owner=OuterRef("pk"), kind=AccountKind.WALLET, currency=settings.CURRENCY)
@@ -44,6 +45,15 @@ class OperatorUserAdmin(AuditedChangesMixin, UserAdmin):
     @admin.display(description="Credit")
     def adjust_link(self, user) -> str:
         return format_html('<a href="{}">Adjust credit</a>', reverse("admin:portal_adjust_credit", args=[user.pk]))
+
+    @admin.display(description="Ledger")
+    def ledger_link(self, user) -> str:
+        return format_html('<a href="{}">Transactions</a>', ledger_url(user))
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        user = User.objects.filter(pk=object_id).first()
+        links = {"ledger_url": ledger_url(user), "balance": money_html(balance_of(user))} if user else {}
+        return super().change_view(request, object_id, form_url, {**(extra_context or {}), **links})
 
     def get_urls(self):
         custom = [
@@ -103,6 +113,11 @@ class OperatorUserAdmin(AuditedChangesMixin, UserAdmin):
             "opts": self.model._meta,
         }
         return TemplateResponse(request, "admin/portal/adjust_credit.html", context)
+
+
+def ledger_url(user) -> str:
+    """The user's ledger in the console: the transactions that touch their accounts, with amounts."""
+    return f"{reverse('admin:billing_transaction_changelist')}?owner={user.pk}"
 
 
 @admin.register(ApiToken)

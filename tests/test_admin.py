@@ -5,12 +5,14 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.contrib.messages import get_messages
 from django.utils import timezone
 
 from billing.choices import TransactionKind
 from billing.models import OperatorSettings, Price, Transaction
-from billing.services.credits import grant_trial_credit
+from billing.services.credits import adjust_credit, grant_trial_credit
 from billing.services.ledger import balance_of
+from tests.money_html import money
 from workers.models import ChipType
 
 pytestmark = pytest.mark.django_db
@@ -153,3 +155,41 @@ def test_the_console_reverses_a_transaction_as_a_correction(console, alice):
     console.post("/admin/billing/transaction/", {"action": "reverse_selected", "_selected_action": [txn.pk]})
     assert balance_of(alice) == 0
     assert Transaction.objects.filter(reverses=txn).exists()
+
+
+def test_a_new_prices_message_names_its_chip_and_amounts_not_an_id(console, catalog):
+    chip = ChipType.objects.get(slug="rtx-4090")
+
+    response = add_price(console, chip, "1.35", "0.55")
+
+    [message] = [str(m) for m in get_messages(response.wsgi_request)]
+    assert message.startswith("The price “NVIDIA RTX 4090: ¥1.35/chip-h, spot floor ¥0.55, from 20")
+    assert f"“{chip.pk} from" not in message
+
+
+def test_the_user_page_links_to_that_users_ledger_with_amounts(console, alice, bob):
+    grant_trial_credit(alice)
+    adjust_credit(alice, -2_500_000, reason="clawback", actor=None, key="alice-clawback")
+    adjust_credit(bob, 3_000_000, reason="bob's goodwill", actor=None, key="bob-goodwill")
+
+    page = console.get(f"/admin/auth/user/{alice.pk}/change/").content.decode()
+    link = f"/admin/billing/transaction/?owner={alice.pk}"
+    assert f'href="{link}"' in page
+
+    ledger = console.get(link).content.decode()
+
+    assert "clawback" in ledger and "bob&#x27;s goodwill" not in ledger and "bob's goodwill" not in ledger
+    assert money("+¥10.00") in ledger and money("−¥2.50") in ledger  # what each did to alice's wallet
+
+
+def test_the_transaction_list_shows_each_transactions_amount(console, alice):
+    adjust_credit(alice, 9_880_288, reason="odd amount", actor=None, key="odd")
+
+    listing = console.get("/admin/billing/transaction/").content.decode()
+
+    assert money("¥9.88", "¥9.880288") in listing
+
+
+def test_a_bad_owner_in_the_ledger_link_shows_every_transaction_not_an_error(console, alice):
+    grant_trial_credit(alice)
+    assert console.get("/admin/billing/transaction/?owner=abc").status_code in (200, 302)

@@ -103,6 +103,32 @@ def test_the_price_list_marks_the_price_in_force_now(console):
     assert sum(PriceAdmin.in_force(None, price) == "✓" for price in everything) == ChipType.objects.count()
 
 
+def test_a_jobs_plan_reads_as_chips_speed_and_yuan_not_a_raw_repr_in_micro_units(console, alice):
+    job = make_job(alice, JobStatus.RUNNING)
+    plan = {
+        "policy": "cost-performance",
+        "model": "llama-tiny",
+        "ranks": [
+            {"chip": "rtx-4090", "node_id": 1, "hostname": "gpu-host-1", "micro_batch": 3, "mode": "on_demand",
+             "tokens_per_s": 40_000.0, "simulated": True},
+        ],
+        "zero_stage": 1,
+        "tokens_per_s": 40_000.0,
+        "price_per_hour": 4_000_000,
+        "price_per_million_tokens": 27_778,
+        "eta_seconds": 90.0,
+        "total_cost": 100_000,
+    }  # fmt: skip
+    Job.objects.filter(pk=job.pk).update(plan=plan, quote=plan)
+
+    page = console.get(f"/admin/workers/job/{job.pk}/change/").content.decode()
+
+    assert "40,000 tokens/s · ¥4.00/h" in page and money("¥0.10") in page
+    assert "rank 0: rtx-4090 on gpu-host-1, micro-batch 3, on-demand (simulated)" in page
+    assert "Quoted at launch" in page
+    assert "Plan(" not in page and "price_per_hour" not in page and "4000000" not in page
+
+
 # Jobs: read-only, cancellable
 
 
@@ -117,35 +143,84 @@ def test_a_job_page_is_read_only_without_save_or_delete(console, alice):
     assert job.status == JobStatus.QUEUED
 
 
-def test_cancel_selected_jobs_cancels_them_through_the_lifecycle_and_audits_it(console, operator, alice):
+def test_cancel_selected_jobs_first_asks_why_then_cancels_them_through_the_lifecycle_and_audits_it(
+    console, operator, alice
+):
     waiting, finished = make_job(alice), make_job(alice, JobStatus.SUCCEEDED)
-    response = console.post(
-        "/admin/workers/job/", {"action": "cancel_selected", "_selected_action": [waiting.pk, finished.pk]}
-    )
+    selected = {"action": "cancel_selected", "_selected_action": [waiting.pk, finished.pk]}
+
+    asked = console.post("/admin/workers/job/", selected)
+
+    assert asked.status_code == 200 and 'data-testid="confirm-cancel"' in asked.content.decode()
+    assert "Cancel 1 job" in asked.content.decode() and "already ended: left as it is" in asked.content.decode()
+    waiting.refresh_from_db()
+    assert waiting.status == JobStatus.QUEUED and not AuditEntry.objects.filter(action="job.cancel").exists()
+
+    response = console.post("/admin/workers/job/", {**selected, "reason": "Abusive workload"})
+
     assert response.status_code == 302
     waiting.refresh_from_db()
     finished.refresh_from_db()
     assert waiting.status == JobStatus.CANCELLED and waiting.cancel_requested_at is not None
+    assert waiting.status_reason == "Cancelled by the operator: Abusive workload"
     assert finished.status == JobStatus.SUCCEEDED
     entry = AuditEntry.objects.get(action="job.cancel")
     assert (entry.actor, entry.target_id) == (operator, str(waiting.pk))
     assert entry.details["before"] == {"status": "queued"} and entry.details["after"] == {"status": "cancelled"}
+    assert entry.details["reason"] == "Abusive workload"
     assert said(response) == [
-        f"Cancelled job {waiting.pk} of alice: it was not running on chips, so it ended at once.",
+        f"Cancelled job {waiting.pk} of alice: it was not running on chips, so it ended at once. "
+        "The owner is told why on the job page and by e-mail.",
         f"Job {finished.pk} had already ended (succeeded): nothing to cancel.",
     ]
 
 
-def test_the_cancel_button_on_a_running_jobs_page_tells_its_ranks_to_stop(console, operator, alice):
+@pytest.mark.parametrize("reason", ["", "   "])
+def test_the_operators_cancel_without_a_reason_is_refused_and_cancels_nothing(console, alice, reason):
     job = make_job(alice, JobStatus.RUNNING)
-    assert console.get(f"/admin/workers/job/{job.pk}/cancel/").status_code == 405
-    response = console.post(f"/admin/workers/job/{job.pk}/cancel/")
+
+    from_page = console.post(f"/admin/workers/job/{job.pk}/cancel/", {"reason": reason})
+    from_list = console.post(
+        "/admin/workers/job/", {"action": "cancel_selected", "_selected_action": [job.pk], "reason": reason}
+    )
+
+    assert from_page.status_code == from_list.status_code == 400
+    assert "This field is required." in from_page.content.decode()
+    job.refresh_from_db()
+    assert job.status == JobStatus.RUNNING and job.cancel_requested_at is None
+    assert not AuditEntry.objects.filter(action="job.cancel").exists()
+
+
+def test_the_cancel_button_asks_why_then_tells_a_running_jobs_ranks_to_stop(console, operator, alice):
+    job = make_job(alice, JobStatus.RUNNING)
+    page = console.get(f"/admin/workers/job/{job.pk}/change/").content.decode()
+    assert f'href="/admin/workers/job/{job.pk}/cancel/"' in page
+
+    asked = console.get(f"/admin/workers/job/{job.pk}/cancel/")
+
+    assert asked.status_code == 200 and 'name="reason"' in asked.content.decode()
+    job.refresh_from_db()
+    assert job.cancel_requested_at is None
+
+    response = console.post(f"/admin/workers/job/{job.pk}/cancel/", {"reason": "Node maintenance"})
+
     assert response.status_code == 302 and response["Location"] == f"/admin/workers/job/{job.pk}/change/"
     job.refresh_from_db()
     assert job.status == JobStatus.STOPPING and job.cancel_requested_at is not None
+    assert job.status_reason == "Cancelled by the operator: Node maintenance"
     assert AuditEntry.objects.filter(action="job.cancel", target_id=str(job.pk), actor=operator).count() == 1
     page = console.get(f"/admin/workers/job/{job.pk}/change/").content.decode()
     assert 'data-testid="cancel-job"' not in page  # already being cancelled
+
+
+def test_the_owner_sees_the_operators_reason_on_the_job_page(console, client, alice):
+    job = make_job(alice, JobStatus.RUNNING)
+    console.post(f"/admin/workers/job/{job.pk}/cancel/", {"reason": "Node maintenance"})
+    client.force_login(alice)
+
+    page = client.get(f"/jobs/{job.pk}/").content.decode()
+
+    assert "Cancelled by the operator: Node maintenance" in page
 
 
 def test_staff_without_the_job_permission_cannot_cancel(client, django_user_model, catalog, alice):

@@ -1,29 +1,23 @@
-"""Admin console: the compute fleet (chip types, pools, nodes) and jobs; each operator action is audited (base.audit).
+"""Admin console: the compute fleet (chip types, pools, nodes); each operator action is audited (base.audit).
 
-Jobs are the users' own: the console shows them read-only (money as ¥ amounts) and may only cancel
-them, through the same lifecycle path as the owner's Cancel button.
+Jobs are in workers/admin_jobs.py: read-only, cancellable with a reason.
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from django.contrib import admin, messages
 from django.db import transaction
-from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
-from django.shortcuts import get_object_or_404
-from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
 from base.admin import AuditedChangesMixin
 from base.audit import record
 from base.money import format_price
-from base.templatetags.money import money_html
 from billing.models import Price
 from market.models import MarketSettings
+from workers import admin_jobs  # noqa: F401  (jobs: registered there, /admin/workers/job/)
 from workers.choices import AgentStatus, JobStatus
-from workers.models import Allocation, ChipType, EnrollmentToken, Job, MigrationReason, Node, Pool
+from workers.models import Allocation, ChipType, EnrollmentToken, MigrationReason, Node, Pool
 from workers.services import lifecycle
 from workers.services.monitor import reset_node
 
@@ -331,153 +325,3 @@ class EnrollmentTokenAdmin(AuditedChangesMixin, admin.ModelAdmin):
             "No new host can enroll with them; hosts already enrolled keep working.",
             messages.SUCCESS,
         )
-
-
-class AllocationInline(admin.TabularInline):
-    model = Allocation
-    fields = ["node", "chip_type", "chips", "mode", "epoch", "started_at", "ended_at", "charged"]
-    readonly_fields = fields
-    extra = 0
-    can_delete = False
-
-    def has_add_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
-
-    @admin.display(description="Charged")
-    def charged(self, allocation: Allocation):
-        """An allocation's own total once it ended and the meter folded it into its billing line (the
-        job's chips of that type and mode); until then it is billed with the line."""
-        if allocation.ended_at is None or allocation.billed_through <= allocation.ended_at - timedelta(seconds=1):
-            return "billed with its line"
-        return money_html(allocation.charged_total)
-
-
-# The job's money fields, shown as ¥ amounts by the JobAdmin methods of these names.
-JOB_MONEY_FIELDS = {
-    "max_budget_per_hour": "budget_per_hour",
-    "total_budget": "total_budget_money",
-    "spot_bid_per_hour": "spot_bid",
-    "credit_hold": "credit_hold_money",
-}
-
-
-@admin.register(Job)
-class JobAdmin(admin.ModelAdmin):
-    """Jobs are read-only here (no Save, no Delete); the one thing the console does to a job is cancel it.
-
-    Cancelling goes through `lifecycle.cancel`, as the owner's Cancel button does: a job waiting for
-    chips ends at once, a running one is told to stop and ends cancelled when its ranks exit.
-    """
-
-    list_display = [
-        "id",
-        "owner",
-        "model_name",
-        "status",
-        "step",
-        "max_steps",
-        "policy",
-        "epoch",
-        "created_at",
-    ]
-    list_filter = ["status", "policy", "model_name"]
-    search_fields = ["owner__username", "name", "model_name"]
-    fields = [JOB_MONEY_FIELDS.get(f.name, f.name) for f in Job._meta.fields if f.name != "id"]
-    readonly_fields = fields
-    inlines = [AllocationInline]
-    actions = ["cancel_selected"]
-    change_form_template = "admin/workers/job/change_form.html"
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_cancel_permission(self, request, obj=None) -> bool:
-        """Whoever may change jobs may cancel them; the page stays read-only for everyone."""
-        return request.user.has_perm("workers.change_job")
-
-    @admin.display(description="Budget per hour")
-    def budget_per_hour(self, job: Job) -> str:
-        return f"{format_price(job.max_budget_per_hour)}/h"
-
-    @admin.display(description="Total budget")
-    def total_budget_money(self, job: Job):
-        return money_html(job.total_budget)
-
-    @admin.display(description="Spot bid /chip-h")
-    def spot_bid(self, job: Job) -> str:
-        return format_price(job.spot_bid_per_hour)
-
-    @admin.display(description="Credit held while waiting")
-    def credit_hold_money(self, job: Job):
-        return money_html(job.credit_hold)
-
-    @admin.action(description="Cancel selected jobs", permissions=["cancel"])
-    def cancel_selected(self, request, queryset) -> None:
-        for job in queryset.order_by("pk"):
-            self._cancel(request, job)
-
-    def get_urls(self):
-        cancel = self.admin_site.admin_view(self.cancel_view)
-        return [path("<int:pk>/cancel/", cancel, name="workers_job_cancel"), *super().get_urls()]
-
-    def cancel_view(self, request: HttpRequest, pk: int) -> HttpResponse:
-        """The Cancel button on a job's page (POST only), then back to that page."""
-        if request.method != "POST":
-            return HttpResponseNotAllowed(["POST"], "Cancel a job with the button on its page (a POST).")
-        if not self.has_cancel_permission(request):
-            return HttpResponse("You may not cancel jobs.", status=403)
-        self._cancel(request, get_object_or_404(Job, pk=pk))
-        return HttpResponseRedirect(reverse("admin:workers_job_change", args=[pk]))
-
-    def change_view(self, request, object_id, form_url="", extra_context=None):
-        job = Job.objects.filter(pk=object_id).only("status", "cancel_requested_at").first()
-        can_cancel = (
-            job is not None
-            and not job.is_finished
-            and job.cancel_requested_at is None
-            and self.has_cancel_permission(request)
-        )
-        extra_context = {**(extra_context or {}), "can_cancel": can_cancel}
-        return super().change_view(request, object_id, form_url, extra_context)
-
-    def _cancel(self, request, job: Job) -> None:
-        """Cancel one job through the lifecycle, with its audit entry in the same transaction, and say what happened."""
-        if job.is_finished:
-            self.message_user(
-                request, f"Job {job.pk} had already ended ({job.get_status_display().lower()}): nothing to cancel."
-            )
-            return
-        if job.cancel_requested_at:
-            self.message_user(request, f"Job {job.pk} is already being cancelled ({job.get_status_display().lower()}).")
-            return
-        status_before = job.status
-        with transaction.atomic():
-            job = lifecycle.cancel(job)
-            record(
-                request.user,
-                "job.cancel",
-                job,
-                owner=job.owner,
-                before={"status": status_before},
-                after={"status": job.status},
-            )
-        if job.status == JobStatus.CANCELLED:
-            told = f"Cancelled job {job.pk} of {job.owner}: it was not running on chips, so it ended at once."
-        else:
-            told = (
-                f"Cancelling job {job.pk} of {job.owner}: its ranks were told to stop; "
-                "it ends cancelled when they exit."
-            )
-        self.message_user(request, told, messages.SUCCESS)

@@ -7,7 +7,7 @@ from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
 
-from base.money import format_amount
+from base.money import format_amount, format_price
 
 
 class PriceQuerySet(models.QuerySet):
@@ -46,7 +46,11 @@ class Price(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.chip_type_id} from {self.effective_at:%Y-%m-%d %H:%M}"
+        # The admin names a row by this in its messages ("The price “…” was added"): the chip and the money.
+        return (
+            f"{self.chip_type.name}: {format_price(self.on_demand_per_hour)}/chip-h, spot floor "
+            f"{format_price(self.spot_floor_per_hour)}, from {self.effective_at:%Y-%m-%d %H:%M}"
+        )
 
     def save(self, *args, **kwargs) -> None:
         if self.pk is not None:
@@ -86,4 +90,4 @@ class SpotPrice(models.Model):
         constraints = [models.CheckConstraint(condition=Q(price_per_hour__gte=0), name="spot_price_not_negative")]
 
     def __str__(self) -> str:
-        return f"{self.chip_type_id} at {self.at:%H:%M:%S}: {format_amount(self.price_per_hour)}/h"
+        return f"{self.chip_type.name} at {self.at:%Y-%m-%d %H:%M:%S}: {format_price(self.price_per_hour)}/chip-h"

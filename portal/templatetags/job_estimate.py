@@ -1,7 +1,9 @@
 """Planned against actual on the job page: `{% load job_estimate %}{% planned_vs_actual job %}`.
 
-The plan's speed, run time and cost beside what the run has done so far, projected to its end
-from its recent steps, so a user sees at once whether the quote holds.
+The quote's speed, run time and cost beside what the run has done so far, projected to its end
+from its recent steps, so a user sees at once whether the quote holds. The quote is the one given at
+launch (`Job.quote`), kept when the job is re-planned after a move; the rest of the run is projected
+at the current placement's price.
 """
 
 from __future__ import annotations
@@ -39,8 +41,8 @@ class Line:
 
 @register.inclusion_tag("partials/training/job_estimate.html")
 def planned_vs_actual(job: Job) -> dict:
-    plan = job.plan
-    if plan is None or not plan.eta_seconds:
+    plan, quoted = job.plan, job.quote or job.plan
+    if plan is None or not quoted.eta_seconds:
         return {"lines": []}
     allocations = Allocation.objects.filter(job=job)
     started, charged = allocations.aggregate(started=Min("started_at"))["started"], job_charged(job)
@@ -55,28 +57,28 @@ def planned_vs_actual(job: Job) -> dict:
     lines = [
         Line(
             "Tokens/s",
-            f"{plan.tokens_per_s:,.0f}",
+            f"{quoted.tokens_per_s:,.0f}",
             f"{speed:,.0f}" if speed else "—",
-            _off(speed, plan.tokens_per_s),
+            _off(speed, quoted.tokens_per_s),
             "speed",
         ),
         Line(
             "Run time" if ended else "Run time (projected)",
-            _duration(plan.eta_seconds),
+            _duration(quoted.eta_seconds),
             _duration(run_time) if run_time is not None else "—",
-            _off(run_time, plan.eta_seconds),
+            _off(run_time, quoted.eta_seconds),
             "run-time",
         ),
         Line(
             "Cost" if ended else "Cost (projected)",
-            format_estimate(plan.total_cost),
+            format_estimate(quoted.total_cost),
             format_estimate(round(cost)) if cost is not None else "—",
-            _off(cost, plan.total_cost),
+            _off(cost, quoted.total_cost),
             "run-cost",
         ),
     ]
-    if plan.uncertainty is not None:
-        basis = f"quoted from what these nodes measured, ±{plan.uncertainty:.0%}"
+    if quoted.uncertainty is not None:
+        basis = f"quoted from what these nodes measured, ±{quoted.uncertainty:.0%}"
     else:
         basis = "quoted from the chips' modelled speed: no measurements yet"
     return {"lines": lines, "basis": basis}

@@ -1,5 +1,6 @@
 """E-mails (billing.notifications): the low-balance e-mail goes once per crossing and re-arms; a job's end
-e-mails its owner once (not for a cancel), unless the owner turned job e-mails off."""
+e-mails its owner once (not for the owner's own cancel), unless the owner turned job e-mails off; the operator's
+cancel is always e-mailed, with its reason."""
 
 from __future__ import annotations
 
@@ -144,6 +145,26 @@ def test_a_failed_or_credit_stopped_job_emails_its_owner(
 def test_a_job_cancelled_by_its_owner_sends_nothing(running, mailoutbox, django_capture_on_commit_callbacks):
     end(running, JobStatus.CANCELLED, django_capture_on_commit_callbacks)
     assert job_mails(mailoutbox, running) == []
+
+
+def test_a_job_the_operator_cancelled_emails_its_owner_the_reason_once_its_ranks_have_exited(
+    running, alice, mailoutbox, django_capture_on_commit_callbacks
+):
+    save_settings(alice, low_balance_threshold=0, job_emails=False)  # not the owner's doing: told all the same
+    with django_capture_on_commit_callbacks(execute=True):
+        lifecycle.cancel(running, operator_reason="Host maintenance in cn-east-1", now=T0 + timedelta(minutes=20))
+    assert job_mails(mailoutbox, running) == []  # stopping: its ranks are told to stop
+
+    running.refresh_from_db()
+    with django_capture_on_commit_callbacks(execute=True), transaction.atomic():
+        lifecycle.finish_when_ranks_done(running, T0 + timedelta(minutes=21))
+
+    (mail,) = job_mails(mailoutbox, running)
+    assert mail.subject == f"Starverse: job {running.pk} was cancelled by the operator (mail-test)"
+    assert "Cancelled by the operator: Host maintenance in cn-east-1" in mail.body
+    running.refresh_from_db()
+    assert running.status == JobStatus.CANCELLED
+    assert running.status_reason == "Cancelled by the operator: Host maintenance in cn-east-1"
 
 
 def test_job_emails_turned_off_are_not_sent(running, alice, mailoutbox, django_capture_on_commit_callbacks):

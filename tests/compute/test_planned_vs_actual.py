@@ -5,11 +5,13 @@ from __future__ import annotations
 from datetime import timedelta
 
 from django.urls import reverse
+from django.utils import timezone
 
 from tests.compute.conftest import hand_plan
 from tests.lines import bill_as_charged
 from workers.choices import JobStatus
 from workers.models import Job, JobMetric
+from workers.services.allocations import release
 from workers.services.placement import allocate
 
 
@@ -64,3 +66,21 @@ def test_a_running_job_projects_its_end_from_its_recent_steps(client, alice, fun
 
     assert "Run time (projected)" in shown and "Cost (projected)" in shown
     assert 'data-testid="speed"' in shown and "+0%" in shown.split('data-testid="speed"')[1].split("</tr>")[0]
+
+
+def test_a_replanned_job_is_still_compared_with_the_quote_it_launched_with(
+    client, alice, fund, enroll, planning_job
+):
+    job = planned_job(enroll, planning_job, fund, alice)  # quoted 1,000 tokens/s, 1 min 40 s
+    elsewhere, _ = enroll("b")
+    release(job, timezone.now())  # moved off its chips, then placed again on a slower plan
+    Job.objects.filter(pk=job.pk).update(status=JobStatus.PLANNING)
+    replan = hand_plan((elsewhere, 4), tokens_per_s=500.0, eta_seconds=400.0, price_per_hour=3_600_000)
+    allocate(Job.objects.get(pk=job.pk), replan)
+    client.force_login(alice)
+
+    shown = section(client, job)
+
+    quoted = lambda testid: shown.split(f'data-testid="{testid}"')[1].split("</td>")[0]  # noqa: E731
+    assert "1,000" in quoted("speed") and "1 min 40 s" in quoted("run-time")
+    assert Job.objects.get(pk=job.pk).plan.tokens_per_s == 500.0

@@ -69,7 +69,7 @@ def launch(owner, spec: JobSpec) -> Job:
             check_hold(owner, plan.price_per_hour, committed=commitments(owner).total())
         except HoldRefused as error:
             raise LaunchRefused("balance", "insufficient_credit", str(error)) from None
-        return submit(owner, spec, credit_hold=hold, model=model)
+        return submit(owner, spec, credit_hold=hold, model=model, quote=plan)
 
 
 def launch_plan(spec: JobSpec) -> planner.Plan:

@@ -60,15 +60,18 @@ WAITING = {JobStatus.QUEUED, JobStatus.PLANNING}
 # Queue and placement ----------------------------------------------------------------------------
 
 
-def submit(owner, spec: JobSpec, *, credit_hold: int = 0, model: ModelSpec | None = None) -> Job:
+def submit(
+    owner, spec: JobSpec, *, credit_hold: int = 0, model: ModelSpec | None = None, quote: Plan | None = None
+) -> Job:
     """A validated job enters the queue (workers.services.launch decides whether it may); `model` is its
-    model as planning sized it, kept for the market's fit check."""
+    model as planning sized it, kept for the market's fit check; `quote` the plan its owner was quoted."""
     with transaction.atomic():
         job = Job.objects.create(
             owner=owner,
             status=JobStatus.QUEUED,
             credit_hold=credit_hold,
             model_spec=model.as_dict() if model else None,
+            quote=quote,
             **spec.job_columns(),
         )
         record_event(job, JobEventKind.QUEUED, "Queued")
@@ -117,6 +120,7 @@ def place(job: Job, plan: Plan, now: datetime) -> None:
     whatever an older placement's ranks say from now on is refused."""
     job.epoch += 1
     job.plan = plan
+    job.quote = job.quote or plan  # a job launched without a quote compares with its first placement
     job.status = JobStatus.PROVISIONING
     job.status_reason = ""
     job.waiting_for = None
@@ -125,6 +129,7 @@ def place(job: Job, plan: Plan, now: datetime) -> None:
         update_fields=[
             "epoch",
             "plan",
+            "quote",
             "status",
             "status_reason",
             "waiting_for",
@@ -160,16 +165,23 @@ def stop_ranks(job: Job, reason: str, *, checkpoint: bool, grace_s: int | None =
     return commands.send_to_nodes(job, CommandType.STOP, payload, now=now)
 
 
-def cancel(job: Job, now: datetime | None = None) -> Job:
-    """The owner cancels: a job not on chips ends at once; a running one is told to stop."""
+def cancel(job: Job, now: datetime | None = None, *, operator_reason: str = "") -> Job:
+    """The owner cancels, or the operator with a reason: a job not on chips ends at once; a running one is
+    told to stop. The operator's reason is the job's reason from now on and the owner is e-mailed it."""
     now = now or timezone.now()
     with transaction.atomic():
         job = Job.objects.select_for_update().get(pk=job.pk)
         if job.is_finished or job.cancel_requested_at:
             return job
         job.cancel_requested_at = now
-        job.save(update_fields=["cancel_requested_at", "updated_at"])
-        record_event(job, JobEventKind.CANCEL_REQUESTED, "Cancel requested", now=now)
+        if operator_reason:
+            job.status_reason = operator_cancel_text(operator_reason)
+        job.save(update_fields=["cancel_requested_at", "status_reason", "updated_at"])
+        if operator_reason:
+            data = {"by": "operator", "reason": operator_reason}
+            record_event(job, JobEventKind.CANCEL_REQUESTED, job.status_reason, data=data, now=now)
+        else:
+            record_event(job, JobEventKind.CANCEL_REQUESTED, "Cancel requested", now=now)
         if job.status in WAITING:
             moved = job.migrations.exists()
             return finish(
@@ -219,8 +231,10 @@ def finish(job: Job, status: str, reason: str = "", now: datetime | None = None)
     job = Job.objects.select_for_update().get(pk=job.pk)
     if job.is_finished:
         return job
+    operator_reason = job.operator_cancel_reason() if status == JobStatus.CANCELLED else ""
     job.status = status
-    job.status_reason = reason
+    # However the ranks end, an operator's cancel keeps the reason the owner was given.
+    job.status_reason = operator_cancel_text(operator_reason) if operator_reason else reason
     job.finished_at = now
     job.save(update_fields=["status", "status_reason", "finished_at", "updated_at"])
     if status == JobStatus.FAILED:
@@ -234,10 +248,16 @@ def finish(job: Job, status: str, reason: str = "", now: datetime | None = None)
     kind = {JobStatus.SUCCEEDED: JobEventKind.SUCCEEDED, JobStatus.FAILED: JobEventKind.FAILED}.get(
         status, JobEventKind.STOPPED
     )
-    record_event(job, kind, reason or job.get_status_display(), now=now)
-    # One e-mail per job end (billing.notifications: succeeded, failed, out of credit), after the commit.
-    transaction.on_commit(lambda: job_ended(job.pk, status))
+    record_event(job, kind, job.status_reason or job.get_status_display(), now=now)
+    # One e-mail per job end (billing.notifications: succeeded, failed, out of credit, cancelled by the
+    # operator), after the commit.
+    transaction.on_commit(lambda: job_ended(job.pk, status, by_operator=bool(operator_reason)))
     return job
+
+
+def operator_cancel_text(reason: str) -> str:
+    """What the owner reads (job page, e-mail, API) when the operator cancelled their job."""
+    return f"Cancelled by the operator: {reason}"
 
 
 def finish_overdue_stops(now: datetime) -> int:
