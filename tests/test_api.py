@@ -189,3 +189,14 @@ def test_the_schema_and_docs_are_served_without_login(api):
     docs = api.get("/api/v1/docs/")
     assert docs.status_code == 200
     assert b"/static/drf_spectacular_sidecar/" in docs.content
+
+
+def test_the_public_docs_list_no_agent_endpoint_and_link_back_to_the_site(api):
+    paths = api.get("/api/v1/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json").json()["paths"]
+    docs = api.get("/api/v1/docs/").content.decode()
+
+    assert "/api/v1/jobs/" in paths
+    assert not [path for path in paths if path.startswith("/api/v1/agent/")]
+    bar = docs[docs.index('data-testid="site-bar"') : docs.index("</nav>")]
+    for link in ['href="/"', 'href="/dashboard/"', 'href="/dashboard/tokens/"']:
+        assert link in bar

@@ -15,6 +15,15 @@ COMMON_ERRORS = {
 }
 
 
+AGENT_PATHS = "/api/v1/agent/"
+
+
+def without_agent_endpoints(endpoints: list) -> list:
+    """drf-spectacular preprocessing hook of the public schema and docs: the node agents' protocol is spoken by
+    the platform's own agent with a node token, not by users, so users' docs don't list it (#28)."""
+    return [endpoint for endpoint in endpoints if not endpoint[0].startswith(AGENT_PATHS)]
+
+
 def document_common_errors(result, generator, request, public):
     """drf-spectacular postprocessing hook: add the common error answers each operation lacks."""
     schemas = result.setdefault("components", {}).setdefault("schemas", {})

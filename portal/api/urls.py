@@ -20,14 +20,23 @@ urlpatterns = [
     path("topups/", TopupCreateView.as_view(), name="api-topups"),
     path(
         "schema/",
-        SpectacularAPIView.as_view(authentication_classes=[], permission_classes=[]),
+        SpectacularAPIView.as_view(
+            authentication_classes=[],
+            permission_classes=[],
+            custom_settings={"PREPROCESSING_HOOKS": ["base.api.schema.without_agent_endpoints"]},
+        ),
         name="api-schema",
     ),
     path(
         "docs/",
         # The split view serves Swagger UI's start-up script as a file: the page runs no inline script.
         csp_update({"style-src": [UNSAFE_INLINE]})(  # Swagger UI styles itself with <style> elements
-            SpectacularSwaggerSplitView.as_view(url_name="api-schema", authentication_classes=[], permission_classes=[])
+            SpectacularSwaggerSplitView.as_view(
+                url_name="api-schema",
+                template_name="portal/api_docs.html",  # Swagger UI under a bar of links back to the site
+                authentication_classes=[],
+                permission_classes=[],
+            )
         ),
         name="api-docs",
     ),
