@@ -7,14 +7,22 @@
 //   the page and comes back with ?payment_intent=...; WeChat Pay shows its QR code over the page.
 // - "card": a stand-in Stripe.js that has only a card element (localstripe, Stripe test mode under
 //   `make run`): the card is tokenised here and the server confirms the intent with the token.
+//
+// Once a payment succeeds the form is emptied and locked until "New top-up": with the card still
+// filled in, one more click on Pay would charge it again. The balance, the payments and the ledger
+// are refreshed in place when the credit lands.
 (() => {
   const form = document.getElementById("topup-form");
   if (!form || typeof Stripe === "undefined") return;
 
   const stripe = Stripe(form.dataset.publishableKey);
   const usePaymentElement = form.dataset.element === "payment";
-  const card = usePaymentElement ? null : stripe.elements().create("card");
-  if (card) card.mount("#card-element");
+  const newCard = () => {
+    const element = stripe.elements().create("card");
+    element.mount("#card-element");
+    return element;
+  };
+  let card = usePaymentElement ? null : newCard();
 
   const amountError = document.getElementById("amount-error");
   const topupError = document.getElementById("topup-error");
@@ -23,6 +31,7 @@
   const balance = document.getElementById("balance");
   const paymentField = document.getElementById("payment-field");
   const changeAmount = document.getElementById("topup-change");
+  const newTopup = document.getElementById("topup-new");
   const csrf = form.querySelector("[name=csrfmiddlewaretoken]").value;
 
   const show = (el, text) => { el.textContent = text; el.hidden = !text; };
@@ -31,6 +40,8 @@
 
   // The Payment Element's state: the intent it is mounted on, and its elements group.
   let pending = null;
+  // A payment went through: nothing more is charged from this form until the user starts a new top-up.
+  let paid = false;
 
   async function post(url, data) {
     const body = new URLSearchParams({ csrfmiddlewaretoken: csrf, ...data });
@@ -55,12 +66,47 @@
   }
 
   async function announceCredit(id, amount) {
+    lockForm();
     show(statusLine, "Payment received, credit will appear shortly.");
     const credited = await waitForCredit(id);
     const added = amount ? `${form.dataset.symbol}${amount} added to your balance.` : "the credit was added to your balance.";
     show(statusLine, credited
       ? `Payment received: ${added}`
       : "Payment received; the credit is taking longer than usual. Refresh this page in a minute.");
+    await refreshHistory();
+  }
+
+  function lockForm() {
+    paid = true;
+    form.amount.value = "";
+    form.amount.disabled = true;
+    submit.disabled = true;
+    if (card) { card.destroy(); card = null; }  // a new top-up gets an empty card field
+    newTopup.hidden = false;
+  }
+
+  function startNewTopup() {
+    paid = false;
+    form.amount.disabled = false;
+    submit.disabled = false;
+    if (!usePaymentElement) card = newCard();
+    newTopup.hidden = true;
+    show(statusLine, ""); show(topupError, "");
+    form.amount.focus();
+  }
+
+  // The payments list and the ledger as the server has them now, swapped into this page.
+  async function refreshHistory() {
+    const response = await fetch(window.location.pathname, { credentials: "same-origin" }).catch(() => null);
+    if (!response || !response.ok) return;
+    const fresh = new DOMParser().parseFromString(await response.text(), "text/html");
+    for (const selector of ["#payments-section", "#ledger", "[data-testid=header-balance]"]) {
+      const current = document.querySelector(selector);
+      const next = fresh.querySelector(selector);
+      if (!current || !next) continue;
+      current.replaceWith(next);
+      if (window.htmx) window.htmx.process(next);  // the ledger's groups open with hx-get
+    }
   }
 
   async function createIntent() {
@@ -149,9 +195,11 @@
   }
 
   if (changeAmount) changeAmount.addEventListener("click", resetPaymentElement);
+  newTopup.addEventListener("click", startNewTopup);
 
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
+    if (paid) return;
     show(amountError, ""); show(topupError, ""); show(statusLine, "");
     form.querySelector("#amount-field").classList.remove("field-invalid");
     submit.disabled = true;
@@ -162,7 +210,7 @@
     } catch (err) {
       show(topupError, "Something went wrong talking to the payment service. Please try again.");
     } finally {
-      submit.disabled = false;
+      submit.disabled = paid;
     }
   });
 

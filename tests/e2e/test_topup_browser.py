@@ -74,6 +74,40 @@ def test_a_good_card_tops_up_50_once(live_server, stack, alice, browser_page, sc
     page.screenshot(path=str(screenshots / "topup-3-after-reload.png"), full_page=True)
 
 
+def test_after_a_payment_the_form_is_emptied_and_locked_and_the_history_updates_in_place(
+    live_server, stack, alice, browser_page, screenshots
+):
+    """A second click on Pay with the card still filled in charged it again; the page needed a reload."""
+    page = browser_page
+    log_in_and_open_billing(page, live_server.url)
+    expect(page.get_by_test_id("payments")).to_have_count(0)
+
+    pay(page, "50.00", GOOD_CARD)
+
+    expect(page.get_by_test_id("topup-status")).to_contain_text("¥50.00 added to your balance", timeout=60_000)
+    expect(page.locator("input[name=amount]")).to_be_disabled()
+    expect(page.locator("input[name=amount]")).to_have_value("")
+    expect(page.locator("#topup-submit")).to_be_disabled()
+    expect(page.get_by_test_id("card-element").locator("input")).to_have_count(0)
+    page.locator("#topup-submit").click(force=True)  # a click on the disabled button charges nothing
+    # Without a reload: the payment and its ledger line are listed, and the header shows the new balance.
+    expect(page.get_by_test_id("payments")).to_contain_text("Succeeded")
+    expect(page.get_by_test_id("ledger")).to_contain_text("+¥50.00")
+    expect(page.get_by_test_id("header-balance")).to_contain_text(f"¥{balance_of(alice) / 1_000_000:,.2f}")
+    page.screenshot(path=str(screenshots / "topup-6-locked.png"), full_page=True)
+    assert Payment.objects.filter(user=alice).count() == 1
+
+    page.get_by_test_id("topup-new").click()
+
+    expect(page.locator("input[name=amount]")).to_be_enabled()
+    expect(page.locator("#topup-submit")).to_be_enabled()
+    expect(page.get_by_test_id("card-element").get_by_placeholder("number")).to_have_value("")
+    expect(page.get_by_test_id("topup-new")).to_be_hidden()
+    pay(page, "20.00", GOOD_CARD)
+    expect(page.get_by_test_id("topup-status")).to_contain_text("¥20.00 added to your balance", timeout=60_000)
+    assert Payment.objects.filter(user=alice, status=PaymentStatus.SUCCEEDED).count() == 2
+
+
 def test_test_mode_says_so_and_a_top_up_credits_the_balance_on_desktop_and_phone(
     live_server, stack, alice, chromium, screenshots
 ):
