@@ -7,8 +7,11 @@ so far in a fixed number of queries, Re-run through the API's validation, Cancel
 
 from __future__ import annotations
 
+import io
 import re
+import tarfile
 from datetime import timedelta
+from html import unescape
 
 import pytest
 from django.urls import reverse
@@ -135,6 +138,73 @@ def test_the_job_page_shows_the_final_model_first_with_one_download_and_the_chec
     steps = [int(chunk.split('"', 1)[0]) for chunk in section.split('data-step="')[1:]]
     assert steps == [240, 120, 100, 20]
     assert reverse("job_artifact", args=[job.pk, "step-20/ds/mp_rank_00.pt"]) in section
+
+
+def downloaded_folders(client, job: Job, **params) -> set[str]:
+    """The top folders of the model tar the job page's Download button sends."""
+    response = client.get(reverse("job_model", args=[job.pk]), params)
+    with tarfile.open(fileobj=io.BytesIO(b"".join(response.streaming_content))) as archive:
+        return {name.split("/", 1)[0] for name in archive.getnames()}
+
+
+def snippet(html: str, testid: str) -> str:
+    """The text of a code snippet on the page, as the Copy button copies it."""
+    start = html.index(f'data-testid="{testid}"')
+    return unescape(html[html.index("<code", start) : html.index("</code>", start)].split(">", 1)[1])
+
+
+def test_the_load_lines_name_the_folder_the_download_unpacks_to_one_per_line_with_a_copy_button(
+    alice_client, alice, tmp_path
+):
+    job = make_job(alice, status=JobStatus.SUCCEEDED, finished_at=timezone.now())
+    final = stored_checkpoint(job.pk, 240, {"model/config.json": b"{}", "model/model.safetensors": b"w"}, tmp_path)
+    Job.objects.filter(pk=job.pk).update(latest_checkpoint=final, latest_checkpoint_step=240)
+
+    html = page(alice_client, job)
+    lines = snippet(html, "load-lines").splitlines()
+
+    [folder] = downloaded_folders(alice_client, job)
+    assert folder == f"job-{job.pk}-model"
+    assert lines[0] == "from transformers import AutoModelForCausalLM, AutoTokenizer"
+    assert lines[1] == f'model = AutoModelForCausalLM.from_pretrained("./{folder}")'
+    assert 'data-copy="#load-lines"' in html and 'id="load-lines"' in html
+
+
+def test_a_lora_jobs_load_lines_name_the_adapter_and_merged_folders_the_downloads_unpack_to(
+    alice_client, alice, tmp_path
+):
+    job = make_job(alice, status=JobStatus.SUCCEEDED, finished_at=timezone.now(), mode="lora", lora={"r": 8})
+    files = {}
+    for folder, name in (("model", "model.safetensors"), ("adapter", "adapter_model.safetensors")):
+        files |= {f"{folder}/config.json": b"{}", f"{folder}/{name}": b"weights"}
+    final = stored_checkpoint(job.pk, job.max_steps, files, tmp_path)
+    Job.objects.filter(pk=job.pk).update(latest_checkpoint=final, latest_checkpoint_step=job.max_steps)
+
+    html = page(alice_client, job)
+
+    [adapter] = downloaded_folders(alice_client, job)
+    [merged] = downloaded_folders(alice_client, job, merged="1")
+    assert f'"./{adapter}")' in snippet(html, "load-lines")
+    assert f'AutoModelForCausalLM.from_pretrained("./{merged}")' in snippet(html, "load-merged-lines")
+    assert 'data-copy="#load-merged-lines"' in html
+
+
+@pytest.mark.parametrize(
+    ("status", "label"), [(JobStatus.RUNNING, "Cost so far"), (JobStatus.SUCCEEDED, "Cost"), (JobStatus.FAILED, "Cost")]
+)
+def test_the_cost_is_cost_so_far_while_the_job_runs_and_cost_once_it_has_ended(alice_client, alice, status, label):
+    job = make_job(alice, status=status)
+    html = page(alice_client, job)
+    assert f"<dt>{label}</dt>" in html and html.count("<dt>Cost") == 1
+
+
+def test_the_job_page_shows_the_held_out_loss(alice_client, alice):
+    job = make_job(alice, status=JobStatus.RUNNING, eval_every=20, eval_fraction=0.1)
+    assert re.search(r'data-testid="eval-loss">—<', page(alice_client, job))  # none measured yet
+
+    Job.objects.filter(pk=job.pk).update(eval_loss=2.34567)
+
+    assert 'data-testid="eval-loss">2.3457<' in page(alice_client, job)
 
 
 # Events

@@ -483,7 +483,8 @@ def test_a_finished_lora_job_offers_its_adapter_and_merged_weights_with_the_line
     Job.objects.filter(pk=job.pk).update(latest_checkpoint=final, latest_checkpoint_step=job.max_steps)
     html = alice_client.get(reverse("job", args=[job.pk])).content.decode()
     assert "Download model" in html and "Download merged weights" in html
-    assert "PeftModel.from_pretrained" in html and "AutoModelForCausalLM.from_pretrained(&quot;./model&quot;)" in html
+    assert "PeftModel.from_pretrained" in html
+    assert f"AutoModelForCausalLM.from_pretrained(&quot;./job-{job.pk}-merged&quot;)" in html
     response = alice_client.get(reverse("job_model", args=[job.pk]))
     assert response.status_code == 200 and response["Content-Type"] == "application/x-tar"
     with tarfile.open(fileobj=io.BytesIO(b"".join(response.streaming_content))) as archive:

@@ -46,6 +46,7 @@ from workers.services.model_download import (
     MODEL_DIR,
     MergedNotApplicable,
     ModelNotReady,
+    download_folder,
     exported_step,
     load_lines,
     model_download,
@@ -201,9 +202,12 @@ def model_links(job: Job) -> dict | None:
     except StorageError:
         return None  # shown again once storage answers
     lora = job.mode == TrainingMode.LORA
+    which = ADAPTER_DIR if lora else MODEL_DIR
     return {
         "lora": lora,
-        "load": "\n".join(load_lines(job, ADAPTER_DIR if lora else MODEL_DIR)),
+        "folder": download_folder(job, which),
+        "load": "\n".join(load_lines(job, which)),
+        "merged_folder": download_folder(job, MODEL_DIR) if lora else "",
         "load_merged": "\n".join(load_lines(job, MODEL_DIR)) if lora else "",
     }
 

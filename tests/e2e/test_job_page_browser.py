@@ -111,6 +111,14 @@ def test_artifacts_logs_and_events_on_the_job_page(live_server, alice, chromium,
         pass  # a live swap of the section keeps it open
     assert checkpoints.evaluate("d => d.open") is True
 
+    # The lines that load the model read as three lines, and Copy copies the three.
+    snippet = model.get_by_test_id("load-lines")
+    loads = f'model = AutoModelForCausalLM.from_pretrained("./job-{job.pk}-model")'
+    assert snippet.inner_text().splitlines()[1] == loads
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=live_server.url)
+    model.get_by_role("button", name="Copy").click()
+    assert page.evaluate("navigator.clipboard.readText()").splitlines() == snippet.inner_text().splitlines()
+
     # Events: the twelve checkpoints are one line.
     expect(page.get_by_test_id("events")).to_contain_text("Checkpoint saved ×12, last at step 240")
     assert page.locator("#job-events li.event").count() == 2

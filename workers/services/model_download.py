@@ -78,13 +78,23 @@ def model_download(job: Job, merged: bool = False) -> ModelDownload:
             f"Job {job.pk} has no model yet ({job.status}): it is exported when the job finishes or is stopped."
         )
     which = ADAPTER_DIR if lora and not merged else MODEL_DIR
-    kind = "adapter" if which == ADAPTER_DIR else ("merged" if lora else "model")
     files = step.folder(which)
     if not files:
         raise ModelNotReady(f"Job {job.pk}'s export at {step.name} has no {which}/ folder.")
     return ModelDownload(
-        f"job-{job.pk}-{kind}.tar", platform_store(), f"{step.prefix}/{which}", files, model_card(job, which, step.name)
+        f"{download_folder(job, which)}.tar",
+        platform_store(),
+        f"{step.prefix}/{which}",
+        files,
+        model_card(job, which, step.name),
     )
+
+
+def download_folder(job: Job, which: str) -> str:
+    """The folder a download's tar unpacks to (its name without .tar): job-<id>-model, -adapter or -merged."""
+    lora = job.mode == TrainingMode.LORA
+    kind = "adapter" if which == ADAPTER_DIR else ("merged" if lora else "model")
+    return f"job-{job.pk}-{kind}"
 
 
 def exported_step(job: Job) -> ExportedStep | None:
@@ -136,8 +146,8 @@ def model_card(job: Job, which: str, step_name: str) -> str:
 
 
 def load_lines(job: Job, which: str) -> list[str]:
-    """The three lines the job page shows under its Download model button."""
-    folder = "./" + ("adapter" if which == ADAPTER_DIR else "model")
+    """The three lines the job page shows under its Download model button, naming the folder the tar unpacks to."""
+    folder = "./" + download_folder(job, which)
     if which == ADAPTER_DIR:
         return [
             "from peft import PeftModel; from transformers import AutoModelForCausalLM, AutoTokenizer",
