@@ -2,7 +2,8 @@
 
 One clearing of one chip type runs in one database transaction under a per-type advisory lock, so
 a beat tick and a bid change never clear the same market at once; it locks the active bids it
-reads, so a bid cancelled meanwhile is not awarded chips after its cancel. Bids are ranked by the
+reads (after their jobs: the one lock order, market.services.locks), so a bid cancelled meanwhile
+is not awarded chips after its cancel. A clearing that loses a deadlock anyway is run again. Bids are ranked by the
 pure auction (`market.auction`); what a job holds beyond what its bid won is reclaimed with notice.
 
 A bid is demand only for chips its job can run on (`market.services.demand`). Chips a bid wins are
@@ -28,11 +29,13 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from base.deadlocks import retry_on_deadlock
 from base.money import format_amount
 from billing.services.pricing import record_spot_price
 from market import auction
 from market.models import Bid, BidStatus, MarketSettings
 from market.services.demand import demand_of
+from market.services.locks import lock_chip_type_bids
 from market.services.market_state import floor_of, on_demand_waiting, spot_capacity, spot_holdings
 from market.services.reservations import end_bid_reservations, sync_reservations
 from market.signals import SpotLoss, spot_chips_lost
@@ -52,6 +55,7 @@ def clear_all(now: datetime | None = None) -> dict[str, auction.Clearing]:
     return results
 
 
+@retry_on_deadlock()
 def clear_chip_type(chip_type_id: int, now: datetime | None = None) -> auction.Clearing | None:
     """One round for one chip type: award chips, record the price, reclaim what was lost."""
     now = now or timezone.now()
@@ -61,10 +65,9 @@ def clear_chip_type(chip_type_id: int, now: datetime | None = None) -> auction.C
         if floor is None:
             return None
         chip = ChipType.objects.get(pk=chip_type_id)
-        # a job's end closes its bids
-        bids = list(
-            Bid.objects.active().filter(chip_type_id=chip_type_id).select_related("job").select_for_update(of=("self",))
-        )
+        # A job's end closes its bids. Its jobs first, then the bids, by id: a placement holds its job
+        # while it locks the job's bids, and the reservations written below reference the jobs.
+        bids = lock_chip_type_bids(chip_type_id)
         # Read after the bids are locked: a placement locks its job's bids too, so this sees its
         # allocations, or it waits for this clearing and ends what it reserved (no second billed twice).
         holdings = spot_holdings(chip_type_id)

@@ -23,6 +23,7 @@ from django.db import transaction
 
 from billing.services.reservations import ReservedSpan, charge_reserved_spans
 from market.models import Bid, SpotReservation
+from market.services.locks import lock_job_bids
 from market.signals import spot_chips_won
 from workers.models import Job
 
@@ -62,11 +63,12 @@ def end_bid_reservations(bid_ids: Iterable[int], now: datetime) -> list[SpotRese
 def end_job_reservations(job: Job, now: datetime) -> list[SpotReservation]:
     """The job is placed or ended: end and charge every reservation of its bids.
 
-    Its active bids are locked first, as a clearing locks them before reading what jobs hold: a
-    clearing racing a placement either runs after it (and sees its allocations) or before it
-    commits (and what it reserves meanwhile is ended here), never reserving chips the job holds.
+    Its active bids are locked first (after the job, by id: market.services.locks), as a clearing
+    locks them before reading what jobs hold: a clearing racing a placement either runs after it
+    (and sees its allocations) or before it commits (and what it reserves meanwhile is ended here),
+    never reserving chips the job holds.
     """
-    list(Bid.objects.active().filter(job=job).select_for_update().values_list("pk", flat=True))
+    lock_job_bids(job)
     return _end(list(_open(job=job)), now)
 
 

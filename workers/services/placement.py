@@ -2,12 +2,14 @@
 
 Two jobs never get the same chip: allocation locks the chosen nodes' rows (in id order, so two
 placements can't deadlock), re-counts their free chips under the lock, and only then inserts
-allocations. The agents learn about the new placement through queued commands that are sent
-after the transaction commits.
+allocations. Its locks follow the one order of market.services.locks (job, bids, nodes, credit),
+and a placement that loses a deadlock anyway is run again. The agents learn about the new
+placement through queued commands that are sent after the transaction commits.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
 from collections import defaultdict
 
@@ -15,8 +17,10 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from base.deadlocks import retry_on_deadlock
 from billing.services.holds import HoldRefused, check_hold, lock_credit
 from market.services.commitments import commitments
+from market.services.locks import lock_job_bids
 from market.services.reservations import end_job_reservations
 from workers.choices import AllocationMode, JobStatus
 from workers.hfconfig import lora_settings
@@ -30,6 +34,7 @@ from workers.services.checkpoints import job_checkpoints, own_checkpoint_key
 from workers.services.fleet import free_chips
 from workers.services.models import ModelUnavailable, resolve_model_source, store_hub_snapshot
 from workers.services.planning import model_spec
+from workers.services.storage_grants import issue_grant
 from workers.spec import JobSpec
 from workers.storage import StorageError
 
@@ -43,13 +48,24 @@ def allocate(job: Job, plan: Plan, now=None) -> list[Allocation]:
     now = now or timezone.now()
     if not _model_files_stored(job, now):
         return []
+    return _allocate(job, plan, now)
+
+
+@retry_on_deadlock()
+def _allocate(job: Job, plan: Plan, now) -> list[Allocation]:
+    """The transaction of `allocate`; run again if it loses a deadlock (nothing of it was kept then)."""
     wanted: dict[int, list[Rank]] = defaultdict(list)
     for rank in plan.ranks:
         wanted[rank.node_pk].append(rank)
     with transaction.atomic():
+        # The one lock order (market.services.locks): the job, its bids, the nodes by id (no deadlock
+        # between two placements), then the owner's credit. A clearing locks its bidders' jobs before
+        # their bids too, so it waits for this placement or this placement waits for it, never both.
         job = Job.objects.select_for_update().get(pk=job.pk)
         if job.status != JobStatus.PLANNING:
             return []
+        lock_job_bids(job)
+        nodes = {node.pk: node for node in Node.objects.select_for_update().filter(pk__in=wanted).order_by("pk")}
         if plan.price_per_hour:  # the balance may have changed since the launch
             try:
                 # Under the owner's credit lock, counting what the owner's other queued jobs and bids
@@ -60,7 +76,6 @@ def allocate(job: Job, plan: Plan, now=None) -> list[Allocation]:
             except HoldRefused as error:
                 lifecycle.fail(job, str(error), now=now)
                 return []
-        nodes = {node.pk: node for node in Node.objects.select_for_update().filter(pk__in=wanted).order_by("pk")}
         free = free_chips(nodes.values())
         for node_id, ranks in wanted.items():
             if node_id not in nodes or free.get(node_id, 0) < len(ranks):
@@ -154,7 +169,12 @@ def rank_launches(job: Job, plan: Plan, nodes: dict[int, Node]) -> list[tuple[in
                 ),
             )
         )
-    return launches
+    # Each host gets a grant for its own placement's objects, never the store's credentials (#28).
+    return [(node_id, with_grant(job, nodes[node_id], launch)) for node_id, launch in launches]
+
+
+def with_grant(job: Job, node: Node, launch: RankLaunch) -> RankLaunch:
+    return dataclasses.replace(launch, storage_grant=issue_grant(job, node, launch))
 
 
 def launch_model(job: Job) -> dict:
