@@ -14,8 +14,10 @@ from __future__ import annotations
 import functools
 import json
 import math
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import ModuleType
 
 # model_type -> the transformers class a config.json of that type must name.
 ARCHITECTURES = {
@@ -27,6 +29,17 @@ ARCHITECTURES = {
 # families name them alike.
 DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 LORA_DEFAULTS = {"r": 8, "alpha": 16, "dropout": 0.05, "target_modules": list(DEFAULT_LORA_TARGETS)}
+
+_FIRST_IMPORT = threading.Lock()
+
+
+def import_transformers() -> ModuleType:
+    """transformers, imported by one thread at a time: imported by several threads at once (a web
+    worker's first requests), its lazy module left all but one of them "cannot import name
+    'AutoConfig' from 'transformers'". Once imported, this costs one uncontended lock."""
+    with _FIRST_IMPORT:
+        import transformers
+    return transformers
 
 
 def lora_settings(chosen: Mapping | None) -> dict:
@@ -86,12 +99,12 @@ def model_type(config: Mapping) -> str:
 def build_config(config: Mapping):
     """A transformers PretrainedConfig from a config.json mapping."""
     from huggingface_hub.errors import StrictDataclassError
-    from transformers import AutoConfig
 
+    auto_config = import_transformers().AutoConfig
     kind = model_type(config)
     fields = {key: value for key, value in config.items() if key not in ("model_type", "transformers_version")}
     try:
-        return AutoConfig.for_model(kind, **fields)
+        return auto_config.for_model(kind, **fields)
     except (TypeError, ValueError, ArithmeticError, StrictDataclassError) as error:
         raise UnsupportedModel(f"config.json is not a valid {kind} config: {error}") from None
 
@@ -243,6 +256,7 @@ def _positive(value: object) -> bool:
 
 def rope_types() -> tuple[str, ...]:
     """The rotary embeddings transformers can build: its default and those it has an init function for."""
+    import_transformers()
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS  # imports torch only where installed
 
     return ("default", *ROPE_INIT_FUNCTIONS)

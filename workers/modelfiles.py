@@ -559,10 +559,9 @@ def check_tokenizer(directory: Path, files: dict[str, Path], config: dict) -> bo
             "e.g. with tokenizer.save_pretrained(dir) into the model folder.",
             code="missing_tokenizer",
         )
-    from transformers import AutoTokenizer
-
+    tokenizers = hfconfig.import_transformers().AutoTokenizer
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(directory), local_files_only=True, trust_remote_code=False)
+        tokenizer = tokenizers.from_pretrained(str(directory), local_files_only=True, trust_remote_code=False)
     except Exception as error:  # a third-party loader failing on user files, in any way, is a refusal
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise ModelFileError(
