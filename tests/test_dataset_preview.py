@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from html import unescape
 
 import pytest
@@ -12,7 +13,8 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
 from tests.conftest import token_client
-from tests.hfmodels import make_tokenizer, tiny_config
+from tests.hfmodels import CHAT_TEMPLATE, make_tokenizer, tiny_config
+from workers.chat_templates import RenderLimits
 from workers.models import Dataset, UploadedModel
 from workers.services.storage import platform_store
 from workers.storage.trees import upload_tree
@@ -111,12 +113,16 @@ def test_a_preview_shows_the_first_five_records_and_256_tokens_of_each(alice_cli
     assert html.count("first 256 tokens shown") == 5
 
 
-def test_a_preview_in_an_uploaded_models_tokens_uses_its_chat_template(alice_client, alice, tmp_path):
+def model_with_tokenizer(owner, tmp_path, chat_template: str | None = None) -> UploadedModel:
+    """One of the owner's models whose stored tree is a tiny tokenizer (with the test chat template, or this one)."""
     folder = tmp_path / "tiny"
     tokenizer = make_tokenizer(folder)
-    upload_tree(platform_store(), f"models/{alice.pk}/tiny-{tmp_path.name}", folder)  # read through the web's cache
-    model = UploadedModel.objects.create(
-        owner=alice,
+    if chat_template is not None:
+        tokenizer.chat_template = chat_template
+        tokenizer.save_pretrained(str(folder))
+    upload_tree(platform_store(), f"models/{owner.pk}/tiny-{tmp_path.name}", folder)  # read through the web's cache
+    return UploadedModel.objects.create(
+        owner=owner,
         name="my tiny llama",
         architecture="llama",
         parameters=1,
@@ -124,8 +130,12 @@ def test_a_preview_in_an_uploaded_models_tokens_uses_its_chat_template(alice_cli
         config=tiny_config(vocab_size=len(tokenizer)),
         shape={},
         has_chat_template=True,
-        store_prefix=f"models/{alice.pk}/tiny-{tmp_path.name}",
+        store_prefix=f"models/{owner.pk}/tiny-{tmp_path.name}",
     )
+
+
+def test_a_preview_in_an_uploaded_models_tokens_uses_its_chat_template(alice_client, alice, tmp_path):
+    model = model_with_tokenizer(alice, tmp_path)
     dataset = stored(alice, "chat.jsonl", jsonl(CHAT))
     html = alice_client.get(reverse("datasets"), {"preview": dataset.pk}).content.decode()
     assert f'<option value="{model.reference}">my tiny llama</option>' in html
@@ -147,6 +157,35 @@ def test_a_stored_line_with_a_lone_surrogate_is_a_preview_error_not_a_500(alice_
 
     assert response.status_code == 400
     assert "Line 1: \\ud800 is half of a UTF-16 surrogate pair" in unescape(response.content.decode())
+
+
+def test_a_chat_template_with_nested_loops_is_stopped_within_its_bound_and_the_preview_says_so(
+    alice_client, alice, tmp_path
+):
+    """Rendered in the web thread, these 10^8 iterations held it for a minute; 16 such previews stopped the site."""
+    nested = "{% for i in range(10000) %}{% for j in range(10000) %}{% endfor %}{% endfor %}" + CHAT_TEMPLATE
+    model = model_with_tokenizer(alice, tmp_path, chat_template=nested)
+    dataset = stored(alice, "chat.jsonl", jsonl(CHAT))
+
+    started = time.monotonic()
+    response = alice_client.get(reverse("datasets"), {"preview": dataset.pk, "tokenizer": model.reference})
+    took = time.monotonic() - started
+
+    assert response.status_code == 400
+    error = unescape(response.content.decode()).split('data-testid="preview-error">')[1].split("</div>")[0]
+    assert error.startswith("The model's chat template ") and error.endswith(" to render and was stopped."), error
+    assert took < RenderLimits().wall_s + 15  # the child's wall-clock deadline, plus loading the tokenizer
+
+
+def test_a_chat_template_that_writes_too_much_is_refused_per_record(alice_client, alice, tmp_path):
+    model = model_with_tokenizer(alice, tmp_path, chat_template="{{ 'x' * 10**6 }}" + CHAT_TEMPLATE)
+    dataset = stored(alice, "chat.jsonl", jsonl(CHAT, CHAT))
+
+    html = unescape(
+        alice_client.get(reverse("datasets"), {"preview": dataset.pk, "tokenizer": model.reference}).content.decode()
+    )
+
+    assert html.count("The model's chat template wrote more than 262,144 characters.") == 2
 
 
 def test_a_preview_with_a_tokenizer_that_is_not_yours_is_refused_naming_it(alice_client, alice, bob):

@@ -47,6 +47,7 @@ __all__ = [
     "encode_record",
     "eval_examples",
     "first_records",
+    "chat_prefixes",
     "load_tokenizer",
     "pack",
     "read_records",
@@ -129,14 +130,18 @@ def load_tokenizer(path: str | os.PathLike | None, vocab_size: int):
 # Encoding: ids and loss masks
 
 
-def encode_record(record: dict, kind: str, tokenizer) -> Encoded:
+Renderer = Callable[[list[dict], bool], str]  # (messages, add_generation_prompt) -> the chat as text
+
+
+def encode_record(record: dict, kind: str, tokenizer, render: Renderer | None = None) -> Encoded:
     """A record's token ids and loss mask (True: the token is a training target).
 
     text/jsonl: every token, closed by the end-of-sequence token so packed documents stay apart.
     completion: the prompt is context; the completion and a closing end-of-sequence are trained.
     chat: rendered with the tokenizer's chat template; the assistant messages and their end-of-turn
     markers are trained. Without a template (byte-level) a chat is laid out as "role: content" lines
-    and closed by an end-of-sequence, trained when the chat ends with an assistant turn.
+    and closed by an end-of-sequence, trained when the chat ends with an assistant turn. `render`
+    renders the template instead of the tokenizer (the web's previews: bounded, in a child process).
     """
     if kind in (TEXT, JSONL):
         ids, mask = _encode_spans(tokenizer, record["text"], [(0, len(record["text"]))], add_special_tokens=True)
@@ -146,15 +151,27 @@ def encode_record(record: dict, kind: str, tokenizer) -> Encoded:
         ids, mask = _encode_spans(tokenizer, text, [(len(record["prompt"]), len(text))], add_special_tokens=True)
         return _close(ids, mask, tokenizer, trained=True)
     if kind == CHAT:
-        return _encode_chat(record["messages"], tokenizer)
+        return _encode_chat(record["messages"], tokenizer, render)
     raise DatasetError(f"Unknown dataset kind '{kind}': use one of {', '.join(KINDS)}.")
 
 
-def _encode_chat(messages: list[dict], tokenizer) -> Encoded:
-    """Assistant spans found by rendering prefixes: the conversation up to message i with a generation
-    prompt ends where message i's content starts; up to and including message i, where its turn ends."""
+def chat_prefixes(messages: list[dict]) -> list[tuple[int, bool]]:
+    """The renders encoding a chat takes, as (first n messages, add_generation_prompt): the whole chat, and
+    before and through each assistant message."""
+    wanted = [(len(messages), False)]
+    for i, message in enumerate(messages):
+        if message["role"] == "assistant":
+            wanted += [(i, True), (i + 1, False)]
+    return wanted
+
+
+def _encode_chat(messages: list[dict], tokenizer, render: Renderer | None = None) -> Encoded:
+    """Assistant spans found by rendering prefixes (chat_prefixes): the conversation up to message i with a
+    generation prompt ends where message i's content starts; up to and including message i, where its turn ends."""
     template = getattr(tokenizer, "chat_template", None)
-    render = _template_renderer(tokenizer) if template else _plain_layout
+    if not template:
+        render = _plain_layout
+    render = render or _template_renderer(tokenizer)
     if template and messages[0]["role"] == "assistant":
         raise DatasetError(
             "The conversation opens with an assistant message; the chat template needs a system or user "

@@ -4,6 +4,7 @@ in a model's tokens with the loss mask (which tokens are trained on), read throu
 
 from __future__ import annotations
 
+import functools
 import logging
 import tempfile
 import uuid
@@ -15,10 +16,19 @@ from django.db import transaction
 from django.db.models import ProtectedError
 
 from base.uploads import UploadLimit
+from workers.chat_templates import Rendered, TemplateRefused, render_chats
 from workers.choices import DatasetKind
 from workers.models import Dataset, UploadedModel
 from workers.runtime.datasets import DatasetError, validate_dataset_file
-from workers.runtime.records import ByteTokenizer, encode_record, first_records, load_tokenizer
+from workers.runtime.records import (
+    CHAT,
+    ByteTokenizer,
+    Renderer,
+    chat_prefixes,
+    encode_record,
+    first_records,
+    load_tokenizer,
+)
 from workers.services.storage import StorageUnavailable, delete_stored_tree, platform_store, staged_tree
 from workers.storage import StorageError
 from workers.storage.trees import upload_tree
@@ -34,6 +44,9 @@ PREVIEW_TOKENS = 256
 # Each string of a previewed record is cut to this many characters before tokenizing: far more than
 # PREVIEW_TOKENS tokens of any tokenizer, so a huge line costs no more than a short one.
 PREVIEW_CHARS = 16 * PREVIEW_TOKENS
+# ...and each previewed chat to this many messages: far more than PREVIEW_TOKENS tokens once rendered, and
+# its renders (two per assistant message) stay few.
+PREVIEW_MESSAGES = 64
 VISIBLE_WHITESPACE = str.maketrans({" ": "·", "\n": "↵", "\t": "⇥"})
 
 
@@ -161,12 +174,37 @@ def preview_dataset(dataset: Dataset, tokenizer_choice: str) -> list[RecordPrevi
             records = first_records(folder / dataset.file_name, dataset.kind, PREVIEW_RECORDS)
     except (OSError, DatasetError, StorageError) as error:
         raise DatasetRejected(f"Can't read the dataset's file: {error}") from None
-    return [_preview_record(_clip(record), dataset.kind, tokenizer) for record in records]
+    records = [_clip_record(record, dataset.kind) for record in records]
+    renderers = _chat_renderers(tokenizer, records, dataset.kind)
+    return [
+        _preview_record(record, dataset.kind, tokenizer, render)
+        for record, render in zip(records, renderers, strict=True)
+    ]
 
 
-def _preview_record(record: dict, kind: str, tokenizer) -> RecordPreview:
+def _chat_renderers(tokenizer, records: list[dict], kind: str) -> list[Renderer | None]:
+    """For chats under a model's template: each record's renders, made at once in a bounded child process
+    (workers.chat_templates), never in this web thread. None: the tokenizer renders (no template, no chat)."""
+    if kind != CHAT or not getattr(tokenizer, "chat_template", None):
+        return [None] * len(records)
+    chats = [(record["messages"], chat_prefixes(record["messages"])) for record in records]
     try:
-        ids, mask = encode_record(record, kind, tokenizer)
+        rendered = render_chats(tokenizer.get_chat_template(), tokenizer.special_tokens_map, chats)
+    except (TemplateRefused, ValueError) as error:
+        raise DatasetRejected(str(error)) from None
+    return [functools.partial(_prerendered, renders) for renders in rendered]
+
+
+def _prerendered(renders: Rendered, messages: list[dict], add_generation_prompt: bool) -> str:
+    text = renders[(len(messages), add_generation_prompt)]
+    if isinstance(text, TemplateRefused):
+        raise DatasetError(str(text))
+    return text
+
+
+def _preview_record(record: dict, kind: str, tokenizer, render: Renderer | None) -> RecordPreview:
+    try:
+        ids, mask = encode_record(record, kind, tokenizer, render)
     except DatasetError as error:
         return RecordPreview(tokens=[], truncated=False, error=str(error))
     tokens = [
@@ -198,6 +236,13 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".h5", ".msgp
 def is_tokenizer_file(name: str) -> bool:
     """What loading a tokenizer may read: every file of a model folder but its weights."""
     return not name.lower().endswith(WEIGHT_SUFFIXES) and not name.endswith(".safetensors.index.json")
+
+
+def _clip_record(record: dict, kind: str) -> dict:
+    """A record as previewed: each string cut to PREVIEW_CHARS, a chat to its first PREVIEW_MESSAGES."""
+    if kind == CHAT:
+        record = {**record, "messages": record["messages"][:PREVIEW_MESSAGES]}
+    return _clip(record)
 
 
 def _clip(value):
