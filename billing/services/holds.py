@@ -51,7 +51,8 @@ def lock_credit(owner) -> None:
     concurrent bids once held ¥12.00 against ¥9.998). With this transaction-scoped advisory lock the
     second request waits until the first has committed, and then reads the first one's bid or job
     (each statement at READ COMMITTED sees what committed before it). Take it before reading the
-    balance, after any row locks the caller takes (the one lock order everywhere: rows, then credit).
+    balance, after the job, bid and node rows the caller locks, before reservations and ledger
+    accounts (the one lock order: docs/ARCHITECTURE.md, "Locks"; market/services/locks.py).
     """
     if not connection.in_atomic_block:
         raise RuntimeError("lock_credit needs a transaction: the lock is released when it ends.")
