@@ -213,6 +213,7 @@ SPECTACULAR_SETTINGS = {
     },
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
+        "base.api.schema.describe_what_requests_may_hold",
         "base.api.schema.document_common_errors",
     ],
 }

@@ -9,6 +9,7 @@ from portal.staff import route_admin_login_through_allauth
 from portal.views.accounts import ConfirmEmailView, VerificationSentView
 
 route_admin_login_through_allauth()  # the admin's own login form has no lockout and no two-factor
+handler404 = "base.api.errors.page_not_found"  # JSON under /api/
 
 urlpatterns = [
     # Operations (docs/OPERATIONS.md): liveness, readiness, Prometheus.

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
-from drf_spectacular.utils import OpenApiExample, OpenApiResponse
+from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema_field
 from rest_framework import serializers
+
+
+@extend_schema_field({"$ref": "#/components/schemas/FieldErrors"})  # defined in base.api.schema
+class FieldErrorsField(serializers.DictField):
+    """{field: [messages]}; a field made of fields (an object such as `lora`, a map such as `chip_counts`)
+    holds such a map of its own instead of a list (#28: the schema said a list, schemathesis found a map)."""
 
 
 class ErrorSerializer(serializers.Serializer):
     """Every error of the API: a sentence, and for bad input the messages per field."""
 
     detail = serializers.CharField(help_text="What went wrong, in one sentence.")
-    errors = serializers.DictField(
-        child=serializers.ListField(child=serializers.CharField()),
+    errors = FieldErrorsField(
         required=False,
         help_text="Bad input only: {field name: [messages]}. Header problems use the header's name.",
     )

@@ -12,6 +12,7 @@ from django.conf import settings
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation, TooManyFieldsSent, TooManyFilesSent
 from django.http import HttpResponsePermanentRedirect, JsonResponse
 from django.urls import Resolver404, resolve
+from django.views import defaults
 from django.views.decorators.csrf import csrf_exempt
 from rest_framework import status
 from rest_framework.exceptions import APIException, ErrorDetail, ParseError, ValidationError
@@ -70,6 +71,17 @@ def flatten(codes):
             yield from flatten(value)
     else:
         yield str(codes)
+
+
+def page_not_found(request, exception):
+    """Django's 404 (handler404): JSON in the API's format under /api/, the site's page elsewhere.
+
+    The API's last route answers any other /api/v1/ path, but not one whose path holds a newline (%0A),
+    which no route's `.` matches: without this that got the HTML page (#28, found by schemathesis).
+    """
+    if request.path.startswith("/api/"):
+        return JsonResponse({"detail": f"No API endpoint at {request.path!r}; see /api/v1/docs/."}, status=404)
+    return defaults.page_not_found(request, exception)
 
 
 @csrf_exempt  # it changes nothing; Django's CSRF page would answer HTML

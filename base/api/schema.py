@@ -16,12 +16,66 @@ COMMON_ERRORS = {
 
 
 AGENT_PATHS = "/api/v1/agent/"
+# `errors` of an error answer: messages per field, and for a field made of fields a map of its own.
+FIELD_ERRORS = {
+    "type": "object",
+    "additionalProperties": {
+        "anyOf": [{"type": "array", "items": {"type": "string"}}, {"$ref": "#/components/schemas/FieldErrors"}]
+    },
+}
 
 
 def without_agent_endpoints(endpoints: list) -> list:
     """drf-spectacular preprocessing hook of the public schema and docs: the node agents' protocol is spoken by
     the platform's own agent with a node token, not by users, so users' docs don't list it (#28)."""
     return [endpoint for endpoint in endpoints if not endpoint[0].startswith(AGENT_PATHS)]
+
+
+def describe_what_requests_may_hold(result, generator, request, public):
+    """drf-spectacular postprocessing hook: say what the API's parsing does, which the views can't annotate (#28).
+
+    - Request bodies take no field the schema doesn't name (base.api.validation.refuse_unknown_fields and the
+      upload views refuse one by name), so every body schema is closed: `additionalProperties: false`.
+    - An optional query parameter left empty (`?until=`) is taken as not given (DRF reads query strings as
+      forms), so it allows an empty value; a required one must not be empty (`?chip=` is refused).
+    """
+    schemas = result.get("components", {}).get("schemas", {})
+    for operation in operations_of(result):
+        for content in operation.get("requestBody", {}).get("content", {}).values():
+            ref = content.get("schema", {}).get("$ref", "")
+            closed(schemas.get(ref.rsplit("/", 1)[-1]) if ref else content.get("schema"), schemas)
+        for parameter in operation.get("parameters", []):
+            if parameter.get("in") == "query":
+                describe_query_parameter(parameter)
+    return result
+
+
+def operations_of(result) -> list[dict]:
+    return [
+        operation
+        for operations in result.get("paths", {}).values()
+        for operation in operations.values()
+        if isinstance(operation, dict) and "responses" in operation
+    ]
+
+
+def closed(schema: dict | None, schemas: dict) -> None:
+    """Mark an object schema, and the objects nested in it, as taking no other properties."""
+    if not isinstance(schema, dict) or schema.get("type") != "object" or "properties" not in schema:
+        return
+    schema["additionalProperties"] = False
+    for child in schema["properties"].values():
+        for part in [child, *child.get("allOf", []), *child.get("oneOf", []), *child.get("anyOf", [])]:
+            ref = part.get("$ref", "") if isinstance(part, dict) else ""
+            closed(schemas.get(ref.rsplit("/", 1)[-1]) if ref else part, schemas)
+
+
+def describe_query_parameter(parameter: dict) -> None:
+    schema = parameter.setdefault("schema", {})
+    if not parameter.get("required"):
+        parameter["allowEmptyValue"] = True
+    elif schema.get("type") == "string":
+        schema.setdefault("minLength", 1)
 
 
 def document_common_errors(result, generator, request, public):
@@ -31,10 +85,15 @@ def document_common_errors(result, generator, request, public):
         "Error",
         {
             "type": "object",
-            "properties": {"detail": {"type": "string"}, "errors": {"type": "object"}, "code": {"type": "string"}},
+            "properties": {
+                "detail": {"type": "string"},
+                "errors": {"$ref": "#/components/schemas/FieldErrors"},
+                "code": {"type": "string"},
+            },
             "required": ["detail"],
         },
     )
+    schemas["FieldErrors"] = FIELD_ERRORS
     body = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
     for path, operations in result.get("paths", {}).items():
         for operation in operations.values():

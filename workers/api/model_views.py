@@ -105,7 +105,7 @@ class ModelViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets.R
 
     def list(self, request):
         name = request.query_params.get("name")
-        if name is not None:
+        if name:  # `?name=` is no name, as every empty query parameter (base.api.schema)
             return Response([self.checked_entry(name)])
         uploads = s.UploadedModelSerializer(self.get_queryset(), many=True).data
         return Response([*s.catalog_entries(), *uploads])
