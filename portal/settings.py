@@ -287,8 +287,10 @@ JOB_PROVISIONING_TIMEOUT_S = env_int("JOB_PROVISIONING_TIMEOUT_S", 180)
 RUNS_ROOT = Path(env("RUNS_ROOT", str(DATA_DIR / "runs")))
 # Object storage for datasets, models, checkpoints and artifacts (workers/storage): a directory by
 # default, or s3://bucket/prefix with the standard AWS_ENDPOINT_URL / AWS_ACCESS_KEY_ID /
-# AWS_SECRET_ACCESS_KEY / AWS_REGION. Compute hosts are given the same STORAGE_URL.
+# AWS_SECRET_ACCESS_KEY / AWS_REGION. Only the platform holds these: compute hosts get grants, URLs for
+# one placement's objects signed on request (workers/services/storage_grants.py), each valid this long.
 STORAGE_URL = env("STORAGE_URL", f"file://{DATA_DIR / 'storage'}")
+STORAGE_GRANT_URL_TTL_S = env_int("STORAGE_GRANT_URL_TTL_S", 900)
 STAGING_CACHE_DIR = Path(env("STAGING_CACHE_DIR", str(DATA_DIR / "cache")))
 STAGING_CACHE_BYTES = int(env("STAGING_CACHE_BYTES", str(20 << 30)))
 CHECKPOINT_KEEP = int(env("CHECKPOINT_KEEP", "3"))  # periodic checkpoints kept per job (plus notice/stop ones)

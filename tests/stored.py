@@ -1,7 +1,9 @@
 """Object storage for a test of its own: the run's S3 (tests/plugins/stores.py) under a fresh prefix, or
 a fresh folder when the run's STORAGE_URL is a folder. Set it with `settings.STORAGE_URL = own_store_url(...)`;
 `keys(prefix)` then lists what the platform stored, `stored_checkpoint` stores a job's checkpoint as its
-ranks would, and `downloaded` reads a download response (following a presigned URL's redirect)."""
+ranks would, and `downloaded` reads a download response (following a presigned URL's redirect).
+`grants_answered_here` lets a rank's code in the test process reach storage with its launch's grant, the
+platform's side answered by this process (inside the test's transaction)."""
 
 from __future__ import annotations
 
@@ -10,9 +12,15 @@ import uuid
 from pathlib import Path
 
 import httpx
+from django.test import Client
 
+from workers.protocol import PLATFORM_URL_ENV
+from workers.runtime import staging
 from workers.services.storage import platform_store
+from workers.storage import grants
 from workers.storage.trees import upload_tree
+
+PLATFORM_HERE = "http://platform.test"
 
 
 def own_store_url(tmp_path: Path) -> str:
@@ -47,3 +55,30 @@ def downloaded(response) -> bytes:
         return followed.content
     assert response.status_code == 200, response.status_code
     return b"".join(response.streaming_content)
+
+
+class PlatformHere(httpx.BaseTransport):
+    """Requests to PLATFORM_HERE go to this process's Django (the test client); the rest to the network."""
+
+    def __init__(self) -> None:
+        self.network = httpx.HTTPTransport()
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.host != "platform.test":
+            return self.network.handle_request(request)
+        answer = Client().post(
+            request.url.path,
+            data=request.read(),
+            content_type="application/json",
+            HTTP_AUTHORIZATION=request.headers.get("authorization", ""),
+        )
+        return httpx.Response(
+            answer.status_code, content=answer.content, headers={"content-type": answer["Content-Type"]}
+        )
+
+
+def grants_answered_here(monkeypatch) -> None:
+    """A GrantStore made from now on asks this process's platform for URLs, as a rank asks its platform."""
+    monkeypatch.setenv(PLATFORM_URL_ENV, PLATFORM_HERE)
+    monkeypatch.setattr(grants, "http_client", lambda: httpx.Client(transport=PlatformHere()))
+    staging.storage_for_grant.cache_clear()

@@ -4,6 +4,7 @@ exported to every child (web, Celery, the demo agents and their ranks)."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -14,7 +15,7 @@ import boto3
 import pytest
 
 from portal.local import s3
-from portal.local.launcher import start_storage
+from portal.local.launcher import platform_processes, start_storage
 from portal.local.s3 import EmbeddedS3
 from portal.local.stores import StoreError, free_port
 
@@ -144,3 +145,22 @@ def test_a_start_that_fails_for_another_reason_is_not_retried(tmp_path, monkeypa
     with pytest.raises(StoreError, match="exited with code 3 while starting"):
         server.start()
     assert len(calls) == 1
+
+
+def test_make_runs_demo_agents_get_none_of_the_stores_variables(tmp_path):
+    """The platform's processes get STORAGE_URL and the AWS_* keys; the demo agents (hosts, to the platform)
+    are started without them (#28): their ranks reach storage through the grants in their launches."""
+    entry = {"token_file": str(tmp_path / "t"), "hostname": "demo-a", "chip": "rtx-4090", "chips": 1, "spot": False}
+    (tmp_path / "demo-fleet.json").write_text(json.dumps([entry]))
+    store = {"STORAGE_URL": "s3://starverse/starverse", "AWS_ACCESS_KEY_ID": "id", "AWS_SECRET_ACCESS_KEY": "secret"}
+    env = {"STARVERSE_DATA_DIR": str(tmp_path), **store}
+
+    command = platform_processes(env)["demo-a"]
+    python_of_the_agent = command.split(" -m workers.agent ")[0]
+    probe = f"{python_of_the_agent} -c 'import json, os; print(json.dumps(sorted(os.environ)))'"
+    seen = json.loads(
+        subprocess.run(probe, shell=True, env={**os.environ, **env}, capture_output=True, check=True).stdout
+    )
+
+    assert not set(store) & set(seen)
+    assert "secret" not in command

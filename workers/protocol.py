@@ -36,6 +36,19 @@ Platform <-> agent: JSON over HTTP under /api/v1/agent/, `Authorization: Bearer 
    -> {"job_id", "epoch", "items": [Report...]}
    <- 200 {"accepted": n} | 409 {"detail": "stale epoch"} (the job moved on: stop those ranks)
 
+4. POST /api/v1/agent/storage/  URLs for a placement's objects (a rank asks; hosts hold no store credentials)
+   Authorization: Bearer <storage grant> (RankLaunch.storage_grant, "svg_…": one job epoch on one node)
+   -> {"method": "GET"|"PUT", "keys": [key…], "sizes"?: {key: bytes}}
+   <- 200 {"urls": {key: url}, "uploads": {key: {"upload_id", "part_size", "urls": [url…]}}, "expires_in": s}
+   -> {"method": "COMPLETE", "key", "upload_id", "etags": [etag…]} | {"method": "ABORT", "key", "upload_id"}
+   <- 200 {"key"}
+    | 403 {"detail", "code": "outside_grant", "errors": {"keys": [...]}}: a GET outside the placement's
+      inputs and its job's checkpoints, a PUT outside checkpoints/job-<id>/
+    | 409 {"detail", "code": "grant_expired"}: the job moved on to another epoch, or ended | 401: no grant
+   A URL works for its one object and method until it expires (GET and PUT straight to the store; a
+   folder store answers file:// URLs: one machine's store, no isolation). "uploads" answers a PUT whose
+   size was given, on a store that splits objects (S3): one URL per part, then COMPLETE with their ETags.
+
 Command = {"id", "type": "start|checkpoint|stop", "job_id", "epoch", "payload"}
   start.payload = RankLaunch (one per rank on this node; "ranks" is a list of them)
   checkpoint.payload = {"reason"}      stop.payload = {"reason", "checkpoint": bool, "grace_s"}
@@ -53,7 +66,8 @@ Report (one item) =
 | {"kind": "exit", "rank", "code", "error", "t"}      (error: the rank's last stderr lines)
 
 Agent <-> rank: the agent starts `python -m workers.runtime --config <launch.json>` with the
-torch.distributed environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), and
+torch.distributed environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), the platform's
+URL (STARVERSE_PLATFORM_URL: where the rank asks for storage URLs), never a store credential, and
 GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME naming the local interface that holds the node's recorded
 address (unless the agent's own environment sets them), so the ranks listen where their peers
 reach them, not where the hostname resolves (often 127.0.0.1, or another network's address). The
@@ -74,6 +88,15 @@ ENROLLMENT_TOKEN_PREFIX = "sve_"
 MAX_POLL_WAIT_S = 25
 ADDRESS_AUTO = "auto"  # an enrollment's address: "use the address the platform sees me at"
 CONTROL_FILE = "control.json"
+STORAGE_GRANT_PREFIX = "svg_"
+STORAGE_PATH = f"{AGENT_API_PREFIX}/storage/"
+PLATFORM_URL_ENV = "STARVERSE_PLATFORM_URL"  # a rank's: the agent's --platform
+
+
+def is_storage_credential(name: str) -> bool:
+    """An environment variable that would hand a process the object store itself (its keys, its address):
+    compute hosts never get one, only grants (section 4), so agents and ranks are started without them."""
+    return name.startswith("AWS_") or name in ("STORAGE_URL", "STORAGE_PUBLIC_ENDPOINT_URL")
 
 
 class CommandType:
@@ -117,6 +140,7 @@ class RankLaunch:
     eval_dataset: str | None = None  # a local eval file, or None
     eval_fraction: float = 0.0  # else hold out this fraction of the dataset's records for eval
     eval_every: int = 0  # steps between evals (0: only at the end); needs an eval set
+    storage_grant: str | None = None  # the capability for this placement's storage (section 4), or None
     extra: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:

@@ -32,6 +32,7 @@ from portal.local.s3 import EmbeddedS3
 from portal.local.stores import EmbeddedPostgres, EmbeddedRedis
 from portal.local.stripe import configure_test_mode
 from portal.local.supervisor import Output, RestartPolicy, Supervisor, command_children
+from workers.protocol import is_storage_credential
 
 REPO = Path(__file__).resolve().parents[2]
 SETUP_COMMANDS = (
@@ -129,8 +130,9 @@ def start_stores(data_dir: Path, started: list[ChildServer], *, keep_external: b
 
 
 def start_storage(data_dir: Path, started: list[ChildServer], environ: MutableMapping[str, str]) -> None:
-    """Choose the object store and export it (STORAGE_URL, and AWS_* for S3) to every child: web, workers,
-    beat and the demo agents, whose ranks read and write datasets, models and checkpoints there.
+    """Choose the object store and export it (STORAGE_URL, and AWS_* for S3) to the platform's children: web,
+    agent service, workers and beat. The demo agents don't get it (demo_fleet_processes): their ranks read and
+    write datasets, models and checkpoints through storage grants.
 
     STARVERSE_STORAGE=embedded-s3 starts SeaweedFS (port STARVERSE_S3_PORT, default 8333; data in
     <data dir>/s3); otherwise a set STORAGE_URL is kept, else the folder <data dir>/storage is used.
@@ -290,13 +292,16 @@ def demo_fleet_processes(env: Mapping[str, str], platform_url: str) -> dict[str,
     """One simulated node agent per entry of <data dir>/demo-fleet.json (STARVERSE_DEMO_FLEET=0: none).
 
     Each agent reads its enrollment token from the 0600 file `ensure_demo_fleet` wrote: a token on
-    a command line would be visible to every user of this machine (`ps`).
+    a command line would be visible to every user of this machine (`ps`). Agents are started without the
+    store's variables (STORAGE_URL, AWS_*) the platform's processes get: hosts are third parties, and their
+    ranks reach storage through the grants in their launches (workers/storage/grants.py).
     """
     data_dir = Path(env["STARVERSE_DATA_DIR"])
     fleet_file = data_dir / "demo-fleet.json"
     if env.get("STARVERSE_DEMO_FLEET", "1") == "0" or not fleet_file.exists():
         return {}
-    python = shlex.quote(sys.executable)
+    unset = [f"-u {shlex.quote(name)}" for name in sorted(env) if is_storage_credential(name)]
+    python = " ".join(["env", *unset, shlex.quote(sys.executable)]) if unset else shlex.quote(sys.executable)
     processes = {}
     for entry in json.loads(fleet_file.read_text()):
         args = [

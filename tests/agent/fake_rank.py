@@ -3,8 +3,9 @@
 Behaviour comes from launch.json's "extra": steps (-1 = until stopped), step_s, exit_code,
 stderr (lines to print before exiting), ignore_stop, ignore_sigterm, log_burst (lines per step),
 stage (leave staged inputs and a save's temp folder in the run folder).
-It writes the torch.distributed environment it got to env.json in its working directory, and the
-socket interface variables (GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME) to socket_env.json.
+It writes the torch.distributed environment it got to env.json in its working directory, the
+socket interface variables (GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME) to socket_env.json, and what it
+knows of storage (the platform's URL, any store variable: STORAGE_URL, AWS_*) to storage_env.json.
 """
 
 import json
@@ -25,6 +26,7 @@ ENV_KEYS = (
     "CUDA_VISIBLE_DEVICES",
 )
 SOCKET_KEYS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
+STORAGE_KEYS = ("STORAGE_URL", "STORAGE_PUBLIC_ENDPOINT_URL", "STARVERSE_PLATFORM_URL")
 
 
 def emit(**event):
@@ -36,6 +38,8 @@ def main() -> int:
     extra = launch.get("extra", {})
     Path("env.json").write_text(json.dumps({key: os.environ.get(key) for key in ENV_KEYS}))
     Path("socket_env.json").write_text(json.dumps({key: os.environ.get(key) for key in SOCKET_KEYS}))
+    storage = {k: v for k, v in os.environ.items() if k.startswith("AWS_") or k in STORAGE_KEYS}
+    Path("storage_env.json").write_text(json.dumps(storage))
     if extra.get("ignore_sigterm"):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     print(f"fake rank {launch['rank']} starting", flush=True)

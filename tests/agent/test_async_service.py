@@ -264,6 +264,24 @@ def test_a_report_is_ingested_and_a_stale_epoch_is_a_409(service, enroll, job):
 
 
 @pytest.mark.django_db(transaction=True)
+def test_storage_urls_are_signed_within_the_grant_as_the_sync_view_signs_them(service, enroll, job, alice, fund):
+    node, _ = enroll("storage-1")
+    fund(alice)
+    allocate(job, one_rank_on(node))
+    grant = job.commands.get(type="start").payload["ranks"][0]["storage_grant"]
+    own = f"checkpoints/job-{job.pk}/step-1/meta.json"
+
+    signed = service.post("storage", {"method": "PUT", "keys": [own]}, grant)
+    outside = service.post("storage", {"method": "PUT", "keys": ["datasets/1/x/data.txt"]}, grant)
+    no_grant = service.post("storage", {"method": "PUT", "keys": [own]})
+    malformed = service.post("storage", {"method": "PUT"}, grant)
+
+    assert signed.status_code == 200 and set(signed.json()["urls"]) == {own}
+    assert (outside.status_code, outside.json()["code"]) == (403, "outside_grant")
+    assert no_grant.status_code == 401 and malformed.status_code == 400
+
+
+@pytest.mark.django_db(transaction=True)
 def test_enrollment_answers_as_the_sync_view_does(service, catalog):
     pool = Pool.objects.get(chip_type__slug="rtx-4090")
     _, raw = EnrollmentToken.issue(pool, chips=2)

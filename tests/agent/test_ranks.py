@@ -50,6 +50,21 @@ def test_start_launches_ranks_with_env_and_launch_json(platform, start_agent, ag
     assert _control(agent_config, 7, 2) == {"checkpoint": 0, "stop": False}
 
 
+def test_ranks_get_the_platforms_url_and_none_of_the_store_variables_the_agent_was_given(
+    platform, start_agent, agent_config, monkeypatch
+):
+    """Hosts are third parties (#28): a rank reaches storage only with its launch's grant."""
+    for name, value in {"AWS_SECRET_ACCESS_KEY": "k", "AWS_ACCESS_KEY_ID": "i", "STORAGE_URL": "s3://b/p"}.items():
+        monkeypatch.setenv(name, value)
+    running = start_agent()
+    platform.send("start", 3, 1, {"ranks": [launch(job_id=3, steps=1)]})
+    wait_for(lambda: _exits(platform, job_id=3), what="the rank to exit")
+    running.stop()
+
+    seen = json.loads((_rank_dir(agent_config, 3, 1, 0) / "storage_env.json").read_text())
+    assert seen == {"STARVERSE_PLATFORM_URL": platform.url}
+
+
 def test_metrics_logs_and_exit_reach_the_platform(platform, start_agent):
     running = start_agent()
     platform.send("start", 1, 1, {"ranks": [launch(steps=3)]})

@@ -11,7 +11,7 @@ from workers.agent.client import Backoff, Transient
 from workers.agent.commands import launch_from_dict
 from workers.agent.devices import DeviceError, cuda_inventory, detect, parse_simulate, slug_for_gpu
 from workers.agent.output import RankOutput, capped_lines, parse_event
-from workers.agent.ranks import rank_argv, rank_env, read_control, update_control, visible_device
+from workers.agent.ranks import host_env, rank_argv, rank_env, read_control, update_control, visible_device
 from workers.agent.reporter import Reporter
 from workers.agent.state import AgentState
 from workers.protocol import ReportKind
@@ -81,6 +81,14 @@ def test_rank_env_and_visible_devices():
     assert visible_device("cpu", None) is None
     assert rank_argv("workers.runtime", "l.json")[1:] == ["-m", "workers.runtime", "--config", "l.json"]
     assert rank_argv("/t/fake.py", "l.json")[1:] == ["/t/fake.py", "--config", "l.json"]
+
+
+def test_what_a_host_passes_on_holds_no_store_variable():
+    given = {"PATH": "/bin", "AWS_SECRET_ACCESS_KEY": "k", "AWS_PROFILE": "p", "STORAGE_URL": "s3://b/p"}
+    assert host_env(given) == {"PATH": "/bin"}
+    env = rank_env(launch_from_dict(launch()), 0, base=given, platform_url="http://platform:8001")
+    assert not {name for name in env if name.startswith("AWS_") or name == "STORAGE_URL"}
+    assert env["STARVERSE_PLATFORM_URL"] == "http://platform:8001"
 
 
 def test_control_file_updates(tmp_path):

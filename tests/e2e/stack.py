@@ -22,6 +22,7 @@ from django.db import connection
 from portal.celery import app as celery_app
 from portal.task_routes import planning_queue
 from workers.models import EnrollmentToken, Pool
+from workers.protocol import is_storage_credential
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -39,12 +40,15 @@ class Stack:
         self.url, self.root, self.env = url, root, env
         self.processes: dict[str, subprocess.Popen] = {}
 
-    def start(self, name: str, args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
+    def start(
+        self, name: str, args: list[str], env: dict[str, str] | None = None, base: dict[str, str] | None = None
+    ) -> subprocess.Popen:
+        """`args` run by this Python, with `base` (default: the platform's environment) and `env` over it."""
         log = open(self.root / f"{name}.log", "w")  # noqa: SIM115 - closed with the process
         process = subprocess.Popen(
             [sys.executable, *args],
             cwd=REPO,
-            env={**self.env, **(env or {})},
+            env={**(self.env if base is None else base), **(env or {})},
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -69,7 +73,11 @@ class Stack:
             str(self.root / "agents" / hostname),
         ]
         env = {"STARVERSE_ENROLLMENT_TOKEN": raw}
-        return self.start(f"agent-{hostname}", [*args, "--spot"] if spot else args, env=env)
+        return self.start(f"agent-{hostname}", [*args, "--spot"] if spot else args, env=env, base=self.host_env())
+
+    def host_env(self) -> dict[str, str]:
+        """What a compute host is given: no store credentials (its ranks get storage grants, #28)."""
+        return {name: value for name, value in self.env.items() if not is_storage_credential(name)}
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
         process = self.processes[name]
@@ -111,8 +119,9 @@ def platform_stack(live_server, settings, tmp_path: Path) -> Iterator[Stack]:
 
     The in-process producer sends to the private queues too: the default queue is swapped below, and
     planning tasks are routed to `<default queue>.planning` whatever the default is when they are sent.
-    Datasets, models and checkpoints go to the run's object store: the worker and the agents (and so
-    their ranks) inherit STORAGE_URL and the AWS_* variables (tests/plugins/stores.py) with os.environ.
+    Datasets, models and checkpoints go to the run's object store: the worker inherits STORAGE_URL and the
+    AWS_* variables (tests/plugins/stores.py) with os.environ; the agents get neither, and their ranks reach
+    the store through the storage grants in their launches, as on hosts that are third parties.
     """
     queue = f"test-{uuid.uuid4().hex[:8]}"
     runs = tmp_path / "runs"

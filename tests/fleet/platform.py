@@ -25,6 +25,7 @@ from django.db import connection
 from portal.task_routes import planning_queue
 from tests.fleet.netns import BridgeNetwork, Host
 from workers.models import EnrollmentToken, Pool
+from workers.protocol import is_storage_credential
 
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 90
@@ -123,7 +124,10 @@ class FleetPlatform:
             "STARVERSE_CACHE_DIR": str(data_dir / "cache"),  # each host stages stored inputs on its own disk
             **(env or {}),
         }
-        for name in ("DATABASE_URL", "REDIS_URL", "CELERY_QUEUE"):  # a compute host has none of these
+        # A compute host has none of these: no database, no broker, and no store credentials (it gets
+        # storage grants from the platform, #28).
+        dropped = {"DATABASE_URL", "REDIS_URL", "CELERY_QUEUE"} | {n for n in agent_env if is_storage_credential(n)}
+        for name in dropped:
             agent_env.pop(name, None)
         name = f"agent-{hostname}"
         self.processes[name] = host.popen(

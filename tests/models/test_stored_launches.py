@@ -1,5 +1,6 @@
 """A launch names the inputs it trains on by storage key (store:...), and a rank on a host that shares no
-disk with the platform stages exactly those files from the store (workers/runtime/staging.py)."""
+disk with the platform stages exactly those files from the store (workers/runtime/staging.py), through its
+launch's storage grant: the host is given no store credentials."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 
 from tests.compute.conftest import hand_plan
 from tests.models.test_resolve_model_source import REVISION, cache_repo, upload_of
-from tests.stored import keys, own_store_url
+from tests.stored import grants_answered_here, keys, own_store_url
+from workers.agent.commands import launch_from_dict
 from workers.choices import JobStatus
 from workers.models import EnrollmentToken, Job, Node, Pool
 from workers.runtime import staging
@@ -27,13 +29,14 @@ CHAT = {"messages": [{"role": "user", "content": "the chip runs"}, {"role": "ass
 
 @pytest.fixture(autouse=True)
 def store(settings, tmp_path, monkeypatch):
-    """The platform's store, given to this test's "host" too, as an agent gives it to its ranks."""
+    """The platform's store; this test's "host" reaches it only with the grants in its launches (the AWS_*
+    variables stay: the platform, in this same process, signs with them)."""
     settings.STORAGE_URL = own_store_url(tmp_path)
-    monkeypatch.setenv("STORAGE_URL", settings.STORAGE_URL)
+    monkeypatch.delenv("STORAGE_URL", raising=False)
     monkeypatch.setenv(staging.CACHE_DIR_ENV, str(tmp_path / "host-cache"))
-    staging.host_storage.cache_clear()
+    grants_answered_here(monkeypatch)
     yield
-    staging.host_storage.cache_clear()
+    staging.storage_for_grant.cache_clear()
 
 
 @pytest.fixture
@@ -52,13 +55,17 @@ def job_of(owner, **fields) -> Job:
     return Job.objects.create(owner=owner, status=JobStatus.PLANNING, **{**defaults, **fields})
 
 
-def test_a_launch_names_the_stored_model_dataset_and_eval_set_and_a_host_stages_them(alice, node, model_dirs, tmp_path):
+def test_a_launch_names_the_stored_model_dataset_and_eval_set_and_a_host_stages_them(
+    alice, node, fund, model_dirs, tmp_path
+):
     model = store_model(alice, upload_of(model_dirs["llama"], tmp_path), "mine")
     data = store_dataset(alice, SimpleUploadedFile("chat.jsonl", json.dumps(CHAT).encode()), name="chat")
     held_out = store_dataset(alice, SimpleUploadedFile("eval.txt", b"the chip\nruns\n"), name="eval")
     job = job_of(alice, model_name=model.reference, dataset_upload=data, eval_dataset_upload=held_out)
+    fund(alice)
 
-    ((_, launch),) = rank_launches(job, hand_plan((node, 4)), {node.pk: node})
+    assert allocate(job, hand_plan((node, 4)))  # placed: its host's grant is good while the placement lasts
+    launch = launch_from_dict(job.commands.get(type="start").payload["ranks"][0])
 
     assert launch.dataset == f"store:datasets/{alice.pk}/{data.store_prefix.rsplit('/', 1)[1]}/data.jsonl"
     assert launch.eval_dataset == f"store:{held_out.store_prefix}/data.txt"

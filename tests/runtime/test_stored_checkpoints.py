@@ -4,7 +4,9 @@ Each rank here plays a host of its own: its own run folder and staging cache, LO
 trains 8 steps on 2 such hosts (ZeRO 1), saving at steps 4 and 8 into the store. B resumes step 4 on
 3 hosts (another topology: the universal form is made once and stored beside the checkpoint) and
 must reproduce A's losses; C resumes it on A's topology and stages only DeepSpeed's files and its own
-RNG state. The store is the run's STORAGE_URL (the suite's SeaweedFS) or a folder.
+RNG state. The store is the run's STORAGE_URL (the suite's SeaweedFS) or a folder; the ranks are given none
+of its variables, only a storage grant and the platform's URL to ask with (grant_platform.py), as on hosts
+that are third parties.
 """
 
 from __future__ import annotations
@@ -15,11 +17,13 @@ from pathlib import Path
 
 import pytest
 
+from workers.protocol import PLATFORM_URL_ENV, is_storage_credential
 from workers.runtime.local import LocalJob, job_launches, metrics
 from workers.storage import open_store
 from workers.storage.trees import MANIFEST, read_manifest, upload_tree
 
 from .conftest import JOB_TIMEOUT_S, TINY
+from .grant_platform import GRANT, GrantPlatform
 
 pytestmark = pytest.mark.slow
 TEXT = "the quick brown fox jumps over the lazy dog. " * 200
@@ -37,12 +41,16 @@ def run_on_hosts(root: Path, name: str, micro_batches: list[int], env: dict, **f
     return job
 
 
+def host_env(platform: GrantPlatform) -> dict[str, str]:
+    """A compute host's: the platform to ask for URLs, no store (the test's own variables are blanked)."""
+    blanked = {name: "" for name in os.environ if is_storage_credential(name)}
+    return {**blanked, PLATFORM_URL_ENV: platform.url}
+
+
 @pytest.fixture(scope="module")
 def stored(tmp_path_factory):
     root = tmp_path_factory.mktemp("stored")
-    url = os.environ.get("STORAGE_URL") or f"file://{root / 'store'}"
-    env = {"STORAGE_URL": url}
-    store = open_store(url)
+    store = open_store(os.environ.get("STORAGE_URL") or f"file://{root / 'store'}")
     prefix = f"test-{uuid.uuid4().hex[:8]}"
     data = root / "dataset"
     data.mkdir()
@@ -53,12 +61,21 @@ def stored(tmp_path_factory):
         "checkpoint_dir": f"store:{prefix}/checkpoints/job-1",
         "zero_stage": 1,
         "max_steps": 8,
+        "storage_grant": GRANT,
     }
-    a = run_on_hosts(root, "a", [3, 5], env, checkpoint_every=4, **common)
-    step4 = f"store:{prefix}/checkpoints/job-1/step-4"
-    b = run_on_hosts(root, "b", [1, 2, 5], env, checkpoint_every=0, resume_from=step4, **common)
-    c = run_on_hosts(root, "c", [3, 5], env, checkpoint_every=0, resume_from=step4, **common)
-    return {"a": a, "b": b, "c": c, "store": store, "prefix": prefix, "root": root}
+    with GrantPlatform(store, prefix) as platform:
+        env = host_env(platform)
+        a = run_on_hosts(root, "a", [3, 5], env, checkpoint_every=4, **common)
+        step4 = f"store:{prefix}/checkpoints/job-1/step-4"
+        b = run_on_hosts(root, "b", [1, 2, 5], env, checkpoint_every=0, resume_from=step4, **common)
+        c = run_on_hosts(root, "c", [3, 5], env, checkpoint_every=0, resume_from=step4, **common)
+    return {"a": a, "b": b, "c": c, "store": store, "prefix": prefix, "root": root, "platform": platform}
+
+
+def test_ranks_stage_save_and_convert_with_nothing_but_their_grant(stored):
+    assert stored["platform"].signed["GET"] > 0 and stored["platform"].signed["PUT"] > 0
+    universal = read_manifest(stored["store"], f"{stored['prefix']}/checkpoints/job-1/step-4/universal")
+    assert universal is not None  # written by B's rank 0 through the grant
 
 
 def losses(job) -> dict[int, float]:
@@ -124,8 +141,9 @@ def test_a_checkpoint_without_its_manifest_cannot_be_resumed(stored, tmp_path):
         max_steps=100,
         checkpoint_dir=f"store:{prefix}/checkpoints/job-1",
         resume_from=f"store:{half}",
+        storage_grant=GRANT,
     )
-    env = {"STORAGE_URL": os.environ.get("STORAGE_URL") or store.url, "STARVERSE_CACHE_DIR": str(tmp_path / "cache")}
-    job = LocalJob(launches, tmp_path, env=env)
-    assert job.start().wait(JOB_TIMEOUT_S) == [1]
+    with GrantPlatform(store, prefix) as platform:
+        job = LocalJob(launches, tmp_path, env={**host_env(platform), "STARVERSE_CACHE_DIR": str(tmp_path / "cache")})
+        assert job.start().wait(JOB_TIMEOUT_S) == [1]
     assert "no manifest" in job.stderr_path(0).read_text()

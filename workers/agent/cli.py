@@ -23,9 +23,8 @@ from workers.agent import AGENT_VERSION
 from workers.agent.devices import DeviceError
 from workers.agent.loop import Agent, AgentConfig, AgentFatal
 from workers.agent.ranks import DEFAULT_RANK_MODULE
-from workers.protocol import ADDRESS_AUTO
+from workers.protocol import ADDRESS_AUTO, is_storage_credential
 from workers.runtime.staging import CACHE_BYTES_ENV, CACHE_DIR_ENV
-from workers.storage import StorageError, store_from_environment
 
 log = logging.getLogger("workers.agent")
 
@@ -165,19 +164,17 @@ def _default_warm_ranks(simulate: str | None) -> int:
 
 
 def give_ranks_storage(data_dir: Path, cache_dir: str | None, cache_gib: float) -> None:
-    """The ranks this agent starts inherit its environment: the store (STORAGE_URL and the AWS_*
-    variables, as given to the agent) and this host's staging cache (workers/runtime/staging.py)."""
+    """The ranks this agent starts inherit this host's staging cache (workers/runtime/staging.py). They reach
+    the store through the grant in each launch, never with credentials: any the host was given stay here."""
     os.environ[CACHE_DIR_ENV] = str(Path(cache_dir or data_dir / "cache").expanduser())
     os.environ[CACHE_BYTES_ENV] = str(int(cache_gib * (1 << 30)))
-    try:
-        store = store_from_environment()
-        if store is None:
-            log.warning("no STORAGE_URL: this host runs only jobs whose data and checkpoints are on its own disk")
-            return
-        store.ping()
-        log.info("storage %s, cache %s (%.0f GiB)", store.describe(), os.environ[CACHE_DIR_ENV], cache_gib)
-    except StorageError as exc:
-        log.warning("storage unreachable for now (ranks will retry when they start): %s", exc)
+    log.info("staging cache %s (%.0f GiB)", os.environ[CACHE_DIR_ENV], cache_gib)
+    given = sorted(name for name in os.environ if is_storage_credential(name))
+    if given:
+        log.warning(
+            "%s set for this agent: not needed and not passed to ranks (they get storage grants from the platform)",
+            ", ".join(given),
+        )
 
 
 def _raise_interrupt(signum, frame) -> None:

@@ -44,9 +44,11 @@ class RankTable:
         term_wait_s: float = 5.0,
         standbys: Standbys | None = None,
         network_env: Callable[[], dict[str, str]] | None = None,
+        platform_url: str | None = None,
     ) -> None:
         self.data_dir, self.rank_module, self.emit = Path(data_dir), rank_module, emit
         self.standbys = standbys
+        self.platform_url = platform_url  # where ranks ask for their storage URLs
         self.network_env = network_env  # the socket interface variables for new ranks (workers.agent.network)
         self.log_rate, self.term_wait_s = log_rate, term_wait_s
         self._ranks: dict[tuple[int, int, int], RankProcess] = {}
@@ -92,6 +94,7 @@ class RankTable:
             self.log_rate,
             self.network_env() if self.network_env else None,
             on_exit=lambda: self._tidy(job, epoch),
+            platform_url=self.platform_url,
         )
         warm = self.standbys is not None and self.rank_module == DEFAULT_RANK_MODULE and launch.device == "cpu"
         try:

@@ -85,6 +85,7 @@ class Agent:
             config.term_wait_s,
             standbys=standbys,
             network_env=self.node_address.rank_env,
+            platform_url=config.platform,
         )
         self.executor = CommandExecutor(self.state, self.ranks, config.default_grace_s)
 

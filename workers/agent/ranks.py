@@ -23,7 +23,7 @@ from pathlib import Path
 import workers
 from workers.agent.output import RankOutput, capped_lines
 from workers.agent.state import write_json_atomic
-from workers.protocol import CONTROL_FILE, RankLaunch
+from workers.protocol import CONTROL_FILE, PLATFORM_URL_ENV, RankLaunch, is_storage_credential
 
 log = logging.getLogger(__name__)
 
@@ -78,12 +78,27 @@ def visible_device(device: str, parent_visible: str | None) -> str | None:
     return str(index)
 
 
+def host_env(base: dict[str, str] | None = None) -> dict[str, str]:
+    """The agent's environment without any store credential: ranks reach storage only through their
+    launch's grant (workers/storage/grants.py), whatever the host was given (hosts are third parties)."""
+    return {
+        name: value for name, value in (os.environ if base is None else base).items() if not is_storage_credential(name)
+    }
+
+
 def rank_env(
-    launch: RankLaunch, local_rank: int, base: dict[str, str] | None = None, network: dict[str, str] | None = None
+    launch: RankLaunch,
+    local_rank: int,
+    base: dict[str, str] | None = None,
+    network: dict[str, str] | None = None,
+    platform_url: str | None = None,
 ) -> dict[str, str]:
-    """The rank's environment: torch.distributed's variables, and `network` (the socket interface
-    variables of workers.agent.network) where the agent's own environment doesn't set them."""
-    env = dict(os.environ if base is None else base)
+    """The rank's environment: torch.distributed's variables, the platform's URL (where it asks for storage
+    URLs), and `network` (the socket interface variables of workers.agent.network) where the agent's own
+    environment doesn't set them; never a store credential."""
+    env = host_env(base)
+    if platform_url:
+        env[PLATFORM_URL_ENV] = platform_url
     for name, value in (network or {}).items():
         env.setdefault(name, value)
     env.update(
@@ -146,7 +161,8 @@ class Standbys:
             threading.Thread(target=self._fill, name="standbys", daemon=True).start()
 
     def _spawn(self) -> subprocess.Popen:
-        env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", DS_ACCELERATOR="cpu")
+        # Launching one applies the rank's own environment over this one: nothing may be in here to stay.
+        env = dict(host_env(), OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", DS_ACCELERATOR="cpu")
         env["PYTHONPATH"] = os.pathsep.join(p for p in (REPO_ROOT, env.get("PYTHONPATH")) if p)
         proc = spawn_rank([sys.executable, "-m", DEFAULT_RANK_MODULE, "--standby"], self.work_dir, env, subprocess.PIPE)
         # Its first line says the imports are done; until it is read, nobody else reads its stdout.
@@ -212,9 +228,10 @@ class RankProcess:
         log_rate: float = 50.0,
         network_env: dict[str, str] | None = None,
         on_exit: Callable[[], None] | None = None,
+        platform_url: str | None = None,
     ) -> None:
         self.launch, self.local_rank, self.rank_dir = launch, local_rank, rank_dir
-        self.network_env, self.on_exit = network_env, on_exit
+        self.network_env, self.on_exit, self.platform_url = network_env, on_exit, platform_url
         self.output = RankOutput(launch.rank, emit, log_rate)
         self.emit = emit
         self.proc: subprocess.Popen | None = None
@@ -234,7 +251,7 @@ class RankProcess:
         return "running" if self.output.events else "starting"
 
     def start(self, rank_module: str, standby: subprocess.Popen | None = None) -> None:
-        env = rank_env(self.launch, self.local_rank, network=self.network_env)
+        env = rank_env(self.launch, self.local_rank, network=self.network_env, platform_url=self.platform_url)
         config = write_launch(self.launch, self.rank_dir, cuda=self.launch.device.startswith("cuda"))
         if standby is not None:
             request = {"argv": ["--config", str(config)], "env": env, "cwd": str(self.rank_dir)}

@@ -24,7 +24,12 @@ from django.db import InterfaceError, OperationalError, close_old_connections, c
 
 from workers.agent_service.http import HttpError, Request, read_request, send_json
 from workers.agent_service.wakeups import WakeHub
-from workers.api.agent_serializers import EnrollSerializer, PollSerializer, ReportSerializer
+from workers.api.agent_serializers import (
+    EnrollSerializer,
+    PollSerializer,
+    ReportSerializer,
+    StorageRequestSerializer,
+)
 from workers.api.client_address import seen_address
 from workers.models import Node
 from workers.protocol import AGENT_API_PREFIX, NODE_TOKEN_PREFIX
@@ -84,6 +89,7 @@ class AgentService:
             f"{AGENT_API_PREFIX}/enroll/": self.enroll,
             f"{AGENT_API_PREFIX}/poll/": self.poll,
             f"{AGENT_API_PREFIX}/report/": self.report,
+            f"{AGENT_API_PREFIX}/storage/": self.storage,
             "/healthz": self.health,
         }
         self.started = False
@@ -216,6 +222,16 @@ class AgentService:
     async def report(self, request: Request) -> tuple[int, dict]:
         node = await self.node_of(request)
         return await self.slow_db.run(_validated_report, node, request.json())
+
+    async def storage(self, request: Request) -> tuple[int, dict]:
+        """Storage URLs for a rank with its placement's grant (agent_endpoints.storage)."""
+        token = agent_endpoints.grant_token(request.headers.get("authorization", ""))
+        if token is None:
+            raise HttpError(401, agent_endpoints.NO_GRANT["detail"], BEARER)
+        form = StorageRequestSerializer(data=request.json())
+        if not form.is_valid():
+            return 400, form.errors
+        return await self.db.run(agent_endpoints.storage, token, form.validated_data)
 
     async def health(self, request: Request) -> tuple[int, dict]:
         """Liveness, and the counters the benchmark prints."""

@@ -145,3 +145,29 @@ class ReportSerializer(serializers.Serializer):
     job_id = serializers.IntegerField(min_value=1)
     epoch = serializers.IntegerField(min_value=0)
     items = ReportItemSerializer(many=True, allow_empty=False, max_length=5000)
+
+
+class StorageRequestSerializer(serializers.Serializer):
+    """A rank's request for storage URLs with its grant (workers/protocol.py, section 4)."""
+
+    SIGN, FINISH = ("GET", "PUT"), ("COMPLETE", "ABORT")
+
+    method = serializers.ChoiceField(choices=[*SIGN, *FINISH])
+    keys = serializers.ListField(
+        child=serializers.CharField(max_length=1024, trim_whitespace=False), required=False, max_length=1000
+    )
+    sizes = serializers.DictField(child=serializers.IntegerField(min_value=0), required=False)
+    key = serializers.CharField(max_length=1024, trim_whitespace=False, required=False)
+    upload_id = serializers.CharField(max_length=1024, required=False)
+    etags = serializers.ListField(child=serializers.CharField(max_length=200), required=False, max_length=10_000)
+
+    def validate(self, attrs):
+        needed = ("keys",) if attrs["method"] in self.SIGN else ("key", "upload_id")
+        if attrs["method"] == "COMPLETE":
+            needed += ("etags",)
+        missing = {name: [f"Required for {attrs['method']}."] for name in needed if name not in attrs}
+        if missing:
+            raise serializers.ValidationError(missing, "required")
+        if set(attrs.get("sizes") or {}) - set(attrs.get("keys") or []):
+            raise serializers.ValidationError({"sizes": ["Sizes are given only for keys asked for."]}, "invalid")
+        return attrs

@@ -18,7 +18,12 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from workers.api.agent_auth import IsNode, NodeTokenAuthentication
-from workers.api.agent_serializers import EnrollSerializer, PollSerializer, ReportSerializer
+from workers.api.agent_serializers import (
+    EnrollSerializer,
+    PollSerializer,
+    ReportSerializer,
+    StorageRequestSerializer,
+)
 from workers.api.client_address import seen_address
 from workers.services import agent_endpoints, channel
 from workers.services.fleet import record_heartbeat
@@ -88,6 +93,25 @@ class ReportView(AgentView):
         data = form.validated_data
         structlog.contextvars.bind_contextvars(job_id=data["job_id"], epoch=data["epoch"])
         answer, body = agent_endpoints.report(request.auth, data)
+        return Response(body, status=answer)
+
+
+class StorageView(APIView):
+    """URLs for one placement's objects, for a rank that holds the placement's storage grant (the grant is the
+    credential: ranks have no node token, and hosts no store credentials)."""
+
+    authentication_classes: list = []
+    permission_classes = [AllowAny]
+    throttle_classes: list = []
+
+    @extend_schema(request=StorageRequestSerializer, responses={200: dict, 403: dict, 409: dict}, tags=["agent"])
+    def post(self, request):
+        token = agent_endpoints.grant_token(request.META.get("HTTP_AUTHORIZATION", ""))
+        if token is None:
+            return Response(agent_endpoints.NO_GRANT, status=401, headers={"WWW-Authenticate": "Bearer"})
+        form = StorageRequestSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        answer, body = agent_endpoints.storage(token, form.validated_data)
         return Response(body, status=answer)
 
 

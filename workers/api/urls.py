@@ -20,5 +20,6 @@ urlpatterns = [
     path("agent/enroll/", agent_views.EnrollView.as_view(), name="agent-enroll"),
     path("agent/poll/", agent_views.PollView.as_view(), name="agent-poll"),
     path("agent/report/", agent_views.ReportView.as_view(), name="agent-report"),
+    path("agent/storage/", agent_views.StorageView.as_view(), name="agent-storage"),
     *router.urls,
 ]

@@ -75,6 +75,7 @@ class ResumePlan:
     meta: dict
     mode: str
     key: str | None = None  # the stored checkpoint's key, when it is stored
+    storage: staging.HostStorage | None = None  # how this rank reaches it, then
 
 
 def layout(zero_stage: int) -> str:
@@ -136,7 +137,7 @@ def _finish_locally(engine, launch, placement, state, weights, folder: Path) -> 
 def _upload(engine, launch, placement, state, weights, tmp: Path, key: str) -> None:
     """Collective: each host's leader uploads its files; rank 0 adds meta.json and the export, then the
     manifest over everything, last."""
-    storage = staging.host_storage()
+    storage = staging.host_storage(launch)
     entries = upload_files(storage.store, key, tmp, local_files(tmp)) if host_leader() else {}
     gathered: list[dict | None] = [None] * placement.world_size
     dist.all_gather_object(gathered, entries)
@@ -157,11 +158,11 @@ def plan_resume(launch: RankLaunch, placement: Placement) -> ResumePlan | None:
     """Read the checkpoint's meta and choose the load path (every rank decides alike)."""
     if not launch.resume_from:
         return None
-    key = None
+    key = storage = None
     if staging.is_stored(launch.resume_from):
-        key = staging.key_of(launch.resume_from)
+        key, storage = staging.key_of(launch.resume_from), staging.host_storage(launch)
         step_dir = Path(launch.run_dir) / "resume" / key.rsplit("/", 1)[-1]
-        _stage(key, step_dir, lambda name: name == META)
+        _stage(storage, key, step_dir, lambda name: name == META)
     else:
         step_dir = resolve(launch.resume_from)
     meta = json.loads((step_dir / META).read_text())
@@ -176,8 +177,8 @@ def plan_resume(launch: RankLaunch, placement: Placement) -> ResumePlan | None:
         mode = UNIVERSAL_PLAIN if target == "plain" else UNIVERSAL
     if key is not None:
         rng = f"rng-{placement.rank}.pt"
-        _stage(key, step_dir, lambda name: name == rng or (mode == NATIVE and name.startswith(f"{DS_TAG}/")))
-    return ResumePlan(step_dir, meta, mode, key)
+        _stage(storage, key, step_dir, lambda name: name == rng or (mode == NATIVE and name.startswith(f"{DS_TAG}/")))
+    return ResumePlan(step_dir, meta, mode, key, storage)
 
 
 def prepare(plan: ResumePlan | None, placement: Placement, workers: int = 1) -> None:
@@ -191,10 +192,10 @@ def prepare(plan: ResumePlan | None, placement: Placement, workers: int = 1) -> 
     stored_universal = join(plan.key, universal.TAG) if plan.key else None
     if placement.rank == 0:
         started = time.perf_counter()
-        storage = staging.host_storage() if plan.key else None
+        storage = plan.storage
         if storage is None or read_manifest(storage.store, stored_universal) is None:
             if storage is not None:
-                _stage(plan.key, plan.step_dir, lambda name: name.startswith(f"{DS_TAG}/"))
+                _stage(storage, plan.key, plan.step_dir, lambda name: name.startswith(f"{DS_TAG}/"))
             out = universal.ensure(plan.step_dir, plan.meta["layout"] == "plain", workers)
             if storage is not None:
                 manifest = upload_tree(storage.store, stored_universal, out, meta={"kind": "universal"})
@@ -207,11 +208,10 @@ def prepare(plan: ResumePlan | None, placement: Placement, workers: int = 1) -> 
             )
     dist.barrier()
     if stored_universal:
-        _stage(stored_universal, plan.step_dir / universal.TAG)
+        _stage(plan.storage, stored_universal, plan.step_dir / universal.TAG)
 
 
-def _stage(key: str, dest: Path, select=None) -> None:
-    storage = staging.host_storage()
+def _stage(storage: staging.HostStorage, key: str, dest: Path, select=None) -> None:
     storage.cache.stage_tree(storage.store, key, dest, select)
 
 

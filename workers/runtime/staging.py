@@ -3,11 +3,13 @@
 The platform names a rank's inputs by storage key when the hosts share no disk: a dataset file
 (`store:datasets/7/<uuid>/data.jsonl`, a file of the tree that is its folder), a model folder
 (`store:models/7/<uuid>`), the checkpoint to resume from (`store:checkpoints/job-5/step-40`) and where
-checkpoints go (`store:checkpoints/job-5`). The node agent gives each rank the store (STORAGE_URL and
-the standard AWS_* variables) and its host's staging cache (STARVERSE_CACHE_DIR, STARVERSE_CACHE_BYTES);
-inputs are copied into the cache once per host, verified against their manifests, and linked into
-the run folder, so a rank reads only its own host's disk. A plain path still means a local file (one
-host, or a shared disk).
+checkpoints go (`store:checkpoints/job-5`). A rank reaches them with its launch's storage grant: URLs for
+exactly those objects, signed by the platform (STARVERSE_PLATFORM_URL) on request (workers/storage/grants.py);
+the host holds no store credentials. Inputs are copied into the host's staging cache (STARVERSE_CACHE_DIR,
+STARVERSE_CACHE_BYTES) once, verified against their manifests, and linked into the run folder, so a rank
+reads only its own host's disk. A launch without a grant uses the store in STORAGE_URL (a host trusted with
+the store itself: one-machine tests and benchmarks; the agent never passes one on). A plain path still means
+a local file (one host, or a shared disk).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from workers.protocol import RankLaunch
+from workers.protocol import PLATFORM_URL_ENV, RankLaunch
 from workers.storage import StorageError, Store, store_from_environment
 from workers.storage.cache import DEFAULT_CAP_BYTES, StagingCache
 
@@ -46,12 +48,20 @@ class HostStorage:
     cache: StagingCache
 
 
+def host_storage(launch: RankLaunch) -> HostStorage:
+    """The store this rank reaches (through its launch's grant) and its host's staging cache."""
+    return storage_for_grant(launch.storage_grant or "")
+
+
 @cache
-def host_storage() -> HostStorage:
-    """The store and cache this host's agent gave the rank; fails, naming what is missing, without them."""
-    store = store_from_environment()
-    if store is None:
-        raise StorageError("the launch names stored inputs (store:…) but this host was given no STORAGE_URL")
+def storage_for_grant(grant: str) -> HostStorage:
+    """One store and cache per grant ("" : the STORAGE_URL store); fails, naming what is missing, without one."""
+    if grant:
+        from workers.storage.grants import GrantStore  # httpx: only where a rank runs
+
+        store: Store = GrantStore(os.environ.get(PLATFORM_URL_ENV, ""), grant)
+    elif (store := store_from_environment()) is None:
+        raise StorageError("the launch names stored inputs (store:…) but carries no storage grant")
     root = os.environ.get(CACHE_DIR_ENV) or str(Path.home() / ".cache" / "starverse")
     cap = int(os.environ.get(CACHE_BYTES_ENV) or DEFAULT_CAP_BYTES)
     return HostStorage(store, StagingCache(Path(root), cap))
@@ -77,7 +87,7 @@ def stage_file(launch: RankLaunch, value: str) -> Path:
 
 
 def stage_tree(launch: RankLaunch, prefix: str, select=None) -> Path:
-    storage = host_storage()
+    storage = host_storage(launch)
     dest = Path(launch.run_dir) / "inputs" / _folder_name(prefix)
     storage.cache.stage_tree(storage.store, prefix, dest, select)
     return dest

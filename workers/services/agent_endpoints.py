@@ -16,6 +16,8 @@ from django.utils import timezone
 
 from workers.choices import CommandStatus
 from workers.models import AgentCommand, Node
+from workers.protocol import STORAGE_GRANT_PREFIX
+from workers.services import storage_grants
 from workers.services.fleet import EnrollmentError, enroll_node
 from workers.services.reports import ReportRejected, StaleEpoch, accept_report
 from workers.services.restarts import move_jobs_of_vanished_ranks
@@ -79,6 +81,29 @@ def record_acks(node: Node, acks: list[dict], ack_errors: list[dict]) -> None:
         AgentCommand.objects.filter(node=node, pk=ack["id"], status=CommandStatus.PENDING).update(
             status=outcome, error=error, acked_at=now
         )
+
+
+def grant_token(authorization: str) -> str | None:
+    """The storage grant in an Authorization header ("Bearer svg_…"), or None."""
+    parts = authorization.split()
+    if len(parts) == 2 and parts[0].lower() == "bearer" and parts[1].startswith(STORAGE_GRANT_PREFIX):
+        return parts[1]
+    return None
+
+
+NO_GRANT = {"detail": "Storage requests need the placement's storage grant (Bearer svg_…).", "code": "not_a_grant"}
+
+
+def storage(token: str, data: dict) -> tuple[int, dict]:
+    """(HTTP status, body) of a rank's valid request for storage URLs with its grant (storage_grants)."""
+    try:
+        if data["method"] in ("GET", "PUT"):
+            return 200, storage_grants.sign(token, data["method"], data["keys"], data.get("sizes"))
+        return 200, storage_grants.finish_upload(
+            token, data["method"], data["key"], data["upload_id"], data.get("etags")
+        )
+    except storage_grants.GrantRefused as refused:
+        return refused.status, refused.body()
 
 
 def report(node: Node, data: dict) -> tuple[int, dict]:

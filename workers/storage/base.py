@@ -41,6 +41,7 @@ class Store(abc.ABC):
     object, or none, or the whole new one."""
 
     url: str
+    multipart = False  # whether grant_upload can split one object into parts (S3)
 
     @abc.abstractmethod
     def put_file(self, key: str, path: Path) -> None: ...
@@ -76,6 +77,26 @@ class Store(abc.ABC):
         for key in keys:
             self.delete(key)
         return len(keys)
+
+    def expect(self, method: str, keys: list[str]) -> None:
+        """A hint that these keys are read ("GET") or written ("PUT") next: a store that has each object's URL
+        signed for it (grants.GrantStore) asks for them in one request instead of one each."""
+        return None
+
+    def grant_url(self, key: str, method: str, expires_s: int) -> str:
+        """A URL with which a compute host GETs or PUTs this one object, and nothing else, until it expires:
+        what the platform hands hosts instead of credentials (workers/services/storage_grants.py)."""
+        raise StorageError(f"{self.describe()} can't grant access to single objects")
+
+    def grant_upload(self, key: str, size: int, expires_s: int) -> dict:
+        """A multipart upload for a host (stores with `multipart`): {"upload_id", "part_size", "urls"}."""
+        raise StorageError(f"{self.describe()} has no multipart uploads")
+
+    def complete_upload(self, key: str, upload_id: str, etags: list[str]) -> None:
+        raise StorageError(f"{self.describe()} has no multipart uploads")
+
+    def abort_upload(self, key: str, upload_id: str) -> None:
+        raise StorageError(f"{self.describe()} has no multipart uploads")
 
     def presigned_url(self, key: str, filename: str, expires_s: int = 900) -> str | None:
         """A time-limited URL the owner's browser downloads from directly; None where the backend

@@ -35,10 +35,14 @@ class StagingCache:
             raise StorageError(f"invalid SHA-256 {sha256!r}")
         return self.objects / sha256
 
+    def has(self, entry: FileEntry) -> bool:
+        target = self.object_path(entry.sha256)
+        return target.is_file() and target.stat().st_size == entry.size
+
     def fetch(self, store: Store, key: str, entry: FileEntry) -> Path:
         """The object for `entry`, downloaded from `key` unless the cache has it; marked as just used."""
         target = self.object_path(entry.sha256)
-        if target.is_file() and target.stat().st_size == entry.size:
+        if self.has(entry):
             os.utime(target)
             return target
         fd, tmp_name = tempfile.mkstemp(dir=self.objects, prefix=".download-")
@@ -85,6 +89,8 @@ class StagingCache:
             where = store.describe()
             raise StorageError(f"nothing stored at {prefix!r} in {where} (no manifest: missing or incomplete)")
         wanted = {name: entry for name, entry in manifest.files.items() if select is None or select(name)}
+        missing = [join(prefix, name) for name, entry in sorted(wanted.items()) if not self.has(entry)]
+        store.expect("GET", missing)
         for name, entry in sorted(wanted.items()):
             link_into(self.fetch(store, join(prefix, name), entry), Path(dest) / name)
         self.evict(keep={entry.sha256 for entry in wanted.values()})

@@ -34,23 +34,7 @@ class LocalStore(Store):
         self._write(key, lambda out: out.write(data))
 
     def _write(self, key: str, fill) -> None:
-        target = self.path(key)
-        try:
-            _private_folders(target.parent)
-            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")  # 0600
-        except OSError as exc:  # a file where a folder of the key would be, a full or read-only disk
-            raise StorageError(f"can't write {key!r} in {self.url}: {exc}") from None
-        try:
-            with os.fdopen(fd, "wb") as out:
-                fill(out)
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(tmp, target)
-        except BaseException as exc:
-            Path(tmp).unlink(missing_ok=True)
-            if isinstance(exc, OSError):
-                raise StorageError(f"can't write {key!r} in {self.url}: {exc}") from None
-            raise
+        write_privately(self.path(key), fill, f"{key!r} in {self.url}")
 
     def _missing(self, key: str) -> ObjectMissing:
         return ObjectMissing(f"no object {key!r} in {self.url}")
@@ -130,6 +114,11 @@ class LocalStore(Store):
             except OSError:
                 break
 
+    def grant_url(self, key: str, method: str, expires_s: int) -> str:
+        """The object's file: a folder is one machine's store, and whoever runs there reaches all of it anyway
+        (no isolation between the hosts of one machine: docs/STORAGE.md)."""
+        return self.path(key).as_uri()
+
     def ping(self) -> None:
         try:
             _private_folders(self.root)
@@ -138,6 +127,27 @@ class LocalStore(Store):
             os.unlink(probe)
         except OSError as exc:
             raise StorageError(f"storage directory {self.root} is not writable: {exc}") from None
+
+
+def write_privately(target: Path, fill, what: str) -> None:
+    """Write `target` through a 0600 temp file in its (0700) folder, renamed into place: a reader sees the old
+    file, none, or the whole new one. `fill(out)` writes the bytes."""
+    try:
+        _private_folders(target.parent)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")  # 0600
+    except OSError as exc:  # a file where a folder of the key would be, a full or read-only disk
+        raise StorageError(f"can't write {what}: {exc}") from None
+    try:
+        with os.fdopen(fd, "wb") as out:
+            fill(out)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, target)
+    except BaseException as exc:
+        Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise StorageError(f"can't write {what}: {exc}") from None
+        raise
 
 
 def _private_folders(folder: Path) -> None:

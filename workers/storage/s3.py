@@ -19,6 +19,8 @@ from botocore.exceptions import BotoCoreError, ClientError
 from workers.storage.base import ObjectMissing, StorageError, Store, StoredObject, check_key, join
 
 _TRANSFER = TransferConfig(multipart_threshold=64 << 20, multipart_chunksize=64 << 20, max_concurrency=4)
+PART_BYTES, MAX_PARTS = 64 << 20, 10_000  # a granted multipart upload's parts (S3 allows 10,000 of 5 MiB-5 GiB)
+_GRANTED = {"GET": "get_object", "PUT": "put_object"}
 _MISSING = {"404", "NoSuchKey", "NotFound"}
 
 
@@ -118,6 +120,48 @@ class S3Store(Store):
                     f"e.g. {first.get('Key')!r}: {first.get('Code')} {first.get('Message', '')}".rstrip()
                 )
         return len(keys)
+
+    multipart = True
+
+    def grant_url(self, key: str, method: str, expires_s: int) -> str:
+        """Signed for the endpoint the platform reaches the store at, which compute hosts must reach too."""
+        params = {"Bucket": self.bucket, "Key": self._key(key)}
+        sign = self.client.generate_presigned_url
+        return self._call("sign", key, sign, _GRANTED[method], Params=params, ExpiresIn=expires_s)
+
+    def grant_upload(self, key: str, size: int, expires_s: int) -> dict:
+        """A multipart upload of `size` bytes begun for a host: its id, part size and one PUT URL per part (an
+        object past S3's 5 GiB limit for one PUT, e.g. a large model's DeepSpeed states, needs one)."""
+        part_size = max(PART_BYTES, -(-size // MAX_PARTS))
+        start = self.client.create_multipart_upload
+        upload_id = self._call("start upload", key, start, Bucket=self.bucket, Key=self._key(key))["UploadId"]
+        sign = self.client.generate_presigned_url
+        urls = [
+            self._call("sign", key, sign, "upload_part", Params=self._part(key, upload_id, n), ExpiresIn=expires_s)
+            for n in range(1, max(1, -(-size // part_size)) + 1)
+        ]
+        return {"upload_id": upload_id, "part_size": part_size, "urls": urls}
+
+    def _part(self, key: str, upload_id: str, number: int) -> dict:
+        return {"Bucket": self.bucket, "Key": self._key(key), "UploadId": upload_id, "PartNumber": number}
+
+    def complete_upload(self, key: str, upload_id: str, etags: list[str]) -> None:
+        """The object exists from now: the parts the host uploaded, in order."""
+        parts = {"Parts": [{"PartNumber": n, "ETag": etag} for n, etag in enumerate(etags, 1)]}
+        finish = self.client.complete_multipart_upload
+        self._call(
+            "finish upload",
+            key,
+            finish,
+            Bucket=self.bucket,
+            Key=self._key(key),
+            UploadId=upload_id,
+            MultipartUpload=parts,
+        )
+
+    def abort_upload(self, key: str, upload_id: str) -> None:
+        abort = self.client.abort_multipart_upload
+        self._call("abort upload", key, abort, Bucket=self.bucket, Key=self._key(key), UploadId=upload_id)
 
     def presigned_url(self, key: str, filename: str, expires_s: int = 900) -> str | None:
         params = {

@@ -79,6 +79,8 @@ def local_files(folder: Path) -> list[str]:
 
 def upload_files(store: Store, prefix: str, folder: Path, names: Iterable[str]) -> dict[str, FileEntry]:
     """Upload folder/name to prefix/name for each name; returns their entries (no manifest)."""
+    names = list(names)
+    store.expect("PUT", [join(prefix, name) for name in names])
     entries = {}
     for name in names:
         path = Path(folder) / name
