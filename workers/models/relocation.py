@@ -20,6 +20,8 @@ class MigrationStatus(models.TextChoices):
     WAITING = "waiting", "Waiting for chips"
     RESUMING = "resuming", "Resuming"
     RESUMED = "resumed", "Resumed"
+    # The ranks trained the last step and saved the model before the notice reached them: no move needed.
+    FINISHED = "finished", "Finished before moving"
     ABANDONED = "abandoned", "Abandoned"
 
 
