@@ -313,6 +313,57 @@ def test_every_page_fits_the_screen_and_reaches_every_link(site, open_page, size
     assert not problems, f"at {size} size:\n" + "\n".join(problems)
 
 
+# What a phone must show and let press without a sideways scroll: a table that scrolls inside its box keeps the
+# page from widening, but hides its right-hand columns (the bids' Update and Cancel, the spot price and chips
+# online, a rank's mode and how far off the quote is).
+PHONE_ESSENTIALS = {
+    "bids": ["[data-testid=bids-table] .bid-change button", "[data-testid=bid-cancel]"],
+    "pricing": ["[data-testid=spot]", "[data-testid=chips-online]"],
+    "job": ["[data-testid=rank-mode]", "[data-testid=off-by]"],
+}
+
+
+def out_of_view(page: Page, selector: str) -> list[str]:
+    """Each element the selector finds that is hidden, past the window's edges, or in a box scrolled or
+    scrollable sideways; one problem when it finds none."""
+    return page.evaluate(
+        """selector => {
+          const found = [...document.querySelectorAll(selector)];
+          if (!found.length) return [`${selector}: nothing found`];
+          return found.flatMap(el => {
+            const box = el.getBoundingClientRect(), scroller = el.closest('.table-wrap, .table-scroll');
+            const sideways = scroller && scroller.scrollWidth > scroller.clientWidth + 1;
+            const seen = el.checkVisibility() && box.width > 0 && box.left >= 0 && box.right <= window.innerWidth;
+            return seen && !sideways ? [] : [`${selector} at ${Math.round(box.left)}-${Math.round(box.right)}px`
+              + (sideways ? ` in a box ${scroller.scrollWidth}px wide for ${scroller.clientWidth}px` : '')];
+          });
+        }""",
+        selector,
+    )
+
+
+@pytest.mark.parametrize("name", PHONE_ESSENTIALS)
+def test_on_a_phone_what_a_page_is_for_is_seen_without_a_sideways_scroll(site, open_page, name):
+    page = open_page(PHONE, signed_in=True)
+    page.goto(site.url + site.pages(signed_in=True)[name])
+    settle(page, name, signed_in=True)
+
+    problems = [problem for selector in PHONE_ESSENTIALS[name] for problem in out_of_view(page, selector)]
+
+    assert not problems, f"{name} on a phone:\n" + "\n".join(problems)
+
+
+def test_the_first_key_press_reaches_a_skip_link_that_jumps_to_the_content(site, open_page):
+    page = open_page(PHONE, signed_in=False)
+    page.goto(site.url + "/pricing/")
+    page.keyboard.press("Tab")
+    skip = page.get_by_test_id("skip-link")
+    expect(skip).to_be_focused()
+    expect(skip).to_be_in_viewport()
+    page.keyboard.press("Enter")
+    expect(page.locator("main#main")).to_be_focused()
+
+
 def test_the_header_shows_the_balance_and_links_to_billing(site, open_page):
     page = open_page(PHONE, signed_in=True)
     page.goto(f"{site.url}/dashboard/")
