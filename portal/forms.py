@@ -6,11 +6,13 @@ from datetime import datetime, timedelta
 
 from django import forms
 
+from base.money import format_amount, format_price
+from market.services.hints import default_bid
 from portal.models.tokens import DEFAULT_EXPIRY_DAYS, MAX_EXPIRY_DAYS, TokenScope
 from workers.api.job_serializers import JobSpecSerializer
 from workers.choices import Policy, TrainingMode
 from workers.models import ChipType, Dataset, UploadedModel
-from workers.modelspecs import CATALOG
+from workers.modelspecs import CATALOG, resolve_model
 from workers.spec import JobSpec
 
 
@@ -44,7 +46,12 @@ class SpecField(forms.CharField):
 class TrainingForm(forms.Form):
     """The launch page's job spec; its rules are JobSpecSerializer's, so the page and the API agree."""
 
-    model = SpecField(initial="llama-tiny", widget=forms.Select)
+    model = SpecField(
+        initial="llama-tiny",
+        widget=forms.Select,
+        help_text="Catalog models are Hugging Face configs trained from scratch (llama-tiny trains on a CPU in "
+        "seconds); yours start from the weights you uploaded.",
+    )
     dataset = SpecField(initial="synthetic", widget=forms.Select)
     mode = SpecField(
         label="Training",
@@ -62,9 +69,8 @@ class TrainingForm(forms.Form):
         initial=Policy.COST_PERFORMANCE,
         widget=forms.Select(choices=Policy.choices),
         help_text=(
-            "Cost-performance: the best balance, lowest ¥ per token × seconds per token (a chip is added while "
-            "it speeds the job up at least half as much as it adds to the cost); fastest: most tokens/s within "
-            "the hourly budget; cheapest: lowest ¥ per token; single chip type: cost-performance on one type."
+            "Cost-performance: lowest ¥ per token × seconds per token; fastest: most tokens/s within the budget; "
+            "cheapest: lowest ¥ per token; single chip type: cost-performance on one type. The quote compares them."
         ),
     )
     max_budget = SpecField(
@@ -105,13 +111,11 @@ class TrainingForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.request = request
         self.spec: JobSpecSerializer | None = None
+        # Short option labels: a select shows its option in one line, cut at its width (a phone's too).
         self.fields["model"].widget.choices = [
-            (model.name, f"{model.name} · {model.description}") for model in CATALOG.values()
+            (name, f"{name} · {count_label(resolve_model(name).parameters)} parameters") for name in CATALOG
         ] + [
-            (
-                model.reference,
-                f"{model.name} · {model.architecture}, {model.parameters:,} parameters ({model.reference})",
-            )
+            (model.reference, f"{model.name} · {count_label(model.parameters)} · {model.reference}")
             for model in UploadedModel.objects.filter(owner=request.user)
         ]
         self.fields["dataset"].widget.choices = [("synthetic", "synthetic · generated text")] + [
@@ -120,6 +124,14 @@ class TrainingForm(forms.Form):
         ]
         self.fields["eval_dataset"].widget.choices = [("", "none")] + self.fields["dataset"].widget.choices[1:]
         self.chip_types = list(ChipType.objects.all())
+        self.default_bid = default_bid()
+        if self.default_bid is not None:  # ticking Spot finds a bid in place, not an error
+            self.fields["bid"].initial = format_amount(self.default_bid)
+            self.fields[
+                "bid"
+            ].help_text += (
+                f" Preset to {format_price(self.default_bid)}, the lowest on-demand price of the chip types on spot."
+            )
         for chip in self.chip_types:
             self.fields[chip_field(chip.slug)] = SpecField(
                 label=chip.name, widget=forms.NumberInput(attrs={"min": "0", "placeholder": "–"})
@@ -149,7 +161,7 @@ class TrainingForm(forms.Form):
         spec = {key: value for key, value in spec.items() if value != "" or key not in OPTIONAL_KEYS}
         if data.get("spot"):
             spec.update({key: data.get(key) for key in SPOT_KEYS})
-            spec["bid"] = spec["bid"] or None
+            spec["bid"] = spec["bid"] or self.fields["bid"].initial or None
         counts = {chip.slug: value for chip in self.chip_types if (value := data.get(chip_field(chip.slug)))}
         return {**spec, "chip_counts": counts} if counts else spec
 
@@ -186,6 +198,14 @@ SPOT_KEYS = ("spot", "bid", "allow_on_demand", "allow_other_chips")
 
 def chip_field(slug: str) -> str:
     return f"chips_{slug}"
+
+
+def count_label(count: int) -> str:
+    """A parameter count in a few characters: "212k", "6.7B", "69B"."""
+    for limit, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if count >= limit:
+            return f"{count / limit:.2g}{suffix}" if count < 10 * limit else f"{count / limit:.0f}{suffix}"
+    return str(count)
 
 
 class DatasetUploadForm(forms.Form):

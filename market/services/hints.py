@@ -15,7 +15,7 @@ from base.money import format_price
 from billing.models import SpotPrice
 from billing.services.pricing import ChipOffer, current_offers
 from market.advice import DEFAULT_DAYS, BidAdvice, PricePoint, advice_curve, bid_advice
-from workers.models import ChipType
+from workers.models import ChipType, Node
 
 # The most clearings read for one chip type's advice; a row is kept only when the market changed.
 MAX_HISTORY_ROWS = 50_000
@@ -92,6 +92,21 @@ def bid_hint(
         advice=bid_advice(history, bid, now, days) if bid is not None else None,
         curve=advice_curve(history, now, days, extra_bids=[p for p in (floor, on_demand) if p]) if curve else [],
     )
+
+
+def spot_chip_types() -> set[str]:
+    """Chip types (slugs) that take spot bids: those with spot-eligible chips on the platform, as a bid counts them."""
+    eligible = Node.objects.filter(spot_eligible=True, chips__gt=0)
+    return set(eligible.values_list("pool__chip_type__slug", flat=True).distinct())
+
+
+def default_bid(offers: list[ChipOffer] | None = None) -> int | None:
+    """A new spot job's bid unless its owner names one: the lowest on-demand price among the chip types that take
+    spot bids (None when none does). Like a cloud's default spot limit it is never above on-demand, and here for
+    any chip type, since one bid covers them all; types whose spot price is above it run on demand instead."""
+    spot = spot_chip_types()
+    offers = offers if offers is not None else current_offers()
+    return min((offer.on_demand_per_hour for offer in offers if offer.chip.slug in spot and offer.price), default=None)
 
 
 def bid_hints(bids: dict[str, int | None], now: datetime | None = None) -> list[BidHint]:

@@ -72,7 +72,9 @@ def on_demand_note(spec: JobSpec, lines: list[QuoteLine], offers: dict[str, Chip
 
 
 def _reason(line: QuoteLine, spot_chips: int, bid: int | None, offer: ChipOffer | None) -> str:
-    spot_price = offer.spot_per_hour if offer else None
+    if offer is None or not offer.spot_capacity:  # no spot price to speak of: nobody sells it on spot
+        return f"{line.name} has no spot chips online"
+    spot_price = offer.spot_per_hour
     on_demand = offer.on_demand_per_hour if offer else None
     if spot_price is not None and on_demand is not None and spot_price >= on_demand:
         return f"{line.name} spot ({format_price(spot_price)}/h) costs no less than on-demand now"

@@ -14,7 +14,7 @@ from django.views.decorators.http import require_POST
 
 from base.money import format_estimate
 from billing.services.pricing import current_offers
-from market.services.hints import bid_hints
+from market.services.hints import bid_hints, spot_chip_types
 from portal.forms import TrainingForm
 from portal.views.quote_lines import on_demand_note, quote_lines
 from portal.views.quote_policies import accuracy, policy_rows
@@ -238,5 +238,6 @@ def train_quote(request: HttpRequest) -> HttpResponse:
             context.update(accuracy=accuracy(plan), policies=policy_rows(spec))
             hinted = list(dict.fromkeys(line.slug for line in lines))
         if spec.spot:  # beside the bid field (an out-of-band swap): each chip type's prices and the bid's advice
-            context["bid_hints"] = bid_hints({slug: spec.spot_bid_per_hour for slug in hinted})
+            spot = spot_chip_types()  # a type that takes no spot bids has no spot price to show
+            context["bid_hints"] = bid_hints({slug: spec.spot_bid_per_hour for slug in hinted if slug in spot})
     return render(request, "partials/training/quote.html", context)
