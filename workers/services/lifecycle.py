@@ -414,13 +414,17 @@ def resume(job_id: int, now: datetime | None = None, release: bool = True) -> bo
     to be placed again from the checkpoint with the global batch pinned.
 
     With `release`, the chips held for the leaving ranks are let go too; otherwise they are let go as
-    each node reports its ranks' exits, or when the notice runs out.
+    each node reports its ranks' exits, or when the notice runs out. A job whose ranks saved the
+    model at its last step before the notice reached them succeeds instead (False: not queued).
     """
     now = now or timezone.now()
     with transaction.atomic():
         job = Job.objects.select_for_update().get(pk=job_id)
         move = migration.noticed_migration(job)
         if job.status != JobStatus.MIGRATING or move is None:
+            return False
+        if migration.trained_to_the_end(job):
+            _finish_instead_of_moving(job, move, now)
             return False
         if release:
             allocations.let_go_held(job, now)
@@ -435,6 +439,16 @@ def resume(job_id: int, now: datetime | None = None, release: bool = True) -> bo
         record_event(job, JobEventKind.MIGRATED, job.status_reason, data={"migration": move.pk}, now=now)
         _announce_queued(job_id)
     return True
+
+
+def _finish_instead_of_moving(job: Job, move: JobMigration, now: datetime) -> None:
+    """Placed again, the job would have no step to train (and a placement to pay for): it is done.
+    Under load a notice can reach the ranks after their last step (#28)."""
+    allocations.let_go_held(job, now)
+    migration.close_as_finished(move, job)
+    loss = f"; final loss {job.loss:.4f}" if job.loss is not None else ""
+    done = f"Trained {job.latest_checkpoint_step} steps before it had to move{loss}"
+    finish(job, JobStatus.SUCCEEDED, done, now=now)
 
 
 def _announce_queued(job_id: int) -> None:

@@ -73,9 +73,23 @@ def note_placement(job: Job, now: datetime) -> None:
 
 def abandon_open_migrations(job: Job) -> None:
     """The job ended while moving: its unfinished moves are abandoned (no refund)."""
-    job.migrations.exclude(status__in=[MigrationStatus.RESUMED, MigrationStatus.ABANDONED]).update(
-        status=MigrationStatus.ABANDONED
-    )
+    closed = [MigrationStatus.RESUMED, MigrationStatus.FINISHED, MigrationStatus.ABANDONED]
+    job.migrations.exclude(status__in=closed).update(status=MigrationStatus.ABANDONED)
+
+
+def trained_to_the_end(job: Job) -> bool:
+    """The job's latest checkpoint is at its last step: the final model is saved (a last step's save
+    always exports it), so there is nothing left to train and nothing to move."""
+    return job.latest_checkpoint_step is not None and job.latest_checkpoint_step >= job.max_steps
+
+
+def close_as_finished(migration: JobMigration, job: Job) -> None:
+    """The notice came too late to matter: the ranks finished first (no work lost, nothing to refund)."""
+    migration.status = MigrationStatus.FINISHED
+    migration.checkpoint_step = job.latest_checkpoint_step
+    migration.checkpoint_at = job.latest_checkpoint_at
+    migration.steps_lost, migration.lost_seconds = 0, 0.0
+    migration.save(update_fields=["status", "checkpoint_step", "checkpoint_at", "steps_lost", "lost_seconds"])
 
 
 def record_resume(job: Job, first_step: int, now: datetime) -> JobMigration | None:
