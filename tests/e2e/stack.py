@@ -89,6 +89,11 @@ class Stack:
         for name in list(self.processes):
             self.kill(name, signal.SIGTERM)
 
+    def environment_of(self, name: str) -> dict[str, str]:
+        """What a running process was started with (Linux: /proc/<pid>/environ)."""
+        raw = Path(f"/proc/{self.processes[name].pid}/environ").read_bytes()
+        return dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item)
+
     def log(self, name: str) -> str:
         return (self.root / f"{name}.log").read_text(errors="replace")
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 
 import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.management import call_command
 
 from tests.conftest import token_client
@@ -81,3 +82,30 @@ def test_the_demo_fleet_trains_llama_tiny_across_three_chip_types(fleet, alice, 
     assert all(free == node.chips for node, free in zip(nodes, free_chips(nodes).values(), strict=True))
     body = api.get(f"/api/v1/jobs/{job_id}/").json()
     assert body["status"] == "succeeded" and body["step"] == 40 and body["plan"]["ranks"]
+
+
+def test_the_agents_hold_no_store_credentials_yet_their_ranks_stage_and_checkpoint(fleet, alice):
+    """Hosts are third parties (#28): the agents were started without STORAGE_URL or AWS_*, and their ranks
+    stage an uploaded dataset and store every checkpoint with their launches' storage grants alone."""
+    api = token_client(alice)
+    upload = SimpleUploadedFile("words.txt", b"the quick brown fox jumps over the lazy dog\n" * 400)
+    dataset = api.post("/api/v1/datasets/", {"file": upload, "name": "words"}, format="multipart")
+    assert dataset.status_code == 201, dataset.json()
+    spec = {"model": "llama-tiny", "dataset": dataset.json()["reference"], "per_device_batch_size": 4}
+    response = api.post(
+        "/api/v1/jobs/", {**spec, "max_steps": 20, "policy": "cheapest", "max_budget": "28"}, format="json"
+    )
+    assert response.status_code == 201, response.json()
+    job_id = response.json()["id"]
+
+    job = wait_until(
+        lambda: Job.objects.filter(pk=job_id, status__in=JobStatus.finished()).first(), 300, "the job to finish", fleet
+    )
+
+    agents = [name for name in fleet.processes if name.startswith("agent-")]
+    assert agents and not any(
+        name.startswith("AWS_") or name == "STORAGE_URL" for agent in agents for name in fleet.environment_of(agent)
+    )
+    assert job.status == JobStatus.SUCCEEDED, f"{job.status}: {job.status_reason}\n{fleet.logs()}"
+    assert job.latest_checkpoint == f"store:checkpoints/job-{job_id}/step-20"
+    assert read_manifest(platform_store(), f"checkpoints/job-{job_id}/step-20") is not None
