@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta
 
 from django import forms
@@ -106,6 +107,12 @@ class TrainingForm(forms.Form):
     allow_other_chips = forms.BooleanField(
         label="Move to other chip types when its chips are reclaimed", required=False, initial=True
     )
+    # Carried over by a re-run (portal/views/rerun.py): settings the page has no field for, kept as they were.
+    seq_len = SpecField(widget=forms.HiddenInput)
+    lora = SpecField(widget=forms.HiddenInput)
+    gradient_checkpointing = SpecField(widget=forms.HiddenInput)
+    eval_fraction = SpecField(widget=forms.HiddenInput)
+    total_budget = SpecField(widget=forms.HiddenInput)
 
     def __init__(self, *args, request, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -159,6 +166,8 @@ class TrainingForm(forms.Form):
     def spec_data(self, data: dict) -> dict:
         spec = {key: data.get(key, "") for key in SPEC_KEYS}
         spec = {key: value for key, value in spec.items() if value != "" or key not in OPTIONAL_KEYS}
+        if spec.get("lora"):
+            spec["lora"] = lora_of(spec["lora"])
         if data.get("spot"):
             spec.update({key: data.get(key) for key in SPOT_KEYS})
             spec["bid"] = spec["bid"] or self.fields["bid"].initial or None
@@ -180,6 +189,7 @@ class TrainingForm(forms.Form):
         return self.spec.job_spec()
 
 
+CARRIED_KEYS = ("seq_len", "lora", "gradient_checkpointing", "eval_fraction", "total_budget")
 SPEC_KEYS = (
     "model",
     "dataset",
@@ -191,13 +201,23 @@ SPEC_KEYS = (
     "max_steps",
     "per_device_batch_size",
     "name",
+    *CARRIED_KEYS,
 )
-OPTIONAL_KEYS = ("mode", "eval_dataset", "eval_every")  # left empty: the API's defaults
+OPTIONAL_KEYS = ("mode", "eval_dataset", "eval_every", *CARRIED_KEYS)  # left empty: the API's defaults
 SPOT_KEYS = ("spot", "bid", "allow_on_demand", "allow_other_chips")
 
 
 def chip_field(slug: str) -> str:
     return f"chips_{slug}"
+
+
+def lora_of(text: str):
+    """The carried LoRA settings as the spec takes them; text that isn't a JSON object goes to the serializer as
+    it is, which names the field."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
 
 
 def count_label(count: int) -> str:

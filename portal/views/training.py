@@ -8,19 +8,21 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import redirect, render
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from base.money import format_estimate
+from base.money import format_estimate, format_money
+from billing.services.ledger import balance_of
 from billing.services.pricing import current_offers
 from market.services.hints import bid_hints, spot_chip_types
 from portal.forms import TrainingForm
 from portal.views.quote_lines import on_demand_note, quote_lines
 from portal.views.quote_policies import accuracy, policy_rows
+from portal.views.rerun import form_initial
 from workers import planner
 from workers.choices import AllocationMode
-from workers.models import ChipType
+from workers.models import ChipType, Job
 from workers.services.fleet import free_chips, schedulable_nodes
 from workers.services.launch import LaunchRefused, fleet_refusal, launch
 from workers.services.planning import quote
@@ -161,6 +163,21 @@ def summarize_plan(plan: planner.Plan | None, names: dict[str, str] | None = Non
     )
 
 
+def credit_note(plan: planner.Plan, balance: int) -> str:
+    """When the run's estimate is above the balance: how long the balance lasts at the plan's rate, and what then.
+
+    A quote of ¥31,793 against a ¥49 wallet said nothing: the job would launch and be stopped for credit.
+    """
+    if plan.total_cost <= balance:
+        return ""
+    lasts = balance / plan.price_per_hour * 3600 if plan.price_per_hour else None
+    return (
+        f"The estimate of {format_money(plan.total_cost)} is above your balance of {format_money(balance)}: at "
+        f"{format_money(plan.price_per_hour)}/h it lasts about {format_duration(lasts)}, then the job is checkpointed "
+        "and stopped for credit."
+    )
+
+
 def problem_of(error: planner.PlanningError) -> Problem:
     title = next((title for kind, title in PROBLEM_TITLES.items() if isinstance(error, kind)), "No plan")
     return Problem(title, str(error), can_queue=isinstance(error, planner.NoCapacity))
@@ -197,15 +214,27 @@ def launch_context(form: TrainingForm) -> dict:
 @login_required
 def train(request: HttpRequest) -> HttpResponse:
     if request.method != "POST":
-        initial = {key: request.GET[key] for key in ("model", "dataset") if key in request.GET}
+        rerun = rerun_of(request)
+        chosen = {key: request.GET[key] for key in ("model", "dataset") if key in request.GET}
+        initial = form_initial(rerun) if rerun else chosen
         form = TrainingForm(initial=initial, request=request)
-        return render(request, "portal/training/train.html", launch_context(form))
+        return render(request, "portal/training/train.html", {**launch_context(form), "rerun_of": rerun})
     form = TrainingForm(request.POST, request=request)
     if form.is_valid() and (job := _submit(request, form)):
         # Not "queued": this message stays on the live job page after the job has moved on (its status is live).
         messages.success(request, f"Job {job.pk} submitted: its status below follows it live.")
         return redirect("job", job.pk)
     return render(request, "portal/training/train.html", launch_context(form))
+
+
+def rerun_of(request: HttpRequest) -> Job | None:
+    """The job whose settings `?rerun=<id>` asks for: one of the user's (404 otherwise), or None."""
+    pk = request.GET.get("rerun")
+    if pk is None:
+        return None
+    if not pk.isascii() or not pk.isdigit() or len(pk) > 18:
+        raise Http404("No such job.")
+    return get_object_or_404(Job, pk=int(pk), owner=request.user)
 
 
 def _submit(request: HttpRequest, form: TrainingForm):
@@ -236,6 +265,7 @@ def train_quote(request: HttpRequest) -> HttpResponse:
             lines = quote_lines(plan, offers)
             context.update(plan=summarize_plan(plan), lines=lines, on_demand_note=on_demand_note(spec, lines, offers))
             context.update(accuracy=accuracy(plan), policies=policy_rows(spec))
+            context["credit_note"] = credit_note(plan, balance_of(request.user))
             hinted = list(dict.fromkeys(line.slug for line in lines))
         if spec.spot:  # beside the bid field (an out-of-band swap): each chip type's prices and the bid's advice
             spot = spot_chip_types()  # a type that takes no spot bids has no spot price to show
