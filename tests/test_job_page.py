@@ -388,6 +388,61 @@ def test_another_users_logs_are_not_found(client, bob, alice):
 # Logs in the API
 
 
+NOISY_LOG = [
+    "rank 0/2 on cpu: fresh start; ready in 3.10 s",
+    "<site-packages>/torch/utils/checkpoint.py:86: UserWarning: None of the inputs have requires_grad=True.",
+    "  warnings.warn(",
+    "[2026-12-05 02:58:00,123] [INFO] [real_accelerator.py:203:get_accelerator] Setting ds_accelerator to cpu",
+    "[W1205 02:58:00.123456 ProcessGroupGloo.cpp:716] Warning: Unable to resolve hostname",
+    "step 1/200 · loss 6.2545 · 620 tokens/s · 0.83 s/step",
+    "Loading checkpoint shards: 100%|██████████| 2/2 [00:00<00:00, 12.1it/s]",
+    "step 50/200 · loss 2.5000 · 4,952 tokens/s · 0.10 s/step",
+]
+
+
+def noisy_log(job: Job) -> list[JobLogLine]:
+    now = timezone.now()
+    return JobLogLine.objects.bulk_create(
+        JobLogLine(job=job, epoch=1, rank=0, line=text, created_at=now) for text in NOISY_LOG
+    )
+
+
+def test_library_warnings_and_progress_bars_are_folded_away_and_the_step_lines_stay_in_view(alice_client, alice):
+    job = make_job(alice, status=JobStatus.RUNNING)
+    noisy_log(job)
+
+    html = page(alice_client, job)
+    view = html[html.index('id="job-log-lines"') : html.index('id="job-log-follower"')]
+
+    folds = re.findall(r'<details class="log-fold"[^>]*><summary>([^<]*)</summary>(.*?)</details>', view, re.S)
+    assert [summary for summary, _ in folds] == [
+        "4 library lines: warnings, progress",
+        "1 library line: warnings, progress",
+    ]
+    folded = "".join(lines for _, lines in folds)
+    assert "UserWarning" in folded and "warnings.warn(" in folded and "ds_accelerator" in folded
+    assert "Loading checkpoint shards" in folded
+    outside = re.sub(r"<details.*?</details>", "", view, flags=re.S)
+    assert "step 1/200 · loss 6.2545" in outside and "step 50/200 · loss 2.5000" in outside
+    assert "fresh start" in outside and len(shown_lines(view)) == len(NOISY_LOG)
+
+
+def test_a_search_shows_its_matches_unfolded(alice_client, alice):
+    job = make_job(alice, status=JobStatus.RUNNING)
+    noisy_log(job)
+    html = page(alice_client, job, search="warning")
+    assert "log-fold" not in html and "<mark>Warning</mark>" in html
+
+
+def test_the_logs_api_says_which_lines_are_a_librarys(alice):
+    job = make_job(alice)
+    noisy_log(job)
+    rows = token_client(alice).get(f"/api/v1/jobs/{job.pk}/logs/").json()
+    assert [row["line"] for row in rows if not row["library"]] == [
+        NOISY_LOG[0], NOISY_LOG[2], NOISY_LOG[5], NOISY_LOG[7]
+    ]  # fmt: skip
+
+
 def test_the_logs_api_searches_and_pages_backwards(alice):
     job = make_job(alice)
     lines = add_lines(job, ["Loss 2.0", "loss 1.5", "eval", "LOSS 1.0", "done"])

@@ -3,7 +3,6 @@ cancel and artifacts."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -22,15 +21,13 @@ from django.http import (
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.html import escape
-from django.utils.http import urlencode
-from django.utils.safestring import SafeString, mark_safe
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
 from base.money import format_price, to_decimal
 from billing.services.statements import charged_of_job
+from portal.views.job_log_view import log_context, log_groups, log_query
 from portal.views.training import format_duration, format_rate, summarize_plan
 from workers.api.job_serializers import JobSpecSerializer
 from workers.api.stored_files import stored_file_response
@@ -144,56 +141,6 @@ def job_context(job: Job, now: datetime | None = None) -> dict:
     }
 
 
-def highlight(text: str, search: str) -> SafeString:
-    """The line, escaped, with each case-insensitive occurrence of the search marked."""
-    if not search:
-        return escape(text)
-    pattern = re.compile(re.escape(search), re.IGNORECASE)
-    pieces, start = [], 0
-    for found in pattern.finditer(text):
-        pieces += [escape(text[start : found.start()]), f"<mark>{escape(found[0])}</mark>"]
-        start = found.end()
-    pieces.append(escape(text[start:]))
-    return mark_safe("".join(pieces))  # every piece of the line is escaped
-
-
-@dataclass(frozen=True)
-class LogLine:
-    id: int
-    rank: int
-    html: SafeString
-
-
-def log_lines(lines, search: str) -> list[LogLine]:
-    return [LogLine(line.pk, line.rank, highlight(line.line, search)) for line in lines]
-
-
-def log_query(params) -> dict:
-    """`search`, `before` and `after` from a query string, checked (LogQueryError names the one at fault)."""
-    return {
-        "search": job_logs.clean_search(params.get("search")),
-        "before": job_logs.clean_cursor("before", params.get("before")),
-        "after": job_logs.clean_cursor("after", params.get("after")),
-    }
-
-
-def log_context(job: Job, query: dict) -> dict:
-    """The log view: one page of lines (the newest, followed live, by default) and its links."""
-    page = job_logs.log_page(job, **query)
-    search = {"search": page.search} if page.search else {}
-    return {
-        "job": job,
-        "live": not job.is_finished,
-        "log": page,
-        "log_lines": log_lines(page.lines, page.search),
-        "links": {
-            "older": urlencode({**search, "before": page.first_id or 0}),
-            "newer": urlencode({**search, "after": page.last_id}),
-            "newest": urlencode(search),
-        },
-    }
-
-
 def model_links(job: Job) -> dict | None:
     """The Download model box: what can be downloaded and the three lines that load it."""
     try:
@@ -262,7 +209,7 @@ def job_logs_view(request: HttpRequest, pk: int) -> HttpResponse:
     context = {
         "job": job,
         "live": not job.is_finished,
-        "log_lines": log_lines(lines, search),
+        "log_groups": log_groups(lines, search),
         "search": search,
         "cursor": lines[-1].pk if lines else since,
         # A finished job's log is complete once a poll brings nothing new: the follower stops.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import sys
 
 import pytest
 
@@ -11,7 +12,15 @@ from workers.agent.client import Backoff, Transient
 from workers.agent.commands import launch_from_dict
 from workers.agent.devices import DeviceError, cuda_inventory, detect, parse_simulate, slug_for_gpu
 from workers.agent.output import RankOutput, capped_lines, parse_event
-from workers.agent.ranks import host_env, rank_argv, rank_env, read_control, update_control, visible_device
+from workers.agent.ranks import (
+    host_env,
+    rank_argv,
+    rank_env,
+    rank_scrubber,
+    read_control,
+    update_control,
+    visible_device,
+)
 from workers.agent.reporter import Reporter
 from workers.agent.state import AgentState
 from workers.protocol import ReportKind
@@ -147,3 +156,33 @@ def test_backoff_doubles_to_five_seconds_with_jitter():
     assert all(2.5 <= d <= 5.0 for d in delays[4:])
     backoff.reset()
     assert backoff.next_delay() <= 0.5
+
+
+def test_a_ranks_lines_and_exit_error_leave_the_host_without_its_server_paths(tmp_path):
+    run = tmp_path / "agent" / "runs" / "job-5-epoch-1"
+    rank_launch = launch_from_dict({**launch(job_id=5), "run_dir": str(run)})
+    items = []
+    output = RankOutput(0, items.append, scrub=rank_scrubber(rank_launch, run / "rank-0"))
+    site_packages = next(p for p in sys.path if p.endswith("site-packages"))
+
+    output.stderr_line(f'  File "{site_packages}/torch/nn/modules/module.py", line 1751, in _call_impl')
+    output.stderr_line(f"FileNotFoundError: [Errno 2] No such file: '{run}/rank-0/data.txt'")
+    output.stdout_line(f"resumed from {tmp_path}/agent/runs/job-5-epoch-0/step-20")
+    error = output.exit_item(1)["error"]
+
+    shown = [item["line"] for item in items]
+    assert shown == [
+        '  File "<site-packages>/torch/nn/modules/module.py", line 1751, in _call_impl',
+        "FileNotFoundError: [Errno 2] No such file: '<run>/rank-0/data.txt'",
+        "resumed from <agent>/runs/job-5-epoch-0/step-20",
+    ]
+    assert str(tmp_path) not in error and site_packages not in error and "<run>/rank-0/data.txt" in error
+
+
+def test_a_progress_bar_redrawn_with_carriage_returns_is_sent_as_its_last_frame():
+    items = []
+    output = RankOutput(0, items.append)
+    output.stderr_line(" 10%|█         | 1/10 [00:00<00:01]\r 50%|█████     | 5/10\r100%|██████████| 10/10 [00:01]")
+    output.stderr_line("\r\r")
+    output.stderr_line("")
+    assert [item["line"] for item in items] == ["100%|██████████| 10/10 [00:01]", ""]

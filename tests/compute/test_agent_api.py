@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from rest_framework.test import APIClient
@@ -222,6 +224,33 @@ def test_a_rank_failure_ends_the_job_with_the_ranks_error_once_every_node_is_hea
     assert "CUDA out of memory" in job.status_reason
     assert not job.allocations.open().exists()
     assert AgentCommand.objects.filter(node=b, job=job, type="stop").exists()
+
+
+def test_log_lines_and_a_crashed_ranks_error_are_kept_without_the_platforms_server_paths(
+    enroll, agent_api, planning_job, fund, alice, settings
+):
+    fund(alice)
+    node, token = enroll("a")
+    job = planning_job()
+    allocate(job, hand_plan((node, 2)))
+    run = Path(settings.DATA_DIR) / "agents" / "demo-a" / "runs" / f"job-{job.pk}-epoch-1"
+    packages = next(path for path in sys.path if path.endswith("site-packages"))
+    report(
+        agent_api(token),
+        job,
+        1,
+        {"kind": "log", "rank": 0, "line": f'  File "{packages}/torch/serialization.py", line 1425, in load'},
+        {"kind": "exit", "rank": 0, "code": 1, "error": f"Traceback...\nFileNotFoundError: '{run}/rank-0/x.pt'"},
+    )
+    record_heartbeat(node, {})
+    reconcile()
+
+    job.refresh_from_db()
+    assert JobLogLine.objects.get(job=job).line == '  File "<site-packages>/torch/serialization.py", line 1425, in load'
+    assert job.status == JobStatus.FAILED
+    shown = f"<data>/agents/demo-a/runs/job-{job.pk}-epoch-1/rank-0/x.pt"
+    assert job.status_reason == f"Rank 0 exited with code 1: FileNotFoundError: '{shown}'"
+    assert str(settings.DATA_DIR) not in job.rank_exits.get().error
 
 
 def test_a_report_for_an_older_epoch_is_refused_with_409(enroll, agent_api, planning_job):

@@ -9,11 +9,13 @@ reproduce A's losses: nothing repeated, nothing skipped, the optimizer state car
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from statistics import mean
 
 import pytest
 
+from workers.logtext import is_library_noise
 from workers.modelspecs import resolve_model
 from workers.runtime.local import metrics
 
@@ -103,3 +105,15 @@ def test_the_final_model_is_a_hugging_face_model_with_its_config(jobs):
         "generation_config.json",
         "model.safetensors",
     ]
+
+
+def test_rank_0_logs_step_loss_and_tokens_per_s_and_the_libraries_stay_quiet(jobs):
+    a, _ = jobs
+    lines = Path(a.stderr_path(0)).read_text().splitlines()
+    others = Path(a.stderr_path(1)).read_text().splitlines()
+
+    steps = [line for line in lines if line.startswith("step ")]
+    assert re.fullmatch(r"step 1/30 · loss \d+\.\d{4} · [\d,]+ tokens/s · \d+\.\d\d s/step", steps[0])
+    assert steps[-1].startswith("step 30/30 · loss ")
+    assert not [line for line in others if line.startswith("step ")]  # one line per step for the job, not per rank
+    assert [line for line in lines + others if is_library_noise(line)] == []

@@ -3,7 +3,10 @@
 A rank prints one JSON object per event on stdout; every other line is a log line. Logs are
 capped in length and rate-limited per rank, because a rank stuck in a print loop must not flood
 the platform (or the agent's memory while the platform is away); what is dropped is counted and
-said in a "[N lines dropped]" marker.
+said in a "[N lines dropped]" marker. Each log line (and the stderr tail an exit carries) leaves
+the host without its server paths (workers/logtext.py: the run folder reads <run>, the cache
+<cache>, site-packages <site-packages>), and a progress bar redrawn with carriage returns as its
+last frame only.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import IO
 
+from workers.logtext import progress_frame
 from workers.protocol import ReportKind
 
 MAX_LINE = 2000
@@ -91,8 +95,10 @@ class RateLimit:
 class RankOutput:
     """The per-rank parser that both reader threads feed; `emit` receives Report items."""
 
-    def __init__(self, rank: int, emit: Callable[[dict], None], log_rate: float = 50.0) -> None:
-        self.rank, self.emit = rank, emit
+    def __init__(
+        self, rank: int, emit: Callable[[dict], None], log_rate: float = 50.0, scrub: Callable[[str], str] = str
+    ) -> None:
+        self.rank, self.emit, self.scrub = rank, emit, scrub
         self.limit = RateLimit(log_rate)
         self.dropped = 0
         self.events = 0
@@ -101,7 +107,7 @@ class RankOutput:
 
     def stdout_line(self, line: str) -> None:
         event = parse_event(line, self.rank)
-        if event is None:
+        if event is None and (line := self.clean(line)) is not None:
             self._log(line)
         elif event != DONE:
             with self._lock:
@@ -109,8 +115,16 @@ class RankOutput:
             self.emit(event)
 
     def stderr_line(self, line: str) -> None:
+        if (line := self.clean(line)) is None:
+            return
         self.stderr_tail.append(line[:MAX_LINE])
         self._log(line)
+
+    def clean(self, line: str) -> str | None:
+        """The line as people may read it: a progress bar's last frame, no server paths; None for a line of
+        carriage returns and blanks only."""
+        frame = progress_frame(line)
+        return None if frame != line and not frame.strip() else self.scrub(frame)
 
     def _log(self, line: str) -> None:
         with self._lock:

@@ -23,7 +23,9 @@ from pathlib import Path
 import workers
 from workers.agent.output import RankOutput, capped_lines
 from workers.agent.state import write_json_atomic
+from workers.logtext import PathScrubber, scrubber
 from workers.protocol import CONTROL_FILE, PLATFORM_URL_ENV, RankLaunch, is_storage_credential
+from workers.runtime.staging import CACHE_DIR_ENV
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +86,14 @@ def host_env(base: dict[str, str] | None = None) -> dict[str, str]:
     return {
         name: value for name, value in (os.environ if base is None else base).items() if not is_storage_credential(name)
     }
+
+
+def rank_scrubber(launch: RankLaunch, rank_dir: Path) -> PathScrubber:
+    """How this rank's lines leave the host: its run folder, the staging cache and the agent's data folder
+    (runs/ is inside it) by name, not by path."""
+    run = Path(launch.run_dir or rank_dir.parent)
+    cache = os.environ.get(CACHE_DIR_ENV, "")
+    return scrubber({str(run): "<run>", cache: "<cache>", str(run.parent.parent): "<agent>"})
 
 
 def rank_env(
@@ -232,7 +242,7 @@ class RankProcess:
     ) -> None:
         self.launch, self.local_rank, self.rank_dir = launch, local_rank, rank_dir
         self.network_env, self.on_exit, self.platform_url = network_env, on_exit, platform_url
-        self.output = RankOutput(launch.rank, emit, log_rate)
+        self.output = RankOutput(launch.rank, emit, log_rate, scrub=rank_scrubber(launch, rank_dir))
         self.emit = emit
         self.proc: subprocess.Popen | None = None
         self.exited = threading.Event()

@@ -15,6 +15,7 @@ from base.money import format_amount, to_micros
 from billing.services.statements import job_charged
 from workers.choices import Policy, TrainingMode
 from workers.hfconfig import lora_settings
+from workers.logtext import is_library_noise
 from workers.models import ChipType, Dataset, Job, JobEval, JobEvent, JobLogLine, JobMigration
 from workers.planner import Plan
 from workers.services.models import ModelUnavailable, resolve_model_source
@@ -342,9 +343,16 @@ class JobEventSerializer(serializers.ModelSerializer):
 
 
 class JobLogLineSerializer(serializers.ModelSerializer):
+    library = serializers.SerializerMethodField(
+        help_text="A library's warning, INFO log or progress bar (the job page folds these away), not the rank's own."
+    )
+
     class Meta:
         model = JobLogLine
-        fields = ["id", "epoch", "rank", "line", "created_at"]
+        fields = ["id", "epoch", "rank", "line", "library", "created_at"]
+
+    def get_library(self, line: JobLogLine) -> bool:
+        return is_library_noise(line.line)
 
 
 class DatasetSerializer(serializers.ModelSerializer):

@@ -21,6 +21,7 @@ from pathlib import Path  # noqa: E402
 
 from workers.priority import carry_nice_to_session  # noqa: E402
 from workers.protocol import RankLaunch  # noqa: E402
+from workers.runtime.progress import quiet_libraries  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 STANDBY_READY = "standby ready"
@@ -28,6 +29,7 @@ STANDBY_READY = "standby ready"
 # huggingface_hub is imported (it reads them once).
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+quiet_libraries()  # before a standby imports them: the job's log is the rank's, not its libraries'
 
 
 def load_launch(path: str | Path) -> RankLaunch:

@@ -31,6 +31,7 @@ from workers.runtime.engine import Placement, build_engine, check_launch, init_d
 from workers.runtime.events import EventStream
 from workers.runtime.hfmodel import ModelSource, spec_from_dict, token_loss_sum
 from workers.runtime.pacing import Pacer
+from workers.runtime.progress import ProgressLog, progress_line
 
 
 def scaled_loss(loss_sum: torch.Tensor, world_size: int, global_loss_tokens: int) -> torch.Tensor:
@@ -118,6 +119,7 @@ class Trainer:
         self.control = ControlFile(launch.run_dir, launch.epoch) if placement.rank == 0 else None
         self.global_batch = sum(launch.micro_batches)
         self.saved = (state.step, False) if resumed else (-1, False)  # (step, exported)
+        self.progress = ProgressLog(launch.max_steps) if placement.rank == 0 else None
         self.last_path: str | None = str(resumed) if resumed else None
 
     def run(self) -> TrainState:
@@ -195,6 +197,10 @@ class Trainer:
             samples_seen=self.state.samples_seen,
             memory_mb=round(memory_mb(self.placement), 1),
         )
+        if self.progress and self.progress.due(self.state.step):
+            # Rank 0's step spans the whole job's (every rank meets at its boundary): the job's tokens/s.
+            job_tokens_per_s = self.global_batch * self.spec.seq_len / elapsed
+            _log(progress_line(self.state.step, self.launch.max_steps, self.state.loss, job_tokens_per_s, elapsed))
 
 
 def run(launch: RankLaunch, events: EventStream) -> TrainState:

@@ -29,6 +29,7 @@ from workers.runtime.records import (
     first_records,
     load_tokenizer,
 )
+from workers.services.redaction import redact
 from workers.services.storage import StorageUnavailable, delete_stored_tree, platform_store, staged_tree
 from workers.storage import StorageError
 from workers.storage.trees import upload_tree
@@ -173,7 +174,7 @@ def preview_dataset(dataset: Dataset, tokenizer_choice: str) -> list[RecordPrevi
         with staged_tree(dataset.store_prefix, select=lambda name: name == dataset.file_name) as folder:
             records = first_records(folder / dataset.file_name, dataset.kind, PREVIEW_RECORDS)
     except (OSError, DatasetError, StorageError) as error:
-        raise DatasetRejected(f"Can't read the dataset's file: {error}") from None
+        raise DatasetRejected(f"Can't read the dataset's file: {redact(str(error))}") from None
     records = [_clip_record(record, dataset.kind) for record in records]
     renderers = _chat_renderers(tokenizer, records, dataset.kind)
     return [
@@ -227,7 +228,7 @@ def _preview_tokenizer(owner, choice: str):
             except DatasetError as error:  # it names the folder: a temporary one here
                 raise DatasetRejected(str(error).replace(f"'{folder}'", f"“{model.name}”")) from None
     except StorageError as error:
-        raise DatasetRejected(f"Can't read the tokenizer of your model “{model.name}”: {error}") from None
+        raise DatasetRejected(f"Can't read the tokenizer of your model “{model.name}”: {redact(str(error))}") from None
 
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".h5", ".msgpack", ".ckpt")

@@ -18,6 +18,7 @@ from workers.services import lifecycle
 from workers.services.allocations import release_leaving_chips
 from workers.services.checkpoints import job_checkpoints, own_checkpoint_key, record_checkpoint
 from workers.services.events import record_event
+from workers.services.redaction import redact
 from workers.services.throughput import remember_throughput
 
 MAX_LOG_LINE = 2000
@@ -90,7 +91,7 @@ def _apply(job: Job, node: Node, items: list[dict], now) -> None:
                     job=job,
                     epoch=job.epoch,
                     rank=item["rank"],
-                    line=str(item["line"])[:MAX_LOG_LINE],
+                    line=redact(str(item["line"]))[:MAX_LOG_LINE],
                     created_at=_time(item, now),
                 )
                 for item in logs
@@ -198,7 +199,7 @@ def _record_exit(job: Job, item: dict, now) -> None:
                 epoch=job.epoch,
                 rank=item["rank"],
                 code=item["code"],
-                error=str(item.get("error") or "")[-8000:],
+                error=redact(str(item.get("error") or ""))[-8000:],
                 created_at=now,
             )
     except IntegrityError:
@@ -226,7 +227,7 @@ def _record_exit(job: Job, item: dict, now) -> None:
 
 
 def _crash_reason(item: dict) -> str:
-    return f"Rank {item['rank']} exited with code {item['code']}: {_last_line(item.get('error'))}"
+    return f"Rank {item['rank']} exited with code {item['code']}: {_last_line(redact(str(item.get('error') or '')))}"
 
 
 def crash_reason(exit: RankExit) -> str:
