@@ -24,6 +24,7 @@ from django.views.decorators.http import require_GET, require_POST
 from base.money import format_amount, format_price
 from billing.models import SpotPrice
 from billing.services.pricing import current_offers
+from market.chart import price_ceiling
 from market.forms import BidChangeForm, BidForm
 from market.models import Bid, BidStatus, MarketSettings
 from market.services.bids import BidRefused, cancel_bid, change_bid, place_bid
@@ -208,10 +209,11 @@ def spot_history(request: HttpRequest) -> JsonResponse:
         return JsonResponse({"hours": ["Give a whole number of hours."]}, status=400)
     now = timezone.now()
     since = now - timedelta(hours=hours)
-    series = []
+    series, paths = [], []
     for chip in ChipType.objects.all():
         rows = price_path(chip, since, now)
         if rows:
+            paths.append([(row.at.timestamp(), row.price_per_hour) for row in rows])
             series.append(
                 {
                     "chip": chip.slug,
@@ -220,8 +222,16 @@ def spot_history(request: HttpRequest) -> JsonResponse:
                     "floor": format_amount(rows[-1].floor_per_hour),
                 }
             )
+    ceiling = price_ceiling(paths, since.timestamp(), now.timestamp())
     return JsonResponse(
-        {"currency": settings.CURRENCY_SYMBOL, "since": since.isoformat(), "now": now.isoformat(), "series": series}
+        {
+            "currency": settings.CURRENCY_SYMBOL,
+            "since": since.isoformat(),
+            "now": now.isoformat(),
+            "series": series,
+            # The price axis stops here when one spike would squeeze the other lines (null: at the highest price).
+            "axis_max": format_amount(ceiling) if ceiling is not None else None,
+        }
     )
 
 

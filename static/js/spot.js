@@ -1,5 +1,7 @@
 // Spot price history: one step line per chip type, from the JSON at [data-spot-history].
 // A price holds from its clearing until the next one, so each line steps at the clearings and runs on to now.
+// When one spike would squeeze every other line flat, the server names a ceiling (`axis_max`, market/chart.py):
+// the axis stops there and a price above it is drawn at the edge as a triangle, its real value in the tooltip.
 (() => {
   const REFRESH_MS = 15000;
   const PALETTE = ["#4f46e5", "#15803d", "#b45309", "#be185d", "#0e7490", "#7c3aed", "#b42318", "#475569"];
@@ -7,15 +9,39 @@
   const clock = new Intl.DateTimeFormat(undefined, { hour: "2-digit", minute: "2-digit" });
   const stamp = new Intl.DateTimeFormat(undefined, { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", second: "2-digit" });
 
+  const ceilingOf = (body) => (body.axis_max === null || body.axis_max === undefined ? null : Number(body.axis_max));
+  const above = (point) => point.real !== undefined && !point.tail;
+
   function datasets(body) {
     const now = Date.parse(body.now);
+    const ceiling = ceilingOf(body);
     return body.series.map((series, index) => {
-      const points = series.points.map(([at, price]) => ({ x: at, y: Number(price) }));
+      const points = series.points.map(([at, price]) => {
+        const y = Number(price);
+        return ceiling !== null && y > ceiling ? { x: at, y: ceiling, real: y } : { x: at, y };
+      });
       const last = points[points.length - 1];
-      if (last && last.x < now) points.push({ x: now, y: last.y });
+      if (last && last.x < now) points.push({ ...last, x: now, tail: true });
       const stroke = PALETTE[index % PALETTE.length];
-      return { label: series.name, data: points, stepped: true, borderColor: stroke, backgroundColor: stroke, borderWidth: 2, pointRadius: 0, pointHitRadius: 6 };
+      return {
+        label: series.name, data: points, stepped: true, borderColor: stroke, backgroundColor: stroke, borderWidth: 2,
+        pointStyle: "triangle", pointRadius: (ctx) => (ctx.raw && above(ctx.raw) ? 6 : 0), pointHitRadius: 6,
+        clip: 8,  // the triangle at the top edge is drawn whole
+      };
     });
+  }
+
+  // Under the chart: what the triangles stand for.
+  function explainCeiling(root, body) {
+    const note = root.querySelector(".chart-note");
+    const ceiling = ceilingOf(body);
+    if (ceiling === null) delete root.dataset.axisMax;
+    else root.dataset.axisMax = String(ceiling);
+    if (!note) return;
+    const highest = Math.max(...body.series.flatMap((series) => series.points.map(([, price]) => Number(price))));
+    note.textContent = ceiling === null ? ""
+      : `▲ A spike above ${body.currency}${ceiling.toFixed(2)}, up to ${body.currency}${highest.toFixed(2)}/h, is drawn at the top edge; hover it for the price.`;
+    note.hidden = ceiling === null;
   }
 
   function draw(canvas, body) {
@@ -30,14 +56,16 @@
         interaction: { mode: "nearest", axis: "x", intersect: false },
         scales: {
           x: { type: "linear", min: Date.parse(body.since), max: Date.parse(body.now), ticks: { callback: (v) => clock.format(v), maxTicksLimit: 9 }, grid: { display: false } },
-          y: { beginAtZero: true, grace: "10%", ticks: { callback: money } },
+          y: { beginAtZero: true, grace: ceilingOf(body) === null ? "10%" : 0, max: ceilingOf(body) ?? undefined, ticks: { callback: money } },
         },
         plugins: {
           legend: { position: "bottom", labels: { boxWidth: 12 } },
           tooltip: {
             callbacks: {
               title: (items) => stamp.format(items[0].parsed.x),
-              label: (item) => `${item.dataset.label}: ${money(item.parsed.y)}/h`,
+              label: (item) => (above(item.raw)
+                ? `${item.dataset.label}: ${money(item.raw.real)}/h (above the scale)`
+                : `${item.dataset.label}: ${money(item.raw.real ?? item.parsed.y)}/h`),
             },
           },
         },
@@ -67,10 +95,13 @@
           chart.data.datasets = datasets(body);
           chart.options.scales.x.min = Date.parse(body.since);
           chart.options.scales.x.max = Date.parse(body.now);
+          chart.options.scales.y.max = ceilingOf(body) ?? undefined;
+          chart.options.scales.y.grace = ceilingOf(body) === null ? "10%" : 0;
           chart.update("none");
         } else {
           chart = draw(canvas, body);
         }
+        explainCeiling(root, body);
         root.classList.add("has-data");
         root.dataset.drawn = "true";
       }
