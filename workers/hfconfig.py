@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import ModuleType
 
+from workers.modelspecs import CATALOG
+
 # model_type -> the transformers class a config.json of that type must name.
 ARCHITECTURES = {
     "llama": "LlamaForCausalLM",
@@ -96,10 +98,25 @@ def model_type(config: Mapping) -> str:
     return kind
 
 
+def check_sizes(config: Mapping) -> None:
+    """Refuse a config whose layers, widths, heads or vocabulary pass MAX_SIZES, before anything is built from it.
+
+    transformers builds lists per layer from a config (Qwen2's layer_types), and the layout below a dict of
+    tensors per layer: a 6 KB upload whose num_hidden_layers was huge once grew a web worker by 848 MiB."""
+    for field, bound in MAX_SIZES.items():
+        value = config.get(field)
+        if isinstance(value, int | float) and not isinstance(value, bool) and value > bound:
+            raise UnsupportedModel(
+                f"config.json's {field} is {value:,}; models trained here have at most {bound:,} (four times the "
+                f"catalog's largest model, {LARGEST.name}, and eight times its vocabulary)."
+            )
+
+
 def build_config(config: Mapping):
-    """A transformers PretrainedConfig from a config.json mapping."""
+    """A transformers PretrainedConfig from a config.json mapping (its sizes checked first: check_sizes)."""
     from huggingface_hub.errors import StrictDataclassError
 
+    check_sizes(config)
     auto_config = import_transformers().AutoConfig
     kind = model_type(config)
     fields = {key: value for key, value in config.items() if key not in ("model_type", "transformers_version")}
@@ -143,6 +160,20 @@ ACTIVATIONS = (
     "gelu_accurate", "hardswish", "laplace", "leaky_relu", "linear", "mish", "quick_gelu", "relu", "relu2",
     "relu6", "sigmoid", "silu", "sqrtsoftplus", "swish", "tanh",
 )  # fmt: skip
+# The largest sizes a config may have: four times the catalog's largest model (llama-2-70b: 80 layers,
+# 8,192 wide, 64 heads) and eight times its 32,000-token vocabulary. That holds every open model of these
+# families (Llama 3.1 405B: 126 layers, 16,384 wide, 128 heads; Qwen2: 152,064 tokens); the platform's
+# services also check the parameter count against the fleet's chips.
+LARGEST = max(CATALOG.values(), key=lambda model: model.config["hidden_size"] * model.config["num_hidden_layers"])
+MAX_SIZES = {
+    "num_hidden_layers": 4 * LARGEST.config["num_hidden_layers"],
+    "hidden_size": 4 * LARGEST.config["hidden_size"],
+    "intermediate_size": 4 * LARGEST.config["intermediate_size"],
+    "num_attention_heads": 4 * LARGEST.config["num_attention_heads"],
+    "num_key_value_heads": 4 * LARGEST.config["num_attention_heads"],
+    "head_dim": 4 * LARGEST.config["hidden_size"] // LARGEST.config["num_attention_heads"],
+    "vocab_size": 8 * LARGEST.config["vocab_size"],
+}
 SIZE_FIELDS = (
     "vocab_size",
     "hidden_size",

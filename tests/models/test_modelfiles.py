@@ -13,8 +13,10 @@ from safetensors.torch import load_file, save_file
 
 from tests.hfmodels import make_model_dir
 from tests.models.conftest import copy_model, member, pack, tar_with
-from workers import hfconfig, modelfiles
-from workers.modelfiles import Limits, ModelFileError, ModelTooLarge, check_model_dir, extract_archive
+from workers import hfconfig, modelarchives, modelweights
+from workers.loaderfiles import refuse_unneeded_files
+from workers.modelarchives import Limits, extract_archive
+from workers.modelfiles import ModelFileError, ModelTooLarge, check_model_dir
 
 DEFAULT_LIMITS = Limits()
 
@@ -169,7 +171,7 @@ def test_an_archive_of_too_many_files_is_refused(model_dirs, tmp_path, archive_n
 def test_a_tar_header_claiming_more_than_the_metadata_limit_is_refused_before_it_is_read(
     model_dirs, tmp_path, monkeypatch
 ):
-    monkeypatch.setattr(modelfiles, "MAX_METADATA_BYTES", 1024 * 1024)
+    monkeypatch.setattr(modelarchives, "MAX_METADATA_BYTES", 1024 * 1024)
     long_name = member("x" * (3 * 1024 * 1024))  # a PAX header of 3 MiB, read whole by tarfile
     archive = tar_with(tmp_path / "m.tar.gz", model_dirs["llama"], long_name, data=b"x")
 
@@ -270,7 +272,7 @@ def test_quantized_weights_are_refused(model_dirs, tmp_path):
 
 
 def test_a_config_far_bigger_than_its_weights_is_refused_before_the_model_is_built(model_dirs, tmp_path):
-    folder = copy_model(model_dirs["llama"], tmp_path / "m", config={"num_hidden_layers": 1_000_000})
+    folder = copy_model(model_dirs["llama"], tmp_path / "m", config={"num_hidden_layers": 300})
 
     error = refusal(check_model_dir, folder)
 
@@ -324,3 +326,148 @@ def test_a_tar_member_named_twice_is_refused(model_dirs, tmp_path):
             tar.addfile(info, io.BytesIO(b"{}"))
 
     assert "holds 'config.json' twice" in str(refusal(unpack, archive, tmp_path))
+
+
+# -- what an upload may hold -----------------------------------------------------------------------
+
+
+def rewrite_weights(folder, edit) -> None:
+    """Rewrite model.safetensors from edit(header, data) -> (header, data): a crafted but well-formed file."""
+    path = folder / "model.safetensors"
+    raw = path.read_bytes()
+    length = int.from_bytes(raw[:8], "little")
+    header, data = edit(json.loads(raw[8 : 8 + length]), raw[8 + length :])
+    text = json.dumps(header).encode()
+    path.write_bytes(len(text).to_bytes(8, "little") + text + data)
+
+
+def in_order(header: dict) -> list[str]:
+    return sorted((name for name in header if name != "__metadata__"), key=lambda name: header[name]["data_offsets"])
+
+
+def gap_after_first(header, data):
+    first = in_order(header)[0]
+    cut = header[first]["data_offsets"][1]
+    for name in in_order(header)[1:]:
+        header[name]["data_offsets"] = [offset + 8 for offset in header[name]["data_offsets"]]
+    return header, data[:cut] + bytes(8) + data[cut:]
+
+
+def two_norms_on_one_range(header, data):
+    earlier, later = [name for name in in_order(header) if name.endswith("layernorm.weight")][:2]
+    header[later]["data_offsets"] = header[earlier]["data_offsets"]
+    return header, data
+
+
+def padding_at_the_end(header, data):
+    return header, data + bytes(2 * 1024 * 1024)
+
+
+@pytest.mark.parametrize(
+    ("edit", "says"),
+    [
+        (gap_after_first, "(8 unused bytes after)"),
+        (two_norms_on_one_range, "(overlapping the tensor before it)"),
+        (padding_at_the_end, "2,097,152 bytes follow its last tensor, which no loader reads"),
+    ],
+    ids=["a gap", "an overlap", "padding after the last tensor"],
+)
+def test_safetensors_byte_ranges_must_follow_one_another_from_first_byte_to_last(model_dirs, tmp_path, edit, says):
+    folder = copy_model(model_dirs["llama"], tmp_path / "m")
+    rewrite_weights(folder, edit)
+
+    error = refusal(check_model_dir, folder)
+
+    assert "model.safetensors is not a valid safetensors file" in str(error) and says in str(error)
+
+
+def test_a_safetensors_header_past_its_bound_is_refused_before_it_is_parsed(model_dirs, tmp_path, monkeypatch):
+    monkeypatch.setattr(modelweights, "MAX_HEADER_BYTES", 1000)
+    folder = copy_model(model_dirs["llama"], tmp_path / "m")
+
+    error = refusal(check_model_dir, folder)
+
+    assert "its header is" in str(error) and "at most 1,000 are read" in str(error)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [("num_hidden_layers", 100_000), ("vocab_size", 10**7), ("hidden_size", 10**6)]
+)
+def test_a_config_past_the_largest_sizes_is_refused_before_anything_is_built_from_it(
+    model_dirs, tmp_path, monkeypatch, field, value
+):
+    """A 6 KB upload whose num_hidden_layers was huge (and intermediate_size left out) grew a worker by 848 MiB."""
+    folder = copy_model(model_dirs["llama"], tmp_path / "m", config={field: value})
+    config = json.loads((folder / "config.json").read_text())
+    del config["intermediate_size"]
+    (folder / "config.json").write_text(json.dumps(config))
+
+    def never(*args):
+        raise AssertionError("transformers was asked to build the config")
+
+    monkeypatch.setattr(hfconfig, "import_transformers", never)
+    error = refusal(check_model_dir, folder)
+
+    assert f"config.json's {field} is {value:,}; models trained here have at most" in str(error)
+    assert error.code == "unsupported_model"
+
+
+def test_a_model_card_and_a_licence_are_left_out_and_named_templates_kept(model_dirs, tmp_path):
+    folder = copy_model(model_dirs["llama"], tmp_path / "m")
+    (folder / "README.md").write_text("# my model")
+    (folder / "LICENSE").write_text("MIT")
+    (folder / "additional_chat_templates").mkdir()
+    (folder / "additional_chat_templates" / "tool_use.jinja").write_text("{{ messages }}")
+
+    for archive in (pack(folder, tmp_path / "m.zip", top="m"), pack(folder, tmp_path / "m.tar.gz")):
+        (scratch := tmp_path / archive.name.replace(".", "-")).mkdir()
+        root = unpack(archive, scratch)
+        names = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
+        assert "README.md" not in names and "LICENSE" not in names
+        assert "additional_chat_templates/tool_use.jinja" in names
+        refuse_unneeded_files(root, check_model_dir(root))
+
+
+@pytest.mark.parametrize(
+    ("name", "size", "says"),
+    [
+        ("padding.dat", 10, "'padding.dat' is not a file any loader reads"),
+        ("README.md", 2 * 1024 * 1024, "'README.md' is 2,097,152 bytes; such a file is at most 1,048,576 bytes"),
+        ("config.json", 2 * 1024 * 1024, "'config.json' is 2,097,152 bytes; such a file is at most 1,048,576"),
+        ("deep/down/tokenizer.json", 10, "is in a subfolder; a model folder keeps its files at its top"),
+    ],
+)
+@pytest.mark.parametrize("kind", ["tar.gz", "zip"])
+def test_a_member_no_loader_reads_or_over_its_bound_is_refused_before_it_is_written(
+    model_dirs, tmp_path, kind, name, size, says
+):
+    archive = tmp_path / f"m.{kind}"
+    if kind == "zip":
+        pack(model_dirs["llama"], archive)
+        with zipfile.ZipFile(archive, "a", zipfile.ZIP_DEFLATED) as bundle:
+            bundle.writestr(name, bytes(size))
+    else:
+        tar_with(archive, model_dirs["llama"], member(name), data=bytes(size))
+
+    error = refusal(unpack, archive, tmp_path)
+
+    assert says in str(error) and error.code == "unneeded_file"
+    unpacked = [path for path in (tmp_path / "unpacked").rglob("*") if path.is_file()]
+    assert all(path.stat().st_size != size for path in unpacked)  # not a byte of it was kept
+
+
+@pytest.mark.parametrize(
+    ("name", "says"),
+    [
+        ("padding.safetensors", "'padding.safetensors' holds weights that config.json and the index don't use"),
+        ("nested/config.json", "'nested/config.json' is in a subfolder; a model folder keeps its files at its top"),
+    ],
+)
+def test_files_the_checks_did_not_read_are_refused_once_the_folder_is_checked(model_dirs, tmp_path, name, says):
+    folder = copy_model(model_dirs["llama"], tmp_path / "m")
+    (folder / name).parent.mkdir(exist_ok=True)
+    (folder / name).write_bytes((folder / "model.safetensors").read_bytes())
+
+    error = refusal(refuse_unneeded_files, folder, check_model_dir(folder))
+
+    assert says in str(error) and error.code == "unneeded_file"

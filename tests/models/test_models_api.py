@@ -24,6 +24,12 @@ from workers.storage.trees import MANIFEST, read_manifest
 
 pytestmark = pytest.mark.django_db
 
+# Within every bound on one size (hfconfig.MAX_SIZES), but ~5 trillion parameters: past 128 chips of 80 GiB.
+BEYOND_THE_FLEET = {
+    "num_hidden_layers": 320, "hidden_size": 32768, "intermediate_size": 114688, "num_attention_heads": 256,
+    "num_key_value_heads": 256, "vocab_size": 256000,
+}  # fmt: skip
+
 
 @pytest.fixture(autouse=True)
 def store(settings, tmp_path) -> None:
@@ -39,6 +45,14 @@ def archives(model_dirs, tmp_path_factory) -> dict[str, Path]:
     def variant(name: str, **changes) -> Path:
         return copy_model(llama, root / name, **changes)
 
+    def raw_config(name: str, text: str) -> Path:
+        folder = variant(name)
+        (folder / "config.json").write_text(text)
+        return pack(folder, root / f"{name}.tar.gz")
+
+    config = (llama / "config.json").read_text().rstrip().removesuffix("}")
+    stray = variant("stray")
+    (stray / "extra.safetensors").write_bytes((stray / "model.safetensors").read_bytes())
     tokenizer_files = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
     not_an_archive = root / "notes.tar.gz"
     not_an_archive.write_text("config.json and the weights are attached")
@@ -56,6 +70,13 @@ def archives(model_dirs, tmp_path_factory) -> dict[str, Path]:
         "absolute": tar_with(root / "absolute.tar.gz", llama, member("/tmp/evil.txt"), data=b"x"),
         "symlink": tar_with(root / "symlink.tar.gz", llama, member("notes", tarfile.SYMTYPE, link="/etc/passwd")),
         "not-an-archive": not_an_archive,
+        "padding": tar_with(root / "padding.tar.gz", llama, member("padding.dat"), data=bytes(2 * 1024 * 1024)),
+        "stray-weights": pack(stray, root / "stray.tar.gz"),
+        "deep-config": raw_config("deep", config + ', "x": ' + "[" * 5000 + "]" * 5000 + "}"),
+        "surrogate-config": raw_config("surrogate", config + ', "note": "\\ud800"}'),
+        "nul-config": raw_config("nul", config + ', "note": "a\\u0000b"}'),
+        "huge-config": pack(variant("huge", config={"num_hidden_layers": 10**6}), root / "huge.tar.gz"),
+        "no-fleet-fits": pack(variant("no-fleet-fits", config=BEYOND_THE_FLEET), root / "beyond.tar.gz"),
     }
 
 
@@ -181,6 +202,13 @@ def test_a_model_a_job_still_trains_cannot_be_deleted_until_the_job_ends(api, al
         ("absolute", "unsafe_archive", "absolute path"),
         ("symlink", "unsafe_archive", "is a link"),
         ("not-an-archive", "not_an_archive", "not a .tar.gz, .tgz, .tar or .zip archive"),
+        ("padding", "unneeded_file", "'padding.dat' is not a file any loader reads"),
+        ("stray-weights", "unneeded_file", "'extra.safetensors' holds weights that config.json and the index don't"),
+        ("deep-config", "invalid_config", "config.json is nested too deeply"),
+        ("surrogate-config", "invalid_config", "config.json holds a NUL character or a lone surrogate"),
+        ("nul-config", "invalid_config", "config.json holds a NUL character or a lone surrogate"),
+        ("huge-config", "unsupported_model", "num_hidden_layers is 1,000,000; models trained here have at most 320"),
+        ("no-fleet-fits", "model_too_large_for_fleet", "even as LoRA on 128 chips (the most a job may use)"),
     ],
 )
 def test_a_bad_upload_is_refused_naming_the_problem_with_nothing_stored(api, archives, archive, code, says):

@@ -29,9 +29,12 @@ from base.uploads import UploadLimit
 from workers import hfconfig
 from workers.choices import JobStatus
 from workers.hfconfig import ModelShape
-from workers.modelfiles import Limits, ModelFileError, ModelTooLarge, check_model_dir, extract_archive, too_large
+from workers.loaderfiles import refuse_unneeded_files
+from workers.modelarchives import Limits, extract_archive
+from workers.modelfiles import ModelFileError, ModelTooLarge, check_model_dir, too_large
 from workers.models import Job, UploadedModel
 from workers.modelspecs import CATALOG
+from workers.services.model_limits import check_fleet_can_train
 from workers.services.storage import StorageUnavailable, delete_stored_tree, platform_store
 from workers.storage import StorageError
 from workers.storage.trees import read_manifest, upload_files, upload_tree, write_manifest
@@ -117,7 +120,8 @@ def store_model(owner, upload, name: str = "") -> UploadedModel:
         unpacked = staging / "unpacked"
         unpacked.mkdir(mode=0o700)
         folder = extract_archive(archive, unpacked, limits)
-        checked = check_model_dir(folder)
+        checked = check_model_dir(folder, admit=check_fleet_can_train)
+        refuse_unneeded_files(folder, checked)
         prefix = f"{MODELS_PREFIX}/{owner.pk}/{uuid.uuid4().hex}"
         try:
             upload_tree(platform_store(), prefix, folder, meta={"architecture": checked.architecture})
