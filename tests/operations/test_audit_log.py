@@ -166,7 +166,9 @@ def test_revoking_an_api_token_is_recorded(console, operator, alice):
 
 
 def test_changing_the_operator_settings_records_each_changed_value(console, operator):
-    console.post("/admin/billing/operatorsettings/1/change/", {"trial_credit_amount": "12.5"})
+    console.post(
+        "/admin/billing/operatorsettings/1/change/", {"trial_credit_amount": "12.5", "telemetry_retention_days": "90"}
+    )
     entry = only_entry("operator_settings.change")
     assert (entry.actor, entry.target_type, entry.target_id) == (operator, "billing.operatorsettings", "1")
     assert entry.details == {"before": {"trial_credit_amount": "10"}, "after": {"trial_credit_amount": "12.5"}}
