@@ -36,6 +36,11 @@ def mark(name: str, now: datetime | None = None, **facts: Any) -> None:
     cache.set(KEY.format(name=name), {"at": at.timestamp(), "facts": facts}, timeout=None)
 
 
+def forget(name: str) -> None:
+    """Drop the mark of `name` (tests)."""
+    cache.delete(KEY.format(name=name))
+
+
 def last(name: str) -> Heartbeat | None:
     """The latest mark of `name`, or None when there is none."""
     stored = cache.get(KEY.format(name=name))

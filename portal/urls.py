@@ -10,6 +10,7 @@ from portal.views.accounts import ConfirmEmailView, VerificationSentView
 
 route_admin_login_through_allauth()  # the admin's own login form has no lockout and no two-factor
 handler404 = "base.api.errors.page_not_found"  # JSON under /api/
+handler500 = "portal.outage.server_error"  # a database or Redis outage met in a middleware: a 503, not a 500
 
 urlpatterns = [
     # Operations (docs/OPERATIONS.md): liveness, readiness, Prometheus.

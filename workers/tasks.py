@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
+from base.outage import DATABASE_UNAVAILABLE, note_database_error
 from workers.services import monitor
 from workers.services.checkpoints import prune_checkpoints_task
 from workers.services.retention import prune_job_telemetry_task
@@ -25,4 +26,8 @@ __all__ = [
 @shared_task(ignore_result=True, soft_time_limit=60)
 def reconcile_jobs() -> dict[str, int]:
     """Lost nodes, notices, crashes, stuck and credit stops: never waits behind planning (default queue)."""
-    return monitor.reconcile()
+    try:
+        return monitor.reconcile()
+    except DATABASE_UNAVAILABLE as error:
+        note_database_error(error)  # the pass after the outage measures the nodes' silence from now on
+        raise

@@ -22,6 +22,7 @@ from functools import partial
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, close_old_connections, connection
 
+from base.outage import RETRY_AFTER_S, UNAVAILABLE_CODE, note_database_error
 from workers.agent_service.http import HttpError, Request, read_request, send_json
 from workers.agent_service.wakeups import WakeHub
 from workers.api.agent_serializers import (
@@ -40,7 +41,7 @@ from workers.services.node_tokens import NodeTokenCache
 logger = logging.getLogger(__name__)
 
 BEARER = ((b"www-authenticate", b"Bearer"),)
-CONNECTION_CHECK_S = 5.0  # a DB thread drops a broken or too old connection this often at most
+CONNECTION_CHECK_S = 5.0  # a DB thread drops a broken or too old connection this often at most, unless...
 
 
 class DatabaseThreads:
@@ -50,19 +51,24 @@ class DatabaseThreads:
         self.size = size
         self._pool = ThreadPoolExecutor(max_workers=size, thread_name_prefix="agent-db")
         self._checked = threading.local()
+        self._failed_at = float("-inf")  # ...a thread met the database away: then every thread checks at once
 
     async def run(self, function, *args, **kwargs):
         return await asyncio.get_running_loop().run_in_executor(self._pool, partial(self._call, function, args, kwargs))
 
     def _call(self, function, args, kwargs):
         now = time.monotonic()
-        if now - getattr(self._checked, "at", 0.0) > CONNECTION_CHECK_S:
+        checked = getattr(self._checked, "at", float("-inf"))
+        # After an outage every thread's connection may be broken: without this check each would fail one
+        # more poll (a 503) once the database is back. The check pings it, as a sync view's request does.
+        if now - checked > CONNECTION_CHECK_S or checked < self._failed_at:
             close_old_connections()  # what a request's start does for a sync view (CONN_MAX_AGE, broken ones)
             self._checked.at = now
         try:
             return function(*args, **kwargs)
         except (InterfaceError, OperationalError):
             connection.close()  # the next call connects afresh
+            self._failed_at = time.monotonic()
             raise
 
     def shutdown(self) -> None:
@@ -150,9 +156,11 @@ class AgentService:
             status, body, headers = error.status, error.body, error.headers
         except ConnectionResetError:
             return
-        except (InterfaceError, OperationalError):
-            logger.exception("agent service: database unavailable")
-            status, body, headers = 503, {"detail": "Database unavailable; retry."}, ((b"retry-after", b"5"),)
+        except (InterfaceError, OperationalError) as error:
+            logger.warning("agent service: %s %s: database unavailable (%s)", scope["method"], scope["path"], error)
+            note_database_error(error)  # the reconciler won't count this outage as the agents' silence
+            status, body = 503, {"detail": "The database is unavailable for a moment; retry.", "code": UNAVAILABLE_CODE}
+            headers = ((b"retry-after", str(RETRY_AFTER_S).encode()),)
         except Exception:
             logger.exception("agent service: %s %s failed", scope["method"], scope["path"])
             status, body, headers = 500, {"detail": "A server error occurred."}, ()

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Case, F, Sum, Value, When
 from django.utils import timezone
 
+from base.outage import database_last_unreachable
 from workers.choices import AgentStatus, CommandStatus
 from workers.models import AgentCommand, Allocation, EnrollmentToken, Node, hash_secret, new_node_token
 
@@ -187,12 +188,25 @@ def _clean_return(node: Node, ranks: list[dict]) -> bool:
     return not alive and not AgentCommand.objects.filter(node=node, status=CommandStatus.PENDING).exists()
 
 
+def silence_cutoff(now: datetime) -> datetime | None:
+    """A node whose last heartbeat is older than this is silent; None while no node can be.
+
+    The deadline counts only time the platform could hear: while the database is unreachable no
+    heartbeat can be written, so once it is back every node looks silent. A node's silence is
+    measured from the later of its last heartbeat and the last moment a process found the database
+    away (base.outage), so after an outage every agent has the whole deadline to poll again (#28)."""
+    cutoff = now - timedelta(seconds=settings.AGENT_HEARTBEAT_DEADLINE_S)
+    away = database_last_unreachable()
+    return None if away is not None and away >= cutoff else cutoff
+
+
 def silent_nodes(now=None):
-    """Online nodes whose agent has not polled within the heartbeat deadline."""
-    now = now or timezone.now()
-    deadline = now - timedelta(seconds=settings.AGENT_HEARTBEAT_DEADLINE_S)
+    """Online nodes whose agent has not polled within the heartbeat deadline (of time the platform could hear)."""
+    cutoff = silence_cutoff(now or timezone.now())
+    if cutoff is None:
+        return Node.objects.none()
     return Node.objects.filter(
-        agent_status__in=[AgentStatus.ONLINE, AgentStatus.DRAINING], last_heartbeat_at__lt=deadline
+        agent_status__in=[AgentStatus.ONLINE, AgentStatus.DRAINING], last_heartbeat_at__lt=cutoff
     )
 
 

@@ -23,6 +23,7 @@ from datetime import datetime
 from django.db import DatabaseError, connection
 from django.utils import timezone
 
+from base.outage import note_database_error
 from workers.choices import AgentStatus
 from workers.models import Node
 from workers.services.fleet import KEPT_ON_HEARTBEAT, record_heartbeat
@@ -78,8 +79,9 @@ class HeartbeatBatch:
             with connection.cursor() as cursor:
                 cursor.execute(FLUSH, params)
                 written = cursor.rowcount
-        except DatabaseError:
+        except DatabaseError as error:
             logger.exception("heartbeats of %d node(s) not written; retrying at the next flush", len(batch))
+            note_database_error(error)  # these nodes polled: their silence now is the platform's
             with self._lock:
                 self._seen = {**batch, **self._seen}
             return 0

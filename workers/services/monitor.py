@@ -14,7 +14,7 @@ from billing.services.holds import credit_stops
 from workers.choices import AgentStatus, JobStatus
 from workers.models import Allocation, Job, MigrationReason, Node, RankExit
 from workers.services import lifecycle
-from workers.services.fleet import silent_nodes
+from workers.services.fleet import silence_cutoff, silent_nodes
 from workers.services.migration import overdue_notices
 from workers.services.reports import crash_reason
 
@@ -54,9 +54,8 @@ def migrate_jobs_off_silent_nodes(now) -> int:
             node = Node.objects.select_for_update().get(pk=node.pk)
             if node.agent_status not in (AgentStatus.ONLINE, AgentStatus.DRAINING):
                 continue
-            if node.last_heartbeat_at and node.last_heartbeat_at >= now - timedelta(
-                seconds=settings.AGENT_HEARTBEAT_DEADLINE_S
-            ):
+            cutoff = silence_cutoff(now)  # again, under the lock: it polled meanwhile, or the database was away
+            if cutoff is None or (node.last_heartbeat_at and node.last_heartbeat_at >= cutoff):
                 continue
             silence = f"{(now - node.last_heartbeat_at).total_seconds():.0f}s" if node.last_heartbeat_at else "ever"
             declare_lost(node, f"node {node.hostname} went silent (no heartbeat for {silence})", now)
