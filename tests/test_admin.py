@@ -131,7 +131,9 @@ def test_the_user_list_shows_balances(console, alice):
 
 def test_the_operator_sets_the_trial_credit(console):
     OperatorSettings.load()
-    response = console.post("/admin/billing/operatorsettings/1/change/", {"trial_credit_amount": "12.5"})
+    response = console.post(
+        "/admin/billing/operatorsettings/1/change/", {"trial_credit_amount": "12.5", "telemetry_retention_days": "90"}
+    )
     assert response.status_code == 302
     assert OperatorSettings.load().trial_credit == 12_500_000
 
