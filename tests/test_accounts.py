@@ -67,6 +67,14 @@ def test_confirming_the_email_grants_the_trial_credit_once_as_a_ledger_transacti
     assert Transaction.objects.filter(idempotency_key=f"trial-credit:{carol.pk}").count() == 1
 
 
+def test_with_email_verification_off_sign_up_grants_the_credit(client, settings):
+    settings.ACCOUNT_EMAIL_VERIFICATION = "none"  # nothing will ever be confirmed: the operator trusts sign-up
+
+    sign_up(client)
+
+    assert balance_of(User.objects.get(username="carol")) == 10_000_000
+
+
 def test_the_trial_credit_follows_the_operator_setting(client, mailoutbox):
     settings = OperatorSettings.load()
     settings.trial_credit = to_micros("25")
