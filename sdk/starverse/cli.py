@@ -20,10 +20,12 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
 from starverse import errors
+from starverse.amounts import cents
 from starverse.client import Client, create_token
 from starverse.config import URL_VARIABLE, config_path, read_file, save_config
 from starverse.training import FINISHED, Plan, Run, follow_run, should_cancel
@@ -145,7 +147,7 @@ def chips(as_json: JsonFlag = False) -> None:
 def balance(as_json: JsonFlag = False) -> None:
     """Your balance."""
     account = client().account()
-    emit(account, as_json, f"{account['username']}: ¥{account['balance']} ({account['currency']})")
+    emit(account, as_json, f"{account['username']}: ¥{cents(account['balance'])} ({account['currency']})")
 
 
 @app.command()
@@ -157,9 +159,9 @@ def usage(
 ) -> None:
     """Charged usage per job, chip type or day."""
     data = client().usage(group=group, since=since, until=until)
-    table = make_table(group, "label", "seconds", "amount ¥", title=f"Total ¥{data['total']}")
+    table = make_table(group, "label", "seconds", "amount ¥", title=f"Total ¥{cents(data['total'])}")
     for row in data["rows"]:
-        table.add_row(str(row["key"]), row["label"], str(row["seconds"]), row["amount"])
+        table.add_row(str(row["key"]), row["label"], str(row["seconds"]), cents(row["amount"]))
     emit(data, as_json, table)
 
 
@@ -293,20 +295,46 @@ def jobs(
 ) -> None:
     """Your jobs, newest first."""
     data = client().jobs(status=status, limit=limit)
-    table = make_table("id", "name", "model", "status", "step", "loss", "cost ¥", "created")
-    for job in data:
-        loss = f"{job['loss']:.4f}" if isinstance(job.get("loss"), int | float) else "-"
-        table.add_row(
-            str(job["id"]),
-            job.get("name") or "",
-            job["model"],
-            job["status"],
-            f"{job.get('step') or 0}/{job['max_steps']}",
-            loss,
-            str(job.get("cost") or "-"),
-            (job.get("created_at") or "")[:19].replace("T", " "),
-        )
-    emit(data, as_json, table)
+    emit(data, as_json, jobs_table(data, out.width))
+
+
+JOB_COLUMNS = ("id", "name", "model", "status", "step", "loss", "cost ¥")  # newest first; --json has created_at
+GAP = 2  # between two columns: the box's blank divider and one space of padding
+
+
+def jobs_table(jobs: list[dict], width: int) -> Table:
+    """One line a job within `width` columns (80 too): the name and the model share what the other columns leave,
+    cut with "…"."""
+    rows = [job_row(job) for job in jobs]
+    fixed = [i for i, column in enumerate(JOB_COLUMNS) if column not in ("name", "model")]
+    used = sum(max([len(JOB_COLUMNS[i]), *(len(row[i]) for row in rows)]) for i in fixed) + GAP * (len(JOB_COLUMNS) - 1)
+    name_width = max(4, (width - used) * 3 // 5)
+    model_width = max(4, width - used - name_width)
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1), collapse_padding=True)
+    for column in JOB_COLUMNS:
+        table.add_column(column, justify="right" if column in NUMERIC else "left", no_wrap=True)
+    for row in rows:
+        row[1], row[2] = clip(row[1], name_width), clip(row[2], model_width)
+        table.add_row(*row)
+    return table
+
+
+def job_row(job: dict) -> list[str]:
+    loss = f"{job['loss']:.4f}" if isinstance(job.get("loss"), int | float) else "-"
+    step = f"{job.get('step') or 0}/{job['max_steps']}"
+    return [
+        str(job["id"]),
+        job.get("name") or "",
+        job["model"],
+        job["status"],
+        step,
+        loss,
+        cents(job.get("cost")),
+    ]
+
+
+def clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 @app.command()

@@ -21,6 +21,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from starverse.amounts import cents
 from starverse.client import Client, new_key
 from starverse.errors import StarverseError
 
@@ -65,10 +66,10 @@ class Plan:
             f"Plan for {self.data.get('model')} ({self.data.get('policy')})",
             f"  chips       {chips}",
             f"  throughput  {self.tokens_per_s:,.0f} tokens/s",
-            f"  price       ¥{self.price_per_hour}/h",
+            f"  price       ¥{cents(self.price_per_hour)}/h",
             f"  ETA         {format_duration(self.eta_seconds)} for {self.data.get('tokens_per_step', 0):,} "
             "tokens/step",
-            f"  total       ¥{self.total_cost}",
+            f"  total       ¥{cents(self.total_cost)}",
         ]
         baseline = self.data.get("baseline")
         if baseline and self.data.get("speedup_vs_baseline"):
@@ -230,7 +231,7 @@ class Run:
 
     def __str__(self) -> str:
         loss = f"{self.loss:.4f}" if isinstance(self.loss, int | float) else "-"
-        return f"Run {self.id}: {self.status}, step {self.step}/{self.max_steps}, loss {loss}, cost ¥{self.cost}"
+        return f"Run {self.id}: {self.status}, step {self.step}/{self.max_steps}, loss {loss}, cost ¥{cents(self.cost)}"
 
     __repr__ = __str__
 
