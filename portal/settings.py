@@ -299,6 +299,9 @@ DATASET_MAX_BYTES = env_int("DATASET_MAX_BYTES", 50 * 1024 * 1024)
 # (counted while streaming and unpacking), its files by MODEL_MAX_FILES.
 MODEL_MAX_BYTES = env_int("MODEL_MAX_BYTES", 20 * 1024**3)
 MODEL_MAX_FILES = env_int("MODEL_MAX_FILES", 10_000)
+# Each user's datasets and models together may hold this many bytes (their jobs' checkpoints are shown, not
+# counted); an upload past it is refused naming the quota and what is used (workers/services/storage_quota.py).
+STORAGE_QUOTA_BYTES = env_int("STORAGE_QUOTA_BYTES", 50 * 1024**3)
 JOB_MAX_STEPS = env_int("JOB_MAX_STEPS", 1_000_000)
 JOB_MAX_BATCH = env_int("JOB_MAX_BATCH", 1024)
 # Jobs one user may have waiting to be placed; a queued job is re-planned with backoff (doubling

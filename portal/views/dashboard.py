@@ -20,6 +20,7 @@ from portal.models.tokens import ApiToken
 from portal.views.billing import ledger_context
 from workers.choices import JobStatus
 from workers.models import Job
+from workers.services.storage_quota import storage_use
 
 
 def credit_stopped_jobs(user, days: int = 7):
@@ -39,6 +40,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         "credit_stops": credit_stopped_jobs(request.user),
         # No job yet: the page leads with "Train your first model"; after that, a smaller "New training run".
         "has_jobs": Job.objects.filter(owner=request.user).exists(),
+        "storage": storage_use(request.user),
         **ledger_context(request),
     }
     return render(request, "portal/dashboard.html", context)

@@ -245,6 +245,17 @@ def test_an_archive_that_unpacks_past_the_size_limit_is_refused(api, settings, t
     assert stored_files() == []
 
 
+def test_a_model_past_the_storage_quota_is_refused_naming_it_and_nothing_is_stored(api, archives, settings):
+    settings.STORAGE_QUOTA_BYTES = 100_000
+
+    answer = upload(api, archives["llama"])
+
+    assert answer.status_code == 400 and answer.json()["code"] == "storage_quota_exceeded"
+    refusal = answer.json()["errors"]["file"][0]
+    assert "your storage quota is 97.7 KB and your datasets and models already use 0 bytes" in refusal
+    assert not UploadedModel.objects.exists() and stored_files() == []
+
+
 def test_an_upload_without_a_file_names_the_field(api):
     answer = api.post("/api/v1/models/", {"name": "nothing"}, format="multipart")
 

@@ -31,6 +31,7 @@ from workers.runtime.records import (
 )
 from workers.services.redaction import redact
 from workers.services.storage import StorageUnavailable, delete_stored_tree, platform_store, staged_tree
+from workers.services.storage_quota import QuotaExceeded, check_room, recorded
 from workers.storage import StorageError
 from workers.storage.trees import upload_tree
 
@@ -91,6 +92,10 @@ def store_dataset(owner, upload, *, name: str) -> Dataset:
     """
     if upload.size > settings.DATASET_MAX_BYTES:
         raise too_large(f"The file is {upload.size:,} bytes", settings.DATASET_MAX_BYTES)
+    try:
+        check_room(owner, upload.size, "dataset")
+    except QuotaExceeded as error:
+        raise DatasetRejected(str(error)) from None
     with tempfile.TemporaryDirectory(prefix="dataset-") as scratch:
         checked = Path(scratch) / ("upload" + Path(upload.name).suffix.lower()[:16])  # the suffix says the kind
         with open(checked, "wb") as file:
@@ -111,17 +116,14 @@ def store_dataset(owner, upload, *, name: str) -> Dataset:
             logger.error("storing dataset %s failed: %s", prefix, error)
             delete_stored_tree(prefix)
             raise StorageUnavailable("The dataset") from None
+    stored = manifest.files[file_name]
+    fields = dict(kind=kind, store_prefix=prefix, file_name=file_name, sha256=stored.sha256, samples=samples)
+    create = functools.partial(Dataset.objects.create, owner=owner, name=name[:120], size_bytes=stored.size, **fields)
     try:
-        return Dataset.objects.create(
-            owner=owner,
-            name=name[:120],
-            kind=kind,
-            store_prefix=prefix,
-            file_name=file_name,
-            sha256=manifest.files[file_name].sha256,
-            size_bytes=manifest.files[file_name].size,
-            samples=samples,
-        )
+        return recorded(owner, stored.size, "dataset", create)
+    except QuotaExceeded as error:
+        delete_stored_tree(prefix)
+        raise DatasetRejected(str(error)) from None
     except BaseException:
         delete_stored_tree(prefix)
         raise

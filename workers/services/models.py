@@ -36,6 +36,7 @@ from workers.models import Job, UploadedModel
 from workers.modelspecs import CATALOG
 from workers.services.model_limits import check_fleet_can_train
 from workers.services.storage import StorageUnavailable, delete_stored_tree, platform_store
+from workers.services.storage_quota import QuotaExceeded, check_room, recorded
 from workers.storage import StorageError
 from workers.storage.trees import read_manifest, upload_files, upload_tree, write_manifest
 
@@ -114,6 +115,7 @@ def store_model(owner, upload, name: str = "") -> UploadedModel:
     limits = upload_limits()
     if upload.size is not None and upload.size > limits.max_archive_bytes:
         raise too_large(f"The upload is {upload.size:,} bytes", limits.max_archive_bytes)
+    within_quota(owner, upload.size or 0)
     staging = Path(tempfile.mkdtemp(dir=settings.FILE_UPLOAD_TEMP_DIR, prefix="model-upload-"))  # 0700
     try:
         archive = archive_on_disk(upload, staging, limits.max_archive_bytes)
@@ -122,6 +124,7 @@ def store_model(owner, upload, name: str = "") -> UploadedModel:
         folder = extract_archive(archive, unpacked, limits)
         checked = check_model_dir(folder, admit=check_fleet_can_train)
         refuse_unneeded_files(folder, checked)
+        within_quota(owner, checked.size_bytes)
         prefix = f"{MODELS_PREFIX}/{owner.pk}/{uuid.uuid4().hex}"
         try:
             upload_tree(platform_store(), prefix, folder, meta={"architecture": checked.architecture})
@@ -131,21 +134,34 @@ def store_model(owner, upload, name: str = "") -> UploadedModel:
             raise StorageUnavailable("The model") from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+    create = functools.partial(
+        UploadedModel.objects.create,
+        owner=owner,
+        name=(name.strip() or default_name(upload.name))[:120],
+        architecture=checked.architecture,
+        parameters=checked.parameters,
+        size_bytes=checked.size_bytes,
+        config=checked.config,
+        shape=checked.shape,
+        has_chat_template=checked.has_chat_template,
+        store_prefix=prefix,
+    )
     try:
-        return UploadedModel.objects.create(
-            owner=owner,
-            name=(name.strip() or default_name(upload.name))[:120],
-            architecture=checked.architecture,
-            parameters=checked.parameters,
-            size_bytes=checked.size_bytes,
-            config=checked.config,
-            shape=checked.shape,
-            has_chat_template=checked.has_chat_template,
-            store_prefix=prefix,
-        )
+        return recorded(owner, checked.size_bytes, "model", create)
+    except QuotaExceeded as error:
+        delete_stored_tree(prefix)
+        raise ModelFileError(str(error), code=QuotaExceeded.code) from None
     except BaseException:
         delete_stored_tree(prefix)
         raise
+
+
+def within_quota(owner, adding: int) -> None:
+    """Refuse an upload whose bytes alone would pass the owner's storage quota, before they are stored."""
+    try:
+        check_room(owner, adding, "model")
+    except QuotaExceeded as error:
+        raise ModelFileError(str(error), code=QuotaExceeded.code) from None
 
 
 def archive_on_disk(upload, staging: Path, limit: int) -> Path:
