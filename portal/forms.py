@@ -235,7 +235,10 @@ class DatasetUploadForm(forms.Form):
     file = forms.FileField(
         allow_empty_file=True,
         widget=forms.ClearableFileInput(attrs={"accept": ".txt,.jsonl,.ndjson,text/plain,application/jsonl"}),
-        help_text="Plain text (one sample per line) or JSON lines with a “text” field.",
+        help_text=(
+            "One record per line: plain text, or JSON lines all of one kind: {“text”}, chats {“messages”: "
+            "[{“role”, “content”}, …]} or {“prompt”, “completion”}."
+        ),
     )
     name = forms.CharField(
         label="Name (optional)",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import tarfile
+from html import unescape
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
@@ -463,6 +464,13 @@ def test_a_binary_dataset_is_refused_naming_the_problem(alice_client):
     html = upload(alice_client, "weights.txt", b"\x00\x01\x02binary").content.decode()
     assert "File: Dataset looks binary" in html
     assert not Dataset.objects.exists()
+
+
+def test_the_upload_form_lists_every_kind_of_dataset_it_takes(alice_client):
+    help_text = unescape(alice_client.get(reverse("datasets")).content.decode()).split('id="id_file_helptext">')[1]
+
+    for kind in ("plain text", "{“text”}", "{“messages”: [{“role”, “content”}, …]}", "{“prompt”, “completion”}"):
+        assert kind in help_text.split("</p>")[0]
 
 
 def test_my_datasets_are_offered_on_the_launch_page(alice_client, alice, catalog):

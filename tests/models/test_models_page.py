@@ -64,6 +64,20 @@ def test_an_upload_from_the_form_is_listed_with_its_reference(browser, alice, ar
     assert f'<code id="model-ref-{model.pk}">{model.reference}</code>' in html and "From the page" in html
 
 
+def test_an_uploaded_model_has_a_train_on_it_button_that_opens_the_train_page_with_it_chosen(
+    browser, alice, archives, catalog
+):
+    post_upload(browser, archives["good"], name="mine")
+    model = UploadedModel.objects.get(owner=alice)
+    html = browser.get("/models/").content.decode()
+    link = f'href="/train/?model=model%3A{model.pk}">Train on it</a>'
+    assert link in html and 'href="/train/?model=llama-tiny">Train it</a>' in html
+
+    train = browser.get(f"/train/?model=model%3A{model.pk}").content.decode()
+
+    assert f'<option value="{model.reference}" selected>' in train
+
+
 def test_a_refused_upload_shows_why_in_the_form(browser, archives):
     page = post_upload(browser, archives["pickle"])
 
