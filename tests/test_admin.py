@@ -195,3 +195,11 @@ def test_the_transaction_list_shows_each_transactions_amount(console, alice):
 def test_a_bad_owner_in_the_ledger_link_shows_every_transaction_not_an_error(console, alice):
     grant_trial_credit(alice)
     assert console.get("/admin/billing/transaction/?owner=abc").status_code in (200, 302)
+
+
+def test_searching_the_transactions_by_user_keeps_each_amount_whole(console, alice):
+    adjust_credit(alice, 9_880_288, reason="odd amount", actor=None, key="odd")
+
+    listing = console.get("/admin/billing/transaction/", {"q": "alice"}).content.decode()
+
+    assert money("¥9.88", "¥9.880288") in listing and "¥19.76" not in listing
