@@ -1,8 +1,9 @@
 """The crafted inputs that gave 500s (or HTML), one by one: each is now a JSON 4xx in the error format.
 
 NUL characters in the query, the path and multipart fields; "upload:²" (a superscript passes
-str.isdigit()); impossible dates; 5,000-deep JSON; the documented maximum 1000000 refused; bodies
-too large for Django answered with an HTML 400. Several without a token, as the probes were.
+str.isdigit()); impossible dates; 5,000-deep JSON, in a body or a dataset's line; a page number past
+PostgreSQL's bigint or int()'s 4,300 digits; the documented maximum 1000000 refused; bodies too large
+for Django answered with an HTML 400. Several without a token, as the probes were.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ pytestmark = pytest.mark.django_db
 DEEP_LIST = "[" * 5000 + "]" * 5000
 DEEP_OBJECT = '{"a":' * 5000 + "1" + "}" * 5000
 TOO_BIG = json.dumps({"username": "x" * (3 * 1024 * 1024), "password": "x"})
+DEEP_LINE = SimpleUploadedFile("deep.jsonl", ('{"text": "a", "x": ' + DEEP_LIST + "}\n").encode())
+SURROGATE_LINE = SimpleUploadedFile("lone.jsonl", b'{"text": "\\ud800"}\n')
 
 # (what, signed in?, method, URL, body (JSON text, or a dict for a multipart form), the field named or None)
 PROBES = [
@@ -58,6 +61,8 @@ PROBES = [
     ],
     ("a page number of 5,000 digits (past int()'s limit)", True, "get", f"/api/v1/jobs/?page={'9' * 5000}", None, None),
     ("a page size of 5,000 digits", True, "get", f"/api/v1/jobs/?page_size={'9' * 5000}", None, "page_size"),
+    ("a dataset line of 5,000-deep JSON", True, "post", "/api/v1/datasets/", {"file": DEEP_LINE}, "file"),
+    ("a dataset line with a lone surrogate", True, "post", "/api/v1/datasets/", {"file": SURROGATE_LINE}, "file"),
 ]  # fmt: skip
 
 
