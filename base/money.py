@@ -5,13 +5,14 @@ with the currency symbol: `format_price` ("¥1.20", "¥0.000333", a dash for non
 where the sixth decimal matters, and the exact figure behind a rounded one) and `format_signed`
 ("+¥10.00", "−¥1.50"). Balances, costs, charges and refunds for people: `format_money` ("¥9.88",
 "¥1,234.57", "<¥0.01") and `format_money_signed` ("+¥10.00", "−¥9.88"), rounded to cents half up;
+what a refusal says is needed, rounded up (`format_money_needed`);
 pages show them with the exact amount on hover (the `money` template filters).
-`format_estimate` ("¥1,234.57" from ¥1 up, every digit below) is for quotes.
+`format_estimate` is for quotes and shows them as `format_money` does: an estimate is no more exact than a cent.
 """
 
 from __future__ import annotations
 
-from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from decimal import ROUND_CEILING, ROUND_HALF_UP, Decimal, InvalidOperation
 
 MICROS_PER_UNIT = 1_000_000
 CENT = Decimal("0.01")
@@ -92,6 +93,13 @@ def format_money(micros: int | None) -> str:
     return f"{sign}{_cents(abs(micros))}"
 
 
+def format_money_needed(micros: int) -> str:
+    """What must be there at least, to the cent rounded up: "¥0.11" for ¥0.100001. Rounded half up, a need
+    would read "¥0.10" beside a balance of ¥0.10 that doesn't cover it."""
+    cents = to_decimal(micros).quantize(CENT, rounding=ROUND_CEILING)
+    return f"{MINUS if cents < 0 else ''}{currency_symbol()}{abs(cents):,}"
+
+
 def format_money_signed(micros: int) -> str:
     """`format_money` with its sign always first ("+¥10.00", "−¥0.05", "+<¥0.01"), for ledger columns."""
     sign = MINUS if micros < 0 else "+"
@@ -106,8 +114,5 @@ def _cents(micros: int) -> str:
 
 
 def format_estimate(micros: int) -> str:
-    """An estimated amount: cents and thousands separators from ¥1 up ("¥1,234.57"), every digit below."""
-    if abs(micros) < MICROS_PER_UNIT:
-        return format_price(micros)
-    cents = to_decimal(micros).quantize(CENT, rounding=ROUND_HALF_UP)
-    return f"{currency_symbol()}{cents:,}"
+    """An estimated amount, to the cent like every amount people read ("¥1,234.57", "¥0.07", "<¥0.01")."""
+    return format_money(micros)

@@ -54,7 +54,7 @@ def test_signed_amounts_lead_with_their_sign():
 
 @pytest.mark.parametrize(
     ("micros", "text"),
-    [(1_234_567_890, "¥1,234.57"), (1_000_000, "¥1.00"), (999_999, "¥0.999999"), (333, "¥0.000333")],
+    [(1_234_567_890, "¥1,234.57"), (1_000_000, "¥1.00"), (999_999, "¥1.00"), (66_231, "¥0.07"), (333, "<¥0.01")],
 )
-def test_estimates_show_cents_from_one_unit_up_and_every_digit_below(micros, text):
+def test_estimates_show_cents_as_every_amount_people_read(micros, text):
     assert format_estimate(micros) == text

@@ -13,7 +13,7 @@ from django.db.models import Sum
 from django.urls import reverse
 from django.utils import timezone
 
-from base.money import format_amount
+from base.money import format_money
 from billing.services.credits import adjust_credit, grant_trial_credit
 from billing.services.pricing import current_offers, reference_chip
 from portal.models.tokens import ApiToken, TokenScope, hash_token
@@ -104,7 +104,7 @@ def test_pricing_shows_the_price_of_a_work_unit(client, catalog):
     per_unit = tpu.per_work_unit(tpu.on_demand_per_hour, reference_chip(offers))
     row = row_of(client.get(reverse("pricing")).content.decode(), "tpu-v5e")
     assert "¥2.80" in row
-    assert f"¥{format_amount(per_unit)}" in row
+    assert format_money(per_unit) in row  # worked out to the micro-unit, shown to the cent
     # The v5e delivers more than a 4090, so a 4090-hour of its compute costs less than its chip-hour.
     assert per_unit < tpu.on_demand_per_hour
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from base.money import format_price
+from base.money import format_money
 from billing.choices import AccountKind, TransactionKind
 from billing.models import OperatorSettings, Transaction
 from billing.services.ledger import LedgerError, Leg, platform_account, post_transaction, wallet_for
@@ -21,7 +21,7 @@ def grant_trial_credit(user, now=None) -> Transaction | None:
         key=key,
         kind=TransactionKind.TRIAL_CREDIT,
         legs=[Leg(platform_account(AccountKind.PROMOTIONS), -amount), Leg(wallet_for(user), amount)],
-        memo=f"Welcome to Starverse: {format_price(amount)} trial credit",
+        memo=f"Welcome to Starverse: {format_money(amount)} trial credit",
         now=now,
     )
 

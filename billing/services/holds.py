@@ -23,7 +23,7 @@ from decimal import Decimal
 from django.db import connection
 from django.utils import timezone
 
-from base.money import format_price, round_micros
+from base.money import format_money, format_money_needed, round_micros
 from billing.models import BillingLine, OperatorSettings
 from billing.services.ledger import balance_of
 from billing.services.pricing import PriceBook
@@ -69,10 +69,10 @@ def check_hold(user, plan_price_per_hour: int, committed: int = 0) -> None:
     needed = hold_needed(plan_price_per_hour, minutes)
     balance = balance_of(user)
     if balance < needed + committed:
-        on_top = f", on top of {format_price(committed)} held by your queued jobs and bids" if committed else ""
+        on_top = f", on top of {format_money(committed)} held by your queued jobs and bids" if committed else ""
         raise HoldRefused(
-            f"Your balance is {format_price(balance)}; launching this plan "
-            f"({format_price(plan_price_per_hour)}/h) needs at least {format_price(needed)}, enough for "
+            f"Your balance is {format_money(balance)}; launching this plan "
+            f"({format_money(plan_price_per_hour)}/h) needs at least {format_money_needed(needed)}, enough for "
             f"{minutes} minutes{on_top}. Top up or choose a cheaper plan."
         )
 
@@ -100,8 +100,8 @@ def credit_stops(now=None) -> list[CreditStop]:
         left = balance_of_id(owner_id) - sum(s.unbilled for s in jobs.values())
         if left < _cost(rate, margin):
             reason = (
-                f"Stopped before your balance ran out: {format_price(max(left, 0))} left at "
-                f"{format_price(rate)}/h would last less than the {margin.seconds // 60}-minute stop margin."
+                f"Stopped before your balance ran out: {format_money(max(left, 0))} left at "
+                f"{format_money(rate)}/h would last less than the {margin.seconds // 60}-minute stop margin."
             )
             stops += [CreditStop(job_id, reason, {"balance": left, "rate": rate}) for job_id in jobs]
     budgets = dict(
@@ -113,7 +113,7 @@ def credit_stops(now=None) -> list[CreditStop]:
         budget = budgets.get(s.job_id)
         if budget is not None and s.charged + s.unbilled + _cost(s.rate, margin) >= budget:
             reason = (
-                f"Stopped at its total budget of {format_price(budget)} ({format_price(s.charged + s.unbilled)} spent)."
+                f"Stopped at its total budget of {format_money(budget)} ({format_money(s.charged + s.unbilled)} spent)."
             )
             stops.append(CreditStop(s.job_id, reason, {"total_budget": budget}))
     return stops

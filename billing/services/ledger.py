@@ -17,7 +17,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q, Sum
 from django.utils import timezone
 
-from base.money import format_price
+from base.money import format_money, format_money_needed
 from base.prepared import PreparedQuery
 from billing.choices import AccountKind, TransactionKind
 from billing.models import Account, Entry, Transaction
@@ -187,8 +187,8 @@ def _lock_and_check_funds(legs: Sequence[Leg]) -> None:
     for account in locked:
         if account.kind == AccountKind.WALLET and account.balance + deltas[account.pk] < 0:
             raise InsufficientFunds(
-                f"Insufficient credit: the balance is {format_price(account.balance)}, "
-                f"this needs {format_price(-deltas[account.pk])}."
+                f"Insufficient credit: the balance is {format_money(account.balance)}, "
+                f"this needs {format_money_needed(-deltas[account.pk])}."
             )
 
 

@@ -45,7 +45,7 @@ import numpy as np
 from django.db import connection, transaction
 from django.utils import timezone
 
-from base.money import format_price
+from base.money import format_money
 from billing.choices import AccountKind
 from billing.notifications import note_balances
 from billing.services.ledger import platform_account
@@ -450,11 +450,11 @@ def _announce_shortfalls(shortfalls: list[Shortfall], now: datetime) -> None:
     """After commit: each job whose charge its wallet could not cover must stop (billing.signals)."""
     for job_id in sorted({bill.job_id for bill in shortfalls}):
         unpaid = sum(bill.shortfall for bill in shortfalls if bill.job_id == job_id)
-        logger.warning("meter: job %s is short of %s", job_id, format_price(unpaid))
+        logger.warning("meter: job %s is short of %s", job_id, format_money(unpaid))
         credit_shortfall.send(
             sender=Shortfall,
             job_id=job_id,
-            reason=f"Out of credit: {format_price(unpaid)} of usage could not be charged.",
+            reason=f"Out of credit: {format_money(unpaid)} of usage could not be charged.",
             data={"shortfall": unpaid},
             now=now,
         )

@@ -28,7 +28,7 @@ from django.core.cache import cache
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from base.money import MICROS_PER_UNIT, format_amount, format_price, to_micros
+from base.money import MICROS_PER_UNIT, format_amount, format_money, to_micros
 from billing.choices import AccountKind, TransactionKind
 from billing.models import OperatorSettings, Payment, PaymentStatus, Refund, StripeEvent, Transaction
 from billing.notifications import rearm_low_balance
@@ -147,14 +147,14 @@ def parse_topup_amount(raw) -> int:
         raise PaymentError("Enter the amount as a number, e.g. 50 or 50.00.")
     limits = OperatorSettings.load()
     if value > 10**12:
-        raise PaymentError(f"The largest top-up is {format_price(limits.topup_maximum)}.")
+        raise PaymentError(f"The largest top-up is {format_money(limits.topup_maximum)}.")
     if value != value.quantize(Decimal("0.01")):
         raise PaymentError("Enter the amount with at most two decimals.")
     micros = to_micros(value)
     if micros < limits.topup_minimum:
-        raise PaymentError(f"The smallest top-up is {format_price(limits.topup_minimum)}.")
+        raise PaymentError(f"The smallest top-up is {format_money(limits.topup_minimum)}.")
     if micros > limits.topup_maximum:
-        raise PaymentError(f"The largest top-up is {format_price(limits.topup_maximum)}.")
+        raise PaymentError(f"The largest top-up is {format_money(limits.topup_maximum)}.")
     return micros
 
 
@@ -435,8 +435,8 @@ def _reserve_refund(payment_pk: int, micros: int, *, reason: str, actor, key: st
         unrefunded = payment.amount - payment.refunded_amount
         if micros > unrefunded:
             raise PaymentError(
-                f"Refusing to refund {format_price(micros)}: only "
-                f"{format_price(unrefunded)} of this payment is not yet refunded."
+                f"Refusing to refund {format_money(micros)}: only "
+                f"{format_money(unrefunded)} of this payment is not yet refunded."
             )
         try:
             txn = transfer(
@@ -450,8 +450,8 @@ def _reserve_refund(payment_pk: int, micros: int, *, reason: str, actor, key: st
             )
         except InsufficientFunds:
             raise PaymentError(
-                f"Refusing to refund {format_price(micros)}: the user's unspent balance is only "
-                f"{format_price(balance_of(payment.user))}."
+                f"Refusing to refund {format_money(micros)}: the user's unspent balance is only "
+                f"{format_money(balance_of(payment.user))}."
             ) from None
         _set_refunded(payment, payment.refunded_amount + micros)
     return txn

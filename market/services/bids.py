@@ -13,7 +13,7 @@ from django.db import transaction
 from django.db.models import Max, OuterRef, Subquery, Sum
 from django.utils import timezone
 
-from base.money import format_amount
+from base.money import format_amount, format_money, format_price
 from billing.models import OperatorSettings
 from billing.services.holds import lock_credit
 from billing.services.ledger import balance_of
@@ -203,7 +203,7 @@ def _check_terms(owner, job: Job, chip_type: ChipType, chips: int, price: int, n
     if already.total(bid_for=job.pk, bid_hold=held) > balance:
         raise BidRefused(
             "balance",
-            f"Your balance of {format_amount(balance)} can't hold this bid: {minutes} minutes of {chips} chip(s) at "
-            f"{format_amount(price)}/h is {format_amount(held)}"
-            + (f", on top of {format_amount(others)} held by your other bids and queued jobs." if others else "."),
+            f"Your balance of {format_money(balance)} can't hold this bid: {minutes} minutes of {chips} chip(s) at "
+            f"{format_price(price)}/h is {format_money(held)}"
+            + (f", on top of {format_money(others)} held by your other bids and queued jobs." if others else "."),
         )

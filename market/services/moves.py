@@ -17,7 +17,7 @@ from datetime import datetime
 
 from django.utils import timezone
 
-from base.money import format_price
+from base.money import format_money
 from market import auction
 from market.models import Bid, BidStatus
 from market.services.demand import demand_of
@@ -58,7 +58,7 @@ class JobMove:
             if self.chips_lost >= self.chips_held
             else f"{self.chips_lost} of its {self.chips_held} {chip} spot chips"
         )
-        now = f" (now {format_price(self.price_per_hour_now)}/h)" if self.price_per_hour_now else ""
+        now = f" (now {format_money(self.price_per_hour_now)}/h)" if self.price_per_hour_now else ""
         text = f"{action} moves job {self.job_id}{now}: it loses {lost}, checkpoints and is re-planned"
         if self.cancel:  # the job stops renting the type: the re-plan neither bids for it nor runs there on demand
             text += f" without {chip} chips (a new bid for them takes that back)"
@@ -67,7 +67,7 @@ class JobMove:
         if not self.destination.chips:
             return text + f"; no chips would be free for it now, so it would wait: {self.destination.reason}"
         return (
-            text + f", to {self.destination.chips} at about {format_price(self.destination.price_per_hour)}/h"
+            text + f", to {self.destination.chips} at about {format_money(self.destination.price_per_hour)}/h"
             f"{self._per_token()}."
         )
 

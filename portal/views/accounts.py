@@ -13,7 +13,7 @@ from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 
-from base.money import format_price
+from base.money import format_money
 from billing.models import OperatorSettings
 
 
@@ -51,7 +51,7 @@ class VerificationSentView(AllauthVerificationSentView):
         credit = OperatorSettings.load().trial_credit
         return {
             **super().get_context_data(**kwargs),
-            "trial_credit": format_price(credit) if credit > 0 else "",
+            "trial_credit": format_money(credit) if credit > 0 else "",
             "can_resend": pending_sign_up(self.request) is not None,
         }
 

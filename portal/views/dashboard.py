@@ -12,7 +12,7 @@ from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
-from base.money import format_price
+from base.money import format_money
 from billing.services.ledger import balance_of
 from billing.services.statements import format_hours, spend_rate
 from portal.forms import ApiTokenForm
@@ -34,7 +34,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     rate = spend_rate(request.user)
     context = {
         "balance": balance_of(request.user),
-        "spend_rate": f"{format_price(rate.per_hour)}/h" if rate.per_hour else "—",
+        "spend_rate": f"{format_money(rate.per_hour)}/h" if rate.per_hour else "—",
         "balance_lasts": format_hours(rate.lasts_hours),
         "this_month": timezone.localdate().strftime("%Y-%m"),
         "credit_stops": credit_stopped_jobs(request.user),

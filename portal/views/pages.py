@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from base.money import format_price
+from base.money import format_money, format_price
 from billing.models import OperatorSettings
 from billing.services.pricing import ChipOffer, current_offers, reference_chip
 from workers.models import ChipType
@@ -33,8 +33,9 @@ def pricing_row(offer: ChipOffer, reference: ChipType) -> PricingRow:
         offer=offer,
         on_demand=format_price(offer.on_demand_per_hour),
         spot=format_price(offer.spot_per_hour),
-        on_demand_per_unit=format_price(offer.per_work_unit(offer.on_demand_per_hour, reference)),
-        spot_per_unit=format_price(offer.per_work_unit(offer.spot_per_hour, reference)),
+        # Worked out from a ratio of speeds, to the micro-unit: shown to the cent like every amount people read.
+        on_demand_per_unit=format_money(offer.per_work_unit(offer.on_demand_per_hour, reference)),
+        spot_per_unit=format_money(offer.per_work_unit(offer.spot_per_hour, reference)),
     )
 
 
@@ -43,7 +44,7 @@ def home(request: HttpRequest) -> HttpResponse:
     trial_credit = OperatorSettings.load().trial_credit
     offers = [offer for offer in current_offers() if offer.price]
     context = {
-        "trial_credit": format_price(trial_credit) if trial_credit else "",
+        "trial_credit": format_money(trial_credit) if trial_credit else "",
         "offers": offers,
         "chips_online": sum(offer.capacity for offer in offers),
         "simulated_online": sum(offer.simulated_capacity for offer in offers),

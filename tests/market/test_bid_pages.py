@@ -145,7 +145,7 @@ def test_a_bid_for_another_users_job_is_refused_on_the_job_field(alice_client, b
 def test_a_bid_the_balance_cannot_hold_says_so_and_nothing_is_saved(alice_client, alice):
     response = place(alice_client, make_job(alice), chips="8", max_price="500")
     html = response.content.decode()
-    assert re.search(r'role="alert"><p>Your balance of 100\.00 can&#x27;t hold this bid', html)
+    assert re.search(r'role="alert"><p>Your balance of ¥100\.00 can&#x27;t hold this bid', html)
     assert not Bid.objects.exists()
 
 
@@ -305,7 +305,11 @@ def test_launching_a_spot_job_stores_its_bid_and_fallbacks(alice_client, alice, 
     )
 
 
-def test_a_spot_job_without_a_bid_is_refused_on_the_bid_field(alice_client, alice, fleet):
+def test_a_spot_job_without_a_bid_is_refused_on_the_bid_field_when_no_chip_type_takes_spot_bids(
+    alice_client, alice, fleet
+):
+    """Else the bid left empty is the default bid (tests/test_train_form_extras.py)."""
+    Node.objects.update(spot_eligible=False)
     response = alice_client.post(reverse("train"), {**LAUNCH, "spot": "on", "bid": ""})
     assert field_errors(response.content.decode(), "Spot bid (¥ per chip-hour)") == [
         "A spot job needs a bid: the most it pays per chip-hour."

@@ -15,7 +15,7 @@ from tests.payments import localstripe, stripe_on  # noqa: F401 - fixtures
 
 BAD_AMOUNTS = [
     ("5.00", "The smallest top-up is ¥10.00."),
-    ("10000.01", "The largest top-up is ¥10000.00."),
+    ("10000.01", "The largest top-up is ¥10,000.00."),
     ("fifty", "Enter the amount as a number"),
     ("", "This field"),
     ("NaN", "Enter the amount as a number"),

@@ -11,7 +11,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from base.money import format_price
+from base.money import format_money
 from workers.planner.backends import WHY, backend, sides
 from workers.planner.evaluate import OBJECTIVES, Candidate, Counts, Evaluator, total_cost
 from workers.planner.fleet import Kind
@@ -97,16 +97,16 @@ def explain_failure(
     budget = request.max_budget_per_hour
     if budget is not None and cheapest.price_per_hour > budget:
         return BudgetTooLow(
-            f"The hourly budget {format_price(budget)}/h is below the cheapest {what} that fits "
-            f"{request.model.name}: {format_price(cheapest.price_per_hour)}/h ({_describe(kinds, cheapest.counts)})."
+            f"The hourly budget {format_money(budget)}/h is below the cheapest {what} that fits "
+            f"{request.model.name}: {format_money(cheapest.price_per_hour)}/h ({_describe(kinds, cheapest.counts)})."
         )
     if request.total_budget is None:
         return PlanningError(f"No plan found for {request.model.name} within the limits given.")
     hourly = Evaluator(replace(request, total_budget=None), kinds, budget)
     best = _search(request, optimiser, hourly, "cheapest") or cheapest
     return BudgetTooLow(
-        f"The total budget {format_price(request.total_budget)} is below the cheapest {what}'s total for "
-        f"{request.max_steps} steps: {format_price(total_cost(best.price_per_hour, best.eta_seconds))} "
+        f"The total budget {format_money(request.total_budget)} is below the cheapest {what}'s total for "
+        f"{request.max_steps} steps: {format_money(total_cost(best.price_per_hour, best.eta_seconds))} "
         f"({_describe(kinds, best.counts)})."
     )
 
@@ -143,12 +143,12 @@ def _explain_hand_picked(request, kinds, ev: Evaluator, unbounded: Evaluator) ->
     price = free.price_per_hour
     if request.max_budget_per_hour is not None and price > request.max_budget_per_hour:
         return BudgetTooLow(
-            f"{mix} costs {format_price(price)}/h, "
-            f"above the hourly budget {format_price(request.max_budget_per_hour)}/h."
+            f"{mix} costs {format_money(price)}/h, "
+            f"above the hourly budget {format_money(request.max_budget_per_hour)}/h."
         )
     return BudgetTooLow(
-        f"{mix} would cost {format_price(total_cost(price, free.eta_seconds))} in total, above the "
-        f"total budget {format_price(request.total_budget or 0)}."
+        f"{mix} would cost {format_money(total_cost(price, free.eta_seconds))} in total, above the "
+        f"total budget {format_money(request.total_budget or 0)}."
     )
 
 

@@ -15,7 +15,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.db import transaction
 
-from base.money import format_price
+from base.money import format_money
 from billing.models import OperatorSettings
 from billing.services.holds import HoldRefused, check_hold, hold_needed, lock_credit, spend_over
 from market.services.commitments import WAITING, commitments
@@ -125,10 +125,10 @@ def check_total_budget(spec: JobSpec, plan: planner.Plan) -> None:
         raise LaunchRefused(
             "total_budget",
             "budget_too_low",
-            f"The total budget {format_price(budget)} is not more than {minutes} minutes of this plan's spend "
-            f"({format_price(least)} at {format_price(plan.price_per_hour)}/h); a job stops when its budget "
+            f"The total budget {format_money(budget)} is not more than {minutes} minutes of this plan's spend "
+            f"({format_money(least)} at {format_money(plan.price_per_hour)}/h); a job stops when its budget "
             f"would run out within {minutes} minutes, so it would stop at once. "
-            f"Set a total budget above {format_price(least)}.",
+            f"Set a total budget above {format_money(least)}.",
             "Budget too low",
         )
 

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 
 from django.db.models import Max
 
-from base.money import format_amount
+from base.money import format_money
 from billing.services.insurance import insurance_amount, pay_insurance
 from workers.choices import JobEventKind
 from workers.models import Allocation, Job, JobMetric, JobMigration, MigrationReason, MigrationStatus
@@ -136,7 +136,7 @@ def record_resume(job: Job, first_step: int, now: datetime) -> JobMigration | No
         JobEventKind.RESUMED,
         f"Resumed at step {first_step} on {job.plan.world_size} rank(s), "
         f"{migration.downtime_seconds:.1f}s after the notice; {migration.steps_lost} step(s) lost; "
-        f"insurance refund {format_amount(migration.refund)}",
+        f"insurance refund {format_money(migration.refund)}",
         data={"migration": migration.pk, "refund": migration.refund, "steps_lost": migration.steps_lost},
         now=now,
     )

@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from base.money import format_amount
+from base.money import format_money
 from billing.services.statements import job_charged
 from workers.choices import TrainingMode
 from workers.models import Job, UploadedModel
@@ -133,7 +133,7 @@ def model_card(job: Job, which: str, step_name: str) -> str:
         f"- Steps: {job.step} of {job.max_steps} ({step_name})",
         f"- Chips: {chips}",
         f"- Loss: first {_loss(job.first_loss)}, last {_loss(job.loss)}; held-out {_loss(job.eval_loss)}",
-        f"- Cost: ¥{format_amount(charged)}",
+        f"- Cost: {format_money(charged)}",
         "",
         "## Load it",
         "",
