@@ -299,9 +299,10 @@ class BidViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     @extend_schema(
         summary="Cancel a bid",
         description=(
-            "Withdraws the bid. When its job runs on chips the bid won, the job is moved off them with notice: "
-            "refused with 409 (`code` confirm_required, `move` saying where the job would go) unless `confirm` "
-            "is true (in the body or as `?confirm=true`)."
+            "Withdraws the bid, and the job stops renting that chip type: its re-plans leave the type out, spot "
+            "and on-demand, until a new bid for it is placed. When its job runs on chips the bid won, the job is "
+            "moved off them with notice: refused with 409 (`code` confirm_required, `move` saying where the job "
+            "would go) unless `confirm` is true (in the body or as `?confirm=true`)."
         ),
         request=CancelSerializer,
         parameters=[OpenApiParameter("confirm", bool, required=False, description=CONFIRM_HELP)],
