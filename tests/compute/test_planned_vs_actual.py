@@ -68,9 +68,7 @@ def test_a_running_job_projects_its_end_from_its_recent_steps(client, alice, fun
     assert 'data-testid="speed"' in shown and "+0%" in shown.split('data-testid="speed"')[1].split("</tr>")[0]
 
 
-def test_a_replanned_job_is_still_compared_with_the_quote_it_launched_with(
-    client, alice, fund, enroll, planning_job
-):
+def test_a_replanned_job_is_still_compared_with_the_quote_it_launched_with(client, alice, fund, enroll, planning_job):
     job = planned_job(enroll, planning_job, fund, alice)  # quoted 1,000 tokens/s, 1 min 40 s
     elsewhere, _ = enroll("b")
     release(job, timezone.now())  # moved off its chips, then placed again on a slower plan
