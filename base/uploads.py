@@ -43,3 +43,16 @@ class UploadLimit(FileUploadHandler):
 
     def file_complete(self, file_size: int) -> None:
         return None  # the next handler keeps the file
+
+
+def refused_while_streaming(request, limit: UploadLimit, too_large: type[Exception], form_class):
+    """Parse a page's POSTed files now, `limit` first among the handlers; once they pass it, a form of
+    `form_class` carrying the refusal under its `file` field (the page answers it with a 413), else None."""
+    request.upload_handlers.insert(0, limit)
+    try:
+        request.FILES  # noqa: B018 - parse the body now, under the limit
+    except too_large as error:
+        refused = form_class(data={}, files={})
+        refused.errors["file"] = refused.error_class([str(error)])
+        return refused
+    return None

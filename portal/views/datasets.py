@@ -8,6 +8,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.csrf import csrf_exempt, csrf_protect
 
+from base.uploads import refused_while_streaming
 from portal.forms import DatasetUploadForm
 from workers.models import Dataset
 from workers.services.datasets import (
@@ -29,12 +30,8 @@ from workers.services.storage import StorageUnavailable
 def datasets(request: HttpRequest) -> HttpResponse:
     """The page; a POST uploads a dataset, refused as it streams in once it passes DATASET_MAX_BYTES."""
     if request.method == "POST":
-        request.upload_handlers.insert(0, DatasetUploadLimit(request))
-        try:
-            request.FILES  # noqa: B018 - parse the body now, under the limit
-        except DatasetTooLarge as error:
-            refused = DatasetUploadForm(data={}, files={})
-            refused.errors["file"] = refused.error_class([str(error)])
+        refused = refused_while_streaming(request, DatasetUploadLimit(request), DatasetTooLarge, DatasetUploadForm)
+        if refused is not None:
             return page(request, refused, status=413)
     return upload_or_list(request)
 

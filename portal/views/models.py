@@ -12,6 +12,7 @@ from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
+from base.uploads import refused_while_streaming
 from workers.models import UploadedModel
 from workers.modelspecs import CATALOG
 from workers.services.models import (
@@ -49,12 +50,8 @@ class ModelUploadForm(forms.Form):
 def models(request: HttpRequest) -> HttpResponse:
     """The page; a POST uploads a model, refused as it streams in once it passes MODEL_MAX_BYTES."""
     if request.method == "POST":
-        request.upload_handlers.insert(0, ModelUploadLimit(request))
-        try:
-            request.FILES  # noqa: B018 - parse the body now, under the limit
-        except ModelTooLarge as error:
-            refused = ModelUploadForm(data={}, files={})
-            refused.errors["file"] = refused.error_class([str(error)])
+        refused = refused_while_streaming(request, ModelUploadLimit(request), ModelTooLarge, ModelUploadForm)
+        if refused is not None:
             return page(request, refused, status=413)
     return upload_or_list(request)
 
