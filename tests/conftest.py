@@ -105,3 +105,13 @@ def no_celery(monkeypatch):
     queued = []
     monkeypatch.setattr("workers.tasks.schedule_job.delay", lambda job_id: queued.append(job_id))
     return queued
+
+
+@pytest.fixture
+def tasks_run_inline(monkeypatch):
+    """Celery's follow-up tasks (clear the market, schedule a job) run at once, in order, in the caller."""
+    from market.tasks import clear_market
+    from workers.services.scheduling import schedule
+
+    monkeypatch.setattr("market.tasks.clear_market.delay", lambda chip_type_id=None: clear_market(chip_type_id))
+    monkeypatch.setattr("workers.tasks.schedule_job.delay", lambda job_id: schedule(job_id))

@@ -20,6 +20,7 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 
+from base.admin import ReadOnlyMixin
 from base.audit import record
 from base.money import format_money, format_price
 from base.templatetags.money import money_html
@@ -31,21 +32,12 @@ from workers.services import lifecycle
 CONFIRMATION = "admin/workers/job/cancel_confirmation.html"
 
 
-class AllocationInline(admin.TabularInline):
+class AllocationInline(ReadOnlyMixin, admin.TabularInline):
     model = Allocation
     fields = ["node", "chip_type", "chips", "mode", "epoch", "started_at", "ended_at", "charged"]
     readonly_fields = fields
     extra = 0
     can_delete = False
-
-    def has_add_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
 
     @admin.display(description="Charged")
     def charged(self, allocation: Allocation):

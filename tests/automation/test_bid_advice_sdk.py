@@ -17,9 +17,8 @@ from tests.compute.test_spot_migration import spot_job
 from workers.choices import JobStatus
 from workers.models import ChipType, EnrollmentToken, Job, Pool
 from workers.services.fleet import enroll_node
-from workers.services.scheduling import schedule
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("tasks_run_inline")]
 
 
 @pytest.fixture(autouse=True)
@@ -28,14 +27,6 @@ def clean_environment(monkeypatch, tmp_path):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
     monkeypatch.setenv("COLUMNS", "200")
-
-
-@pytest.fixture(autouse=True)
-def tasks_run_inline(monkeypatch):
-    from market.tasks import clear_market
-
-    monkeypatch.setattr("market.tasks.clear_market.delay", lambda chip_type_id=None: clear_market(chip_type_id))
-    monkeypatch.setattr("workers.tasks.schedule_job.delay", lambda job_id: schedule(job_id))
 
 
 @pytest.fixture

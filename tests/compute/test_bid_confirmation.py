@@ -14,17 +14,8 @@ from tests.compute.test_spot_migration import spot_job
 from tests.conftest import token_client
 from workers.choices import JobStatus
 from workers.models import ChipType, Job
-from workers.services.scheduling import schedule
 
-pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture(autouse=True)
-def tasks_run_inline(monkeypatch):
-    from market.tasks import clear_market
-
-    monkeypatch.setattr("market.tasks.clear_market.delay", lambda chip_type_id=None: clear_market(chip_type_id))
-    monkeypatch.setattr("workers.tasks.schedule_job.delay", lambda job_id: schedule(job_id))
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("tasks_run_inline")]
 
 
 @pytest.fixture

@@ -18,15 +18,7 @@ from workers.choices import AllocationMode, JobStatus
 from workers.models import ChipType, Job
 from workers.services.scheduling import schedule
 
-pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture(autouse=True)
-def tasks_run_inline(monkeypatch):
-    from market.tasks import clear_market
-
-    monkeypatch.setattr("market.tasks.clear_market.delay", lambda chip_type_id=None: clear_market(chip_type_id))
-    monkeypatch.setattr("workers.tasks.schedule_job.delay", lambda job_id: schedule(job_id))
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("tasks_run_inline")]
 
 
 @pytest.fixture

@@ -28,16 +28,7 @@ from workers.services.reports import accept_report
 from workers.services.scheduling import schedule
 from workers.spec import JobSpec
 
-pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture(autouse=True)
-def tasks_run_inline(monkeypatch):
-    """Celery's follow-up tasks (clear the market, schedule a job) run at once, in order."""
-    from market.tasks import clear_market
-
-    monkeypatch.setattr("market.tasks.clear_market.delay", lambda chip_type_id=None: clear_market(chip_type_id))
-    monkeypatch.setattr("workers.tasks.schedule_job.delay", lambda job_id: schedule(job_id))
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("tasks_run_inline")]
 
 
 @pytest.fixture
