@@ -1,7 +1,8 @@
 """Plans are identical to the planner's before it was made fast at 100,000 free chips.
 
 Two references: golden_plans.json, recorded from the old code by make_golden.py (a digest of every
-rank, node and float of each plan, or the error and its message), and workers.planner.reference,
+rank, node and float of each plan, or the error and its message; the eight BudgetTooLow messages were
+rewritten when amounts in messages went to the cent, #28), and workers.planner.reference,
 the old per-offer grouping and ordering kept runnable, compared plan for plan on fresh instances.
 
 The old code had no bound on the number of kinds; a later, deliberate change merges measured nodes
