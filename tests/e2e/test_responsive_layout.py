@@ -107,8 +107,9 @@ def chip_plan() -> dict:
         "tokens_per_s": 100_000.0,
         "price_per_hour": 4_000_000,
         "price_per_million_tokens": 11_111,
-        "eta_seconds": 1.0,
-        "total_cost": 1_111,
+        # As long as a real quote's figures (49 min 41 s, ¥3.23): the comparison's columns must fit them.
+        "eta_seconds": 2_981.0,
+        "total_cost": 3_230_000,
         "throughput_source": {},
         "baseline": None,
         "speedup_vs_baseline": None,
@@ -133,7 +134,7 @@ def running_job(owner) -> Job:
         loss=2.5,
         first_loss=6.2,
         tokens_per_s=1_024.0,
-        started_at=now - timedelta(minutes=3),
+        started_at=now - timedelta(minutes=48),  # projected: 3 h 12 min, as wide as a real run's figures
         spot=True,
         spot_bid_per_hour=900_000,
     )
