@@ -52,7 +52,7 @@
         interaction: { mode: "nearest", axis: "x", intersect: false },
         scales: {
           x: { type: "linear", min: 0, max: maxStep, title: { display: true, text: "step" }, ticks: { precision: 0 }, grid: { display: false } },
-          y: { ticks: { callback: formatY }, grace: "5%" },
+          y: { beginAtZero: true, ticks: { callback: formatY }, grace: "5%" }, // zero stays the floor: no "-2K tokens/s"
         },
         plugins: {
           legend: { display: false },
