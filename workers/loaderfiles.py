@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from pathlib import Path, PurePosixPath
 
+from workers.modelchecks import ModelFiles
 from workers.modelerrors import ARCHIVER_LITTER, ModelFileError
-from workers.modelfiles import ModelFiles
 
 MIB = 1024 * 1024
 # Each file a loader reads, by name, with the most bytes it may hold: a config is a few kilobytes; the

@@ -3,8 +3,8 @@
 An upload is an archive (.tar.gz/.tgz, .tar or .zip) of a model folder. `extract_archive` unpacks it
 into a private folder: no member outside the destination, no links or devices, bounded sizes counted
 while decompressing (a zip bomb stops at the limit), and only the files a loader reads
-(`modelfiles.admit_member`: config, safetensors weights, tokenizer), each within its own bound, so a
-padding file is refused before a byte of it is written. workers.modelfiles then checks the folder.
+(`loaderfiles.admit_member`: config, safetensors weights, tokenizer), each within its own bound, so a
+padding file is refused before a byte of it is written. workers.modelchecks then checks the folder.
 
 No Django: the platform's services call this.
 """

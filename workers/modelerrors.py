@@ -1,6 +1,6 @@
 """What a refused model upload is: `ModelFileError`, whose message names the problem and what to do about it.
 
-Shared by workers.modelarchives (unpacking), workers.modelweights (safetensors headers), workers.modelfiles
+Shared by workers.modelarchives (unpacking), workers.modelweights (safetensors headers), workers.modelchecks
 (the folder's checks) and workers.loaderfiles (which files a folder keeps). No Django.
 """
 

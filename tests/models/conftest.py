@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.hfmodels import make_model_dir
+from workers.modelerrors import ModelFileError
 
 
 @pytest.fixture(scope="session")
@@ -75,3 +76,10 @@ def member(name: str, kind: bytes = tarfile.REGTYPE, *, link: str = "") -> tarfi
     info = tarfile.TarInfo(name)
     info.type, info.linkname = kind, link
     return info
+
+
+def refusal(check, *args) -> ModelFileError:
+    """The ModelFileError that check(*args) raises."""
+    with pytest.raises(ModelFileError) as refused:
+        check(*args)
+    return refused.value

@@ -10,7 +10,7 @@ even that could never be placed, so it is refused before its weights are read.
 from __future__ import annotations
 
 from workers.catalog import CHIP_TYPES
-from workers.modelfiles import ModelFileError
+from workers.modelerrors import ModelFileError
 from workers.models import ChipType
 from workers.modelspecs import LORA, spec_from_config
 from workers.planner import DEFAULT_MAX_RANKS

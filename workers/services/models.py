@@ -1,6 +1,6 @@
 """Users' own Hugging Face models: storing an upload, deleting one, and resolving the model a job names.
 
-An upload is checked in full (workers.modelfiles) in a private scratch folder before anything is kept;
+An upload is checked in full (workers.modelchecks) in a private scratch folder before anything is kept;
 only a valid model folder is stored, as the tree models/<owner id>/<uuid> in object storage
 (workers/storage), and recorded as an UploadedModel. A job names its model as a catalog name
 ("llama-tiny"), an upload ("model:7") or a Hugging Face Hub id ("org/name") that this platform's Hugging
@@ -31,7 +31,8 @@ from workers.choices import JobStatus
 from workers.hfconfig import ModelShape
 from workers.loaderfiles import refuse_unneeded_files
 from workers.modelarchives import Limits, extract_archive
-from workers.modelfiles import ModelFileError, ModelTooLarge, check_model_dir, too_large
+from workers.modelchecks import check_model_dir
+from workers.modelerrors import ModelFileError, ModelTooLarge, too_large
 from workers.models import Job, UploadedModel
 from workers.modelspecs import CATALOG
 from workers.services.model_limits import check_fleet_can_train

@@ -1,4 +1,4 @@
-"""Checks of a user's Hugging Face model before anything of it is stored.
+"""Checks of a user's Hugging Face model folder before anything of it is stored.
 
 An upload is an archive (.tar.gz/.tgz, .tar or .zip) of a model folder: config.json of a supported
 architecture, safetensors weights whose every tensor has the shape the config implies, and a
@@ -21,32 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from workers import hfconfig
-from workers.modelerrors import (
-    ARCHIVER_LITTER,
-    GIB,
-    PACK_IT,
-    SAVE_SAFELY,
-    ModelFileError,
-    ModelTooLarge,
-    read_json,
-    refuse_pickle,
-    too_large,
-)
+from workers.modelerrors import ARCHIVER_LITTER, SAVE_SAFELY, ModelFileError, read_json, refuse_pickle
 from workers.modelspecs import spec_from_config
 from workers.modelweights import Tensor, read_weights
-
-__all__ = [
-    "ARCHIVER_LITTER",
-    "GIB",
-    "PACK_IT",
-    "SAVE_SAFELY",
-    "ModelFileError",
-    "ModelFiles",
-    "ModelTooLarge",
-    "check_model_dir",
-    "refuse_pickle",
-    "too_large",
-]
 
 MAX_CONFIG_BYTES = 1024 * 1024
 # config.json is kept in a PostgreSQL JSON column: no NUL, no lone surrogate, no deep nesting.
