@@ -9,9 +9,10 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from base.money import format_amount
+from base.tokens import hash_token
 from billing.services.credits import grant_trial_credit
 from billing.services.pricing import current_offers, reference_chip
-from portal.models import ApiToken, TokenScope, hash_token
+from portal.models import ApiToken, TokenScope
 from tests.conftest import PASSWORD
 
 pytestmark = pytest.mark.django_db

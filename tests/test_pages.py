@@ -14,9 +14,10 @@ from django.urls import reverse
 from django.utils import timezone
 
 from base.money import format_money
+from base.tokens import hash_token
 from billing.services.credits import adjust_credit, grant_trial_credit
 from billing.services.pricing import current_offers, reference_chip
-from portal.models.tokens import ApiToken, TokenScope, hash_token
+from portal.models.tokens import ApiToken, TokenScope
 from tests.money_html import money
 from workers.choices import AgentStatus
 from workers.models import ChipType, Node

@@ -27,8 +27,9 @@ from django.dispatch import receiver
 from django.utils import timezone
 from rest_framework import authentication, exceptions
 
+from base.tokens import hash_token
 from portal.api.sign_in import UNCONFIRMED, SignInRefused, is_confirmed
-from portal.models import ApiToken, hash_token
+from portal.models import ApiToken
 from portal.models.tokens import token_cache_key
 
 # Write last_used_at at most once a minute per token, not on every request.

@@ -1,3 +1,3 @@
-from portal.models.tokens import ApiToken, TokenScope, hash_token
+from portal.models.tokens import ApiToken, TokenScope
 
-__all__ = ["ApiToken", "TokenScope", "hash_token"]
+__all__ = ["ApiToken", "TokenScope"]

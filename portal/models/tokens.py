@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import secrets
 
 from django.conf import settings
@@ -10,15 +9,12 @@ from django.core.cache import cache
 from django.db import models
 from django.utils import timezone
 
+from base.tokens import hash_token
+
 TOKEN_PREFIX = "sv_"
 # A new token expires after this many days unless its owner picks another lifetime (or none) (#28).
 DEFAULT_EXPIRY_DAYS = 90
 MAX_EXPIRY_DAYS = 365
-
-
-def hash_token(raw: str) -> str:
-    # Tokens carry 256 bits of randomness, so a fast hash is enough (no password stretching needed).
-    return hashlib.sha256(raw.encode()).hexdigest()
 
 
 def token_cache_key(token_hash: str) -> str:

@@ -22,11 +22,12 @@ from django.db import connection
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from base.tokens import hash_token
 from portal.local.launcher import demo_fleet_processes
 from tests.compute.conftest import hand_plan
 from tests.e2e.stack import Stack
 from workers.choices import AgentStatus, JobStatus
-from workers.models import AgentCommand, EnrollmentToken, Job, Node, Pool, hash_secret
+from workers.models import AgentCommand, EnrollmentToken, Job, Node, Pool
 from workers.services.fleet import EnrollmentError, enroll_node
 from workers.services.placement import allocate
 
@@ -81,7 +82,7 @@ def test_a_second_agent_with_the_pools_token_cannot_take_over_an_enrolled_host(r
     assert "current node token" in response.json()["detail"] and "Reset node" in response.json()["detail"]
     node = Node.objects.get(hostname="gpu-1")
     assert node.token_hash == before and node.address == "127.0.0.1"  # where the real agent enrolled from
-    assert EnrollmentToken.objects.get(token_hash=hash_secret(pool_token)).uses == 1
+    assert EnrollmentToken.objects.get(token_hash=hash_token(pool_token)).uses == 1
     # The real node keeps its token and its job's commands.
     answer = as_node(node_token).post(POLL, {}, format="json")
     assert answer.status_code == 200
@@ -151,7 +152,7 @@ def test_more_chips_than_approved_are_refused_naming_the_limit(catalog):
     assert response.status_code == 403 and response.json()["code"] == "chips_not_approved"
     assert "declared 8 chip(s)" in response.json()["detail"] and "at most 2" in response.json()["detail"]
     assert not Node.objects.filter(hostname="gpu-1").exists()
-    assert EnrollmentToken.objects.get(token_hash=hash_secret(raw)).uses == 0
+    assert EnrollmentToken.objects.get(token_hash=hash_token(raw)).uses == 0
 
     node_token = enroll(body(raw, chips=2)).json()["node_token"]
     again = enroll({**body(chips=4), "node_token": node_token})  # nor can the host raise it by renewing
@@ -262,7 +263,7 @@ def test_a_test_stacks_agent_gets_its_token_in_its_environment_not_its_command_l
         raw = process.environ()["STARVERSE_ENROLLMENT_TOKEN"]
         assert raw.startswith("sve_")
         assert not [line for line in command_lines(process) if raw in line]
-        assert EnrollmentToken.objects.get(token_hash=hash_secret(raw)).approved_chips == 1
+        assert EnrollmentToken.objects.get(token_hash=hash_token(raw)).approved_chips == 1
     finally:
         stack.stop_all()
 
@@ -278,7 +279,7 @@ def test_the_demo_fleet_passes_tokens_in_private_files_never_on_command_lines(ca
         assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
         assert stat.S_IMODE(token_file.parent.stat().st_mode) == 0o700
         assert entry["token"] not in commands[entry["hostname"]]
-        issued = EnrollmentToken.objects.get(token_hash=hash_secret(entry["token"]))
+        issued = EnrollmentToken.objects.get(token_hash=hash_token(entry["token"]))
         assert (issued.max_uses, issued.approved_chips) == (1, entry["chips"])
 
     first = fleet[0]

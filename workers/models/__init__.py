@@ -1,4 +1,4 @@
-from workers.models.agents import AgentCommand, EnrollmentToken, hash_secret, new_node_token
+from workers.models.agents import AgentCommand, EnrollmentToken, new_node_token
 from workers.models.checkpoints import JobCheckpoint
 from workers.models.fleet import REFERENCE_CHIP, ChipType, Node, Pool
 from workers.models.hfmodels import UploadedModel
@@ -38,6 +38,5 @@ __all__ = [
     "Pool",
     "RankExit",
     "UploadedModel",
-    "hash_secret",
     "new_node_token",
 ]

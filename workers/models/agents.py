@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import secrets
 from datetime import datetime, timedelta
 
@@ -11,12 +10,9 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils import timezone
 
+from base.tokens import hash_token
 from workers.choices import CommandStatus
 from workers.protocol import ENROLLMENT_TOKEN_PREFIX, NODE_TOKEN_PREFIX
-
-
-def hash_secret(raw: str) -> str:
-    return hashlib.sha256(raw.encode()).hexdigest()
 
 
 def new_node_token() -> str:
@@ -77,7 +73,7 @@ class EnrollmentToken(models.Model):
             pool=pool,
             name=name,
             prefix=raw[:10],
-            token_hash=hash_secret(raw),
+            token_hash=hash_token(raw),
             created_by=created_by,
             expires_at=timezone.now() + lifetime,
             max_uses=max_uses,

@@ -12,8 +12,9 @@ from django.db.models import Case, F, Sum, Value, When
 from django.utils import timezone
 
 from base.outage import database_last_unreachable
+from base.tokens import hash_token
 from workers.choices import AgentStatus, CommandStatus
-from workers.models import AgentCommand, Allocation, EnrollmentToken, Node, hash_secret, new_node_token
+from workers.models import AgentCommand, Allocation, EnrollmentToken, Node, new_node_token
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +63,7 @@ def enroll_node(
         # Locks the hostname's row, so two enrollments of one host can't both pass the checks below.
         existing = Node.objects.select_for_update().select_related("pool__chip_type").filter(hostname=hostname).first()
         if node_token:
-            if existing is None or existing.token_hash != hash_secret(node_token):
+            if existing is None or existing.token_hash != hash_token(node_token):
                 raise EnrollmentError(
                     f"The node token presented is not host '{hostname}'s current node token.", "node_token_invalid"
                 )
@@ -85,7 +86,7 @@ def _renew(node: Node, chip_type: str, chips: int, raw: str) -> Node:
         )
     _check_chips(chips, node.approved_chips, f"host '{node.hostname}'")
     now = timezone.now()
-    node.chips, node.token_hash, node.last_heartbeat_at = chips, hash_secret(raw), now
+    node.chips, node.token_hash, node.last_heartbeat_at = chips, hash_token(raw), now
     node.agent_status = heartbeat_status(node.agent_status)
     return node
 
@@ -113,7 +114,7 @@ def _enroll_with_token(
     EnrollmentToken.objects.filter(pk=token.pk).update(uses=F("uses") + 1)
     now = timezone.now()
     node = existing or Node(hostname=hostname, pool=pool)
-    node.chips, node.approved_chips, node.token_hash = chips, token.approved_chips, hash_secret(raw)
+    node.chips, node.approved_chips, node.token_hash = chips, token.approved_chips, hash_token(raw)
     node.agent_status, node.last_heartbeat_at, node.enrolled_at = AgentStatus.ONLINE, now, now
     return node
 
@@ -127,7 +128,7 @@ def _usable_token(raw: str) -> EnrollmentToken:
     token = (
         EnrollmentToken.objects.select_for_update(of=("self",))
         .select_related("pool__chip_type")
-        .filter(token_hash=hash_secret(raw))
+        .filter(token_hash=hash_token(raw))
         .first()
     )
     if token is None:
@@ -148,7 +149,7 @@ def _check_chips(declared: int, approved: int, whose: str) -> None:
 
 
 def authenticate_node(raw: str) -> Node | None:
-    return Node.objects.select_related("pool__chip_type").filter(token_hash=hash_secret(raw)).first()
+    return Node.objects.select_related("pool__chip_type").filter(token_hash=hash_token(raw)).first()
 
 
 # A heartbeat leaves these as they are (a drain is the operator's; a lost node returns by a clean return).

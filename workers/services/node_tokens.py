@@ -13,7 +13,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from workers.models import Node, hash_secret
+from base.tokens import hash_token
+from workers.models import Node
 
 # What a poll or a report reads of its node (the rest is loaded if ever touched): fleet.record_heartbeat's,
 # restarts.move_jobs_of_vanished_ranks' and reports.accept_report's fields.
@@ -38,14 +39,14 @@ class NodeTokenCache:
 
     def cached(self, raw: str) -> Node | None:
         """The node if this token was checked within ttl_s (no database), else None."""
-        entry = self._nodes.get(hash_secret(raw))
+        entry = self._nodes.get(hash_token(raw))
         if entry is None or self._clock() >= entry[0]:
             return None
         return entry[1]
 
     def check(self, raw: str) -> Node | None:
         """The token's node, from the database (then remembered), or None when no node has it."""
-        token_hash = hash_secret(raw)
+        token_hash = hash_token(raw)
         node = _node_for_polls(token_hash)
         if node is not None and self.ttl_s > 0:
             with self._lock:

@@ -9,8 +9,9 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
+from base.tokens import hash_token
 from workers.agent.state import STATE_FILE
-from workers.models import EnrollmentToken, Node, Pool, hash_secret
+from workers.models import EnrollmentToken, Node, Pool
 from workers.services.monitor import reset_node
 
 # hostname, chip type, chips, spot-eligible: three chip types, small enough for a 2-core laptop.
@@ -60,7 +61,7 @@ class Command(BaseCommand):
 
 
 def _usable(raw: str) -> bool:
-    token = EnrollmentToken.objects.filter(token_hash=hash_secret(raw)).first()
+    token = EnrollmentToken.objects.filter(token_hash=hash_token(raw)).first()
     return token is not None and token.is_usable
 
 
@@ -70,7 +71,7 @@ def _saved_token_hash(agent_dir: Path) -> str | None:
         token = json.loads((agent_dir / STATE_FILE).read_text()).get("node_token")
     except (OSError, ValueError):
         return None
-    return hash_secret(token) if token else None
+    return hash_token(token) if token else None
 
 
 def write_private(path: Path, secret: str) -> Path:
