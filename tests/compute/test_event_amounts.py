@@ -8,11 +8,11 @@ import pytest
 
 from market.models import Bid
 from market.services.bids import cancel_bid
-from tests.compute.test_cancelled_bids import checkpoint_and_leave, tasks_run_inline  # noqa: F401 - a fixture
+from tests.compute.test_cancelled_bids import checkpoint_and_leave
 from tests.compute.test_spot_migration import metric, report, spot_job
 from workers.choices import JobEventKind, JobStatus
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("tasks_run_inline")]
 
 
 def test_the_resumed_event_names_the_insurance_refund_to_the_cent(enroll, fund, alice):
