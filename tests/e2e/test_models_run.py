@@ -27,7 +27,7 @@ from tests.e2e.stack import platform_stack, wait_until
 from tests.hfmodels import chat_records, make_model_dir
 from workers.choices import AgentStatus, JobStatus
 from workers.models import Job, JobMigration, MigrationReason, Node
-from workers.runtime import records
+from workers.runtime import record_files, records, tokens
 from workers.services import lifecycle
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -98,12 +98,12 @@ def download(api, job_id: int, target: Path, merged: bool = False) -> Path:
 
 def held_out_loss(model, tokenizer_dir: Path, eval_file: Path) -> float:
     """Mean cross-entropy over the eval records' assistant tokens, each record on its own."""
-    tokenizer = records.load_tokenizer(str(tokenizer_dir), model.config.vocab_size)
-    kind, rows = records.read_records(eval_file)
+    tokenizer = tokens.load_tokenizer(str(tokenizer_dir), model.config.vocab_size)
+    kind, rows = record_files.read_records(eval_file)
     total, count = 0.0, 0
     model.eval()
     with torch.no_grad():
-        for ids, mask in records.eval_examples([records.encode_record(r, kind, tokenizer) for r in rows], SEQ):
+        for ids, mask in records.eval_examples([tokens.encode_record(r, kind, tokenizer) for r in rows], SEQ):
             ids_t, mask_t = torch.tensor([ids]), torch.tensor([mask])
             logits = model(input_ids=ids_t[:, :-1]).logits
             targets = ids_t[:, 1:].masked_fill(~mask_t[:, 1:], -100)

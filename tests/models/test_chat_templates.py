@@ -7,7 +7,7 @@ import pytest
 
 from tests.hfmodels import CHAT_TEMPLATE, make_tokenizer
 from workers.chat_templates import RenderLimits, TemplateRefused, render_chats
-from workers.runtime.records import chat_prefixes
+from workers.runtime.tokens import chat_prefixes
 
 CHAT = [
     {"role": "system", "content": "Answer briefly."},

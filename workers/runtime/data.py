@@ -4,9 +4,9 @@ Every sample is a function of its global index alone, so any rank can build any 
 resume on another mix (other world size, other micro-batches) continues from the recorded
 number of samples consumed without repeating or skipping one. Nothing is downloaded.
 
-A dataset file is read as records (workers.runtime.records: text, {"text"}, chat, prompt/completion),
+A dataset file is read as records (workers.runtime.record_files: text, {"text"}, chat, prompt/completion),
 each tokenized with the model's own tokenizer into ids and a loss mask (assistant and completion
-tokens only), and packed into windows.
+tokens only: workers.runtime.tokens), and packed into windows (workers.runtime.records).
 """
 
 from __future__ import annotations
@@ -65,23 +65,23 @@ def open_data(
     The eval set is `eval_dataset`, or a deterministic held-out `eval_fraction` of the dataset's records
     (which training then never sees).
     """
-    from workers.runtime import records
+    from workers.runtime import record_files, records, tokens
 
-    tokenizer = records.load_tokenizer(tokenizer_path, spec.vocab_size)
+    tokenizer = tokens.load_tokenizer(tokenizer_path, spec.vocab_size)
     held_out = None
     if dataset == SYNTHETIC:
         corpus = SyntheticCorpus(spec.vocab_size, spec.seq_len, seed)
         if eval_dataset == SYNTHETIC or (eval_fraction and not eval_dataset):
             held_out = [_as_example(corpus.batch(EVAL_SYNTHETIC_FROM + i, 1)) for i in range(EVAL_SYNTHETIC_SAMPLES)]
     else:
-        kind, rows = records.read_records(local_path(dataset))
+        kind, rows = record_files.read_records(local_path(dataset))
         if eval_fraction and not eval_dataset:
             rows, eval_rows = records.split_holdout(rows, eval_fraction, seed)
             held_out = _examples(eval_rows, kind, tokenizer, spec.seq_len)
-        encoded = (records.encode_record(r, kind, tokenizer) for r in rows)
+        encoded = (tokens.encode_record(r, kind, tokenizer) for r in rows)
         corpus = TokenCorpus(*records.pack(encoded, spec.seq_len), seed)
     if eval_dataset and eval_dataset != SYNTHETIC:
-        eval_kind, eval_rows = records.read_records(local_path(eval_dataset))
+        eval_kind, eval_rows = record_files.read_records(local_path(eval_dataset))
         held_out = _examples(eval_rows, eval_kind, tokenizer, spec.seq_len)
     return TrainingData(corpus, held_out)
 
@@ -97,9 +97,9 @@ EVAL_SYNTHETIC_SAMPLES, EVAL_SYNTHETIC_FROM = 16, 1 << 40
 
 def _examples(rows: list[dict], kind: str, tokenizer, seq_len: int) -> list[tuple[list[int], list[bool]]]:
     """Eval records, each tokenized on its own (workers.runtime.records.eval_examples)."""
-    from workers.runtime import records
+    from workers.runtime import records, tokens
 
-    return records.eval_examples([records.encode_record(r, kind, tokenizer) for r in rows], seq_len)
+    return records.eval_examples([tokens.encode_record(r, kind, tokenizer) for r in rows], seq_len)
 
 
 def _as_example(block: tuple[torch.Tensor, torch.Tensor]) -> tuple[list[int], list[bool]]:

@@ -20,15 +20,8 @@ from workers.chat_templates import Rendered, TemplateRefused, render_chats
 from workers.choices import DatasetKind
 from workers.models import Dataset, UploadedModel
 from workers.runtime.datasets import DatasetError, validate_dataset_file
-from workers.runtime.records import (
-    CHAT,
-    ByteTokenizer,
-    Renderer,
-    chat_prefixes,
-    encode_record,
-    first_records,
-    load_tokenizer,
-)
+from workers.runtime.record_files import CHAT, first_records
+from workers.runtime.tokens import ByteTokenizer, Renderer, chat_prefixes, encode_record, load_tokenizer
 from workers.services.redaction import redact
 from workers.services.storage import StorageUnavailable, delete_stored_tree, platform_store, staged_tree
 from workers.services.storage_quota import QuotaExceeded, check_room, recorded
