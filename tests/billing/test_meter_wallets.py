@@ -18,7 +18,7 @@ from billing.models import Charge, Entry, Transaction
 from billing.services.credits import adjust_credit
 from billing.services.ledger import audit_ledger, balance_of, platform_account, transfer, wallet_for
 from billing.services.meter import charge_allocations, due_lines, owed, run_meter
-from billing.services.meter_columns import PriceLines, to_us
+from billing.services.meter.columns import PriceLines, to_us
 from billing.services.pricing import PriceBook
 from tests.compute.conftest import enroll, planning_job  # noqa: F401 - fixtures
 from tests.lines import line_of

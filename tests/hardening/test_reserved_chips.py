@@ -23,7 +23,8 @@ from base.money import to_micros
 from billing.models import Price, Transaction
 from billing.services.credits import adjust_credit
 from billing.services.ledger import balance_of
-from billing.services.meter import MICROSECONDS_PER_HOUR, charge_allocations, round_half_up
+from billing.services.meter import charge_allocations
+from billing.services.meter.cost import MICROSECONDS_PER_HOUR, round_half_up
 from billing.services.reservations import ReservedSpan, charge_reserved_spans
 from market.models import Bid, BidStatus, SpotReservation
 from market.services.bids import cancel_bid, place_bid

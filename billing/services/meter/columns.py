@@ -1,6 +1,6 @@
 """What a batch of allocations owes, on numpy columns, to the micro-unit.
 
-`meter.owed` prices one allocation with Python integers: the price integrated over
+`meter.cost.owed` prices one allocation with Python integers: the price integrated over
 [started_at, mark) in micro-unit-microseconds per hour, times its chips, divided by 3.6e9 and
 rounded once, half up. A tick does that for every open allocation, and at 100,000 of them the
 Python loop alone took most of a second. This module does the same arithmetic on int64 columns.
@@ -11,7 +11,7 @@ microseconds, `A = Σ price × q` and `B = Σ price × r`, and the integral is `
 Then `chips × integral / 3.6e9 = chips × A / 3600 + chips × B / 3.6e9`, and with
 `chips × A = 3600 × whole + rest` the rounding is decided on `rest × 10^6 + chips × B`, a small
 number. Nothing is approximated; `Columns.exact` says whether every intermediate stays inside
-an int64 for this batch, and the meter falls back to `meter.owed` per allocation when it does not.
+an int64 for this batch, and the meter falls back to `meter.cost.owed` per allocation when it does not.
 
 A batch's billing lines and their allocations, read as columns, are `Lines` and `Allocations`.
 """
@@ -91,7 +91,7 @@ class PriceLines:
         return a, b
 
     def owed(self, key: tuple[int, str], chips: np.ndarray, start: np.ndarray, mark: np.ndarray) -> np.ndarray:
-        """round_half_up(chips × integral over [start, mark) / 3.6e9) for each row, as `meter.owed` computes it."""
+        """round_half_up(chips × integral over [start, mark) / 3.6e9) for each row, as `meter.cost.owed` computes it."""
         a0, b0 = self.running(key, start)
         a1, b1 = self.running(key, mark)
         whole, rest = np.divmod(chips * (a1 - a0), 3600)

@@ -1,6 +1,6 @@
 """The meter's money side: locking the wallets, what each line is paid, one CHARGE transaction per wallet.
 
-See `billing.services.meter` for the rules; this is the part that touches the ledger.
+See `billing.services.meter` (the package's docstring) for the rules; this is the part that touches the ledger.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from django.db import connection
 from billing.choices import TransactionKind
 from billing.models import Account
 from billing.services.ledger import Leg, fingerprint_of, lock_wallets, wallet_for
-from billing.services.meter_columns import Lines, int_array
+from billing.services.meter.columns import Lines, int_array
 from billing.services.pricing import MICROSECOND
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
