@@ -10,7 +10,7 @@ left to the periodic passes that read the database).
 PostgreSQL: which errors mean "the database is unreachable", and a platform-wide mark of the last
 time any process found it so (base.heartbeats, in Redis). While the database is away no agent's
 heartbeat can be recorded, so when it is back every node looks silent; the reconciler measures a
-node's silence from that mark, not only from its last heartbeat (workers.services.fleet).
+node's silence from that mark, not only from its last heartbeat (workers.services.node_lifecycle).
 """
 
 from __future__ import annotations

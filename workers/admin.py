@@ -5,6 +5,8 @@ Jobs are in workers/admin_jobs.py: read-only, cancellable with a reason.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from django.contrib import admin, messages
 from django.db import transaction
 from django.utils import timezone
@@ -16,10 +18,10 @@ from base.money import format_price
 from billing.models import Price
 from market.models import MarketSettings
 from workers import admin_jobs  # noqa: F401  (jobs: registered there, /admin/workers/job/)
-from workers.choices import AgentStatus, JobStatus
-from workers.models import Allocation, ChipType, EnrollmentToken, MigrationReason, Node, Pool
-from workers.services import lifecycle
-from workers.services.monitor import reset_node
+from workers.choices import AgentStatus
+from workers.models import ChipType, EnrollmentToken, Node, Pool
+from workers.services import node_lifecycle
+from workers.services.node_lifecycle import NodeChange
 
 # A node in one of these states has no agent to take notice or finish work: nothing to reclaim or drain.
 GONE = {AgentStatus.LOST: "lost", AgentStatus.OFFLINE: "offline", AgentStatus.UNENROLLED: "not enrolled"}
@@ -114,28 +116,14 @@ class NodeAdmin(AuditedChangesMixin, admin.ModelAdmin):
             return
         notice = MarketSettings.load().notice_seconds
         for node in queryset.order_by("pk"):
+            detail = f"{node.hostname} is going into maintenance (by {request.user.get_username()})"
             with transaction.atomic():
-                node = Node.objects.select_for_update().get(pk=node.pk)
-                status_before = node.agent_status
-                node.agent_status = AgentStatus.DRAINING
-                node.save(update_fields=["agent_status"])
-                detail = f"{node.hostname} is going into maintenance (by {request.user.get_username()})"
-                moved = [
-                    job_id
-                    for job_id in running_job_ids(node)
-                    if lifecycle.reclaim(
-                        job_id, MigrationReason.MAINTENANCE, detail, nodes=[node], notice_seconds=notice
-                    )
-                ]
-                record(
-                    request.user,
-                    "node.reclaim",
-                    node,
-                    before={"agent_status": status_before},
-                    after={"agent_status": node.agent_status},
-                    jobs_moved=moved,
-                    notice_seconds=notice,
-                )
+                change = node_lifecycle.reclaim_for_maintenance(node.pk, detail, notice)
+                if change is None:  # lost or reset since the selection was checked: its jobs moved already
+                    self.message_user(request, f"{node.hostname} is no longer connected: skipped.", messages.WARNING)
+                    continue
+                moved = change.jobs_moved
+                record(request.user, "node.reclaim", node, **change.audit(), jobs_moved=moved, notice_seconds=notice)
             if moved:
                 jobs = f"{_jobs(moved)} {'has' if len(moved) == 1 else 'have'} {notice} s to checkpoint and move"
             else:
@@ -150,7 +138,7 @@ class NodeAdmin(AuditedChangesMixin, admin.ModelAdmin):
     def drain(self, request, queryset) -> None:
         if not self._all_present(request, queryset, "drained"):
             return
-        changed = self._move_status(request, queryset, AgentStatus.ONLINE, AgentStatus.DRAINING, "node.drain")
+        changed = self._move_status(request, queryset, node_lifecycle.drain, "node.drain")
         if not changed:
             self.message_user(request, "Nothing was drained: only online nodes can be drained.", messages.WARNING)
             return
@@ -162,9 +150,7 @@ class NodeAdmin(AuditedChangesMixin, admin.ModelAdmin):
 
     @admin.action(description="Return drained nodes to service")
     def return_to_service(self, request, queryset) -> None:
-        changed = self._move_status(
-            request, queryset, AgentStatus.DRAINING, AgentStatus.ONLINE, "node.return_to_service"
-        )
+        changed = self._move_status(request, queryset, node_lifecycle.return_to_service, "node.return_to_service")
         if not changed:
             self.message_user(
                 request, "Nothing was returned to service: only draining nodes can return.", messages.WARNING
@@ -179,16 +165,8 @@ class NodeAdmin(AuditedChangesMixin, admin.ModelAdmin):
         reset = []
         for node in queryset.order_by("pk"):
             with transaction.atomic():
-                status_before = node.agent_status
-                reset_node(node, by=request.user.get_username())
-                node.refresh_from_db(fields=["agent_status"])
-                record(
-                    request.user,
-                    "node.reset",
-                    node,
-                    before={"agent_status": status_before},
-                    after={"agent_status": node.agent_status},
-                )
+                change = node_lifecycle.reset_node(node.pk, by=request.user.get_username())
+                record(request.user, "node.reset", node, **change.audit())
             reset.append(node.hostname)
         self.message_user(
             request,
@@ -197,13 +175,15 @@ class NodeAdmin(AuditedChangesMixin, admin.ModelAdmin):
             messages.SUCCESS,
         )
 
-    def _move_status(self, request, queryset, before: str, after: str, action: str) -> list[str]:
-        """Each selected node in status `before` goes to `after`, with its audit entry; the hostnames moved."""
+    def _move_status(self, request, queryset, transition: Callable[[int], NodeChange | None], action: str) -> list[str]:
+        """Each selected node goes through `transition` (node_lifecycle.drain, return_to_service), with its
+        audit entry where it moved; the hostnames moved."""
         moved = []
-        for node in queryset.filter(agent_status=before).order_by("pk"):
+        for node in queryset.order_by("pk"):
             with transaction.atomic():
-                if Node.objects.filter(pk=node.pk, agent_status=before).update(agent_status=after):
-                    record(request.user, action, node, before={"agent_status": before}, after={"agent_status": after})
+                change = transition(node.pk)
+                if change is not None:
+                    record(request.user, action, node, **change.audit())
                     moved.append(node.hostname)
         return moved
 
@@ -230,17 +210,6 @@ def _jobs(job_ids: list[int]) -> str:
     if len(job_ids) == 1:
         return f"job {job_ids[0]}"
     return f"jobs {', '.join(str(j) for j in job_ids[:-1])} and {job_ids[-1]}"
-
-
-def running_job_ids(node: Node) -> list[int]:
-    """Jobs with chips on this node now that are placed or running (a migrating job is already moving)."""
-    return sorted(
-        set(
-            Allocation.objects.open()
-            .filter(node=node, job__status__in=[JobStatus.PROVISIONING, JobStatus.RUNNING])
-            .values_list("job_id", flat=True)
-        )
-    )
 
 
 @admin.register(EnrollmentToken)

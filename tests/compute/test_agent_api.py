@@ -15,8 +15,8 @@ from tests.compute.conftest import hand_plan
 from workers.choices import AgentStatus, CommandStatus, JobStatus
 from workers.models import AgentCommand, EnrollmentToken, Job, JobLogLine, JobMetric, Node, Pool
 from workers.services import channel
-from workers.services.fleet import record_heartbeat
 from workers.services.monitor import reconcile
+from workers.services.node_lifecycle import record_heartbeat
 from workers.services.placement import allocate
 
 pytestmark = pytest.mark.django_db

@@ -21,9 +21,9 @@ from market.signals import spot_chips_lost
 from workers.choices import AllocationMode, JobStatus
 from workers.models import AgentCommand, Allocation, ChipType, Job, Node
 from workers.receivers import move_jobs_off_lost_spot_chips
-from workers.services.fleet import record_heartbeat
 from workers.services.lifecycle import submit as submit_job
 from workers.services.monitor import reconcile
+from workers.services.node_lifecycle import record_heartbeat
 from workers.services.reports import accept_report
 from workers.services.scheduling import schedule
 from workers.spec import JobSpec

@@ -17,8 +17,9 @@ from tests.compute.conftest import hand_plan
 from workers.choices import AgentStatus, JobStatus
 from workers.models import AgentCommand, EnrollmentToken, Job, JobMetric, Node, Pool
 from workers.services import lifecycle
-from workers.services.fleet import enroll_node, record_heartbeat
+from workers.services.fleet import enroll_node
 from workers.services.monitor import reconcile
+from workers.services.node_lifecycle import record_heartbeat
 from workers.services.placement import allocate
 from workers.services.scheduling import schedule
 

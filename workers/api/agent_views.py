@@ -26,7 +26,7 @@ from workers.api.agent_serializers import (
 )
 from workers.api.client_address import seen_address
 from workers.services import agent_endpoints, channel
-from workers.services.fleet import record_heartbeat
+from workers.services.node_lifecycle import record_heartbeat
 
 
 class AgentView(APIView):
@@ -116,5 +116,5 @@ class StorageView(APIView):
 
 
 def _heartbeat_now(node, health: dict, ranks: list, seen: str | None) -> None:
-    """The sync view writes each poll's heartbeat at once (fleet.record_heartbeat)."""
+    """The sync view writes each poll's heartbeat at once (node_lifecycle.record_heartbeat)."""
     record_heartbeat(node, health, ranks, seen_address=seen)

@@ -22,7 +22,7 @@ from workers.services.fleet import EnrollmentError, enroll_node
 from workers.services.reports import ReportRejected, StaleEpoch, accept_report
 from workers.services.restarts import move_jobs_of_vanished_ranks
 
-# (node, health, ranks, seen_address) -> None: fleet.record_heartbeat, or a batch's `note`.
+# (node, health, ranks, seen_address) -> None: node_lifecycle.record_heartbeat, or a batch's `note`.
 Heartbeat = Callable[[Node, dict, list, "str | None"], None]
 
 

@@ -3,10 +3,10 @@
 Why: at 2,000 agents the polls alone are ~100/s; an UPDATE (and a re-read of the status) per poll
 is most of the database's work while nothing changes but `last_heartbeat_at`. The lost-node
 reconciler only needs that timestamp within the heartbeat deadline, so the agent service notes
-each poll here and `flush()` writes all of them at once, with fleet.record_heartbeat's rule: a
-draining or lost node keeps its status (decided on the row as it is when written), any other
-becomes online. A row is written only while the node token that polled is still the node's (a
-re-enrolled or reset node is not kept alive by an old token's last polls).
+each poll here and `flush()` writes all of them at once (node_lifecycle.record_heartbeats), with
+node_lifecycle.record_heartbeat's rule: a draining or lost node keeps its status (decided on the row
+as it is when written), any other becomes online. A row is written only while the node token that
+polled is still the node's (a re-enrolled or reset node is not kept alive by an old token's last polls).
 
 The rare polls that change more than the timestamp are written at once, by record_heartbeat
 itself: a node known to be lost (it comes back only after a clean return, checked there), one
@@ -15,28 +15,19 @@ not yet online or draining, and a node whose observed address moved.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from datetime import datetime
 
-from django.db import DatabaseError, connection
+from django.db import DatabaseError
 from django.utils import timezone
 
 from base.outage import note_database_error
 from workers.choices import AgentStatus
 from workers.models import Node
-from workers.services.fleet import KEPT_ON_HEARTBEAT, record_heartbeat
+from workers.services.node_lifecycle import record_heartbeat, record_heartbeats
 
 logger = logging.getLogger(__name__)
-
-# One row per noted node; fleet.record_heartbeat's status rule, decided on the row as it is when written.
-FLUSH = (
-    "UPDATE workers_node AS n SET last_heartbeat_at = v.seen, health = v.health::jsonb,"
-    " agent_status = CASE WHEN n.agent_status = ANY(%s) THEN n.agent_status ELSE %s END"
-    " FROM unnest(%s::bigint[], %s::timestamptz[], %s::text[], %s::text[]) AS v(id, seen, health, token_hash)"
-    " WHERE n.id = v.id AND n.token_hash = v.token_hash"
-)
 
 
 class HeartbeatBatch:
@@ -48,7 +39,7 @@ class HeartbeatBatch:
         self.written = 0  # rows written by flushes so far (the benchmark reads it)
 
     def note(self, node: Node, health: dict, ranks: list, seen_address: str | None) -> None:
-        """A fleet.record_heartbeat for the agent service: batched, unless this poll changes more."""
+        """A node_lifecycle.record_heartbeat for the agent service: batched, unless this poll changes more."""
         moved = bool(node.address_observed and seen_address and seen_address != node.address)
         if moved or node.agent_status not in (AgentStatus.ONLINE, AgentStatus.DRAINING):
             record_heartbeat(node, health, ranks, seen_address=seen_address)
@@ -66,19 +57,8 @@ class HeartbeatBatch:
             batch, self._seen = self._seen, {}
         if not batch:
             return 0
-        ids = list(batch)
-        params = [
-            list(KEPT_ON_HEARTBEAT),
-            AgentStatus.ONLINE,
-            ids,
-            [batch[node_id][0] for node_id in ids],
-            [json.dumps(batch[node_id][1]) for node_id in ids],
-            [batch[node_id][2] for node_id in ids],
-        ]
         try:
-            with connection.cursor() as cursor:
-                cursor.execute(FLUSH, params)
-                written = cursor.rowcount
+            written = record_heartbeats(batch)
         except DatabaseError as error:
             logger.exception("heartbeats of %d node(s) not written; retrying at the next flush", len(batch))
             note_database_error(error)  # these nodes polled: their silence now is the platform's

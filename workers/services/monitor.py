@@ -11,10 +11,9 @@ from django.db.models import F
 from django.utils import timezone
 
 from billing.services.holds import credit_stops
-from workers.choices import AgentStatus, JobStatus
-from workers.models import Allocation, Job, MigrationReason, Node, RankExit
-from workers.services import lifecycle
-from workers.services.fleet import silence_cutoff, silent_nodes
+from workers.choices import JobStatus
+from workers.models import Job, Node, RankExit
+from workers.services import lifecycle, node_lifecycle
 from workers.services.migration import overdue_notices
 from workers.services.reports import crash_reason
 
@@ -48,50 +47,7 @@ def stop_jobs_out_of_credit(now) -> int:
 
 def migrate_jobs_off_silent_nodes(now) -> int:
     """A node silent past the heartbeat deadline is lost; its jobs resume elsewhere from their last checkpoint."""
-    lost = 0
-    for node in silent_nodes(now):
-        with transaction.atomic():
-            node = Node.objects.select_for_update().get(pk=node.pk)
-            if node.agent_status not in (AgentStatus.ONLINE, AgentStatus.DRAINING):
-                continue
-            cutoff = silence_cutoff(now)  # again, under the lock: it polled meanwhile, or the database was away
-            if cutoff is None or (node.last_heartbeat_at and node.last_heartbeat_at >= cutoff):
-                continue
-            silence = f"{(now - node.last_heartbeat_at).total_seconds():.0f}s" if node.last_heartbeat_at else "ever"
-            declare_lost(node, f"node {node.hostname} went silent (no heartbeat for {silence})", now)
-            lost += 1
-        logger.warning("node %s declared lost", node.hostname)
-    return lost
-
-
-def declare_lost(node: Node, detail: str, now) -> None:
-    """The node is gone: fence every job placed on it at once and move it (or fail it when it can't move).
-
-    Call inside a transaction with the node's row locked. Its agent, should it come back, finds a
-    kill command for each job's ranks queued before anything else (see fleet.record_heartbeat).
-    """
-    last_seen = node.last_heartbeat_at
-    node.agent_status = AgentStatus.LOST
-    node.save(update_fields=["agent_status"])
-    job_ids = list(Allocation.objects.open().filter(node=node).values_list("job_id", flat=True).distinct())
-    for job_id in job_ids:
-        moved = lifecycle.reclaim(
-            job_id, MigrationReason.LOST_NODE, detail, nodes=[node], notice_seconds=0, now=now, last_seen=last_seen
-        )
-        if moved is None:  # not running (starting or stopping): it can't go on without the node
-            lifecycle.end_without_node(job_id, detail, now)
-
-
-def reset_node(node: Node, by: str, now=None) -> None:
-    """Operator: revoke the host's node token and treat it as lost (its jobs move at once, fenced);
-    the next enrollment of the hostname with a usable enrollment token takes it over."""
-    now = now or timezone.now()
-    with transaction.atomic():
-        node = Node.objects.select_for_update().get(pk=node.pk)
-        node.token_hash = None
-        node.save(update_fields=["token_hash"])
-        if node.agent_status in (AgentStatus.ONLINE, AgentStatus.DRAINING):
-            declare_lost(node, f"node {node.hostname} was reset by {by}", now)
+    return sum(node_lifecycle.declare_lost_if_silent(node.pk, now) for node in node_lifecycle.silent_nodes(now))
 
 
 def fail_jobs_with_crashed_ranks(now) -> int:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from base.tokens import hash_token
 from workers.models import Node
 
-# What a poll or a report reads of its node (the rest is loaded if ever touched): fleet.record_heartbeat's,
+# What a poll or a report reads of its node (the rest is loaded if ever touched): node_lifecycle.record_heartbeat's,
 # restarts.move_jobs_of_vanished_ranks' and reports.accept_report's fields.
 POLL_FIELDS = (
     "id",

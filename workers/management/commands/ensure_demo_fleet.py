@@ -12,7 +12,7 @@ from django.core.management.base import BaseCommand
 from base.tokens import hash_token
 from workers.agent.state import STATE_FILE
 from workers.models import EnrollmentToken, Node, Pool
-from workers.services.monitor import reset_node
+from workers.services.node_lifecycle import reset_node
 
 # hostname, chip type, chips, spot-eligible: three chip types, small enough for a 2-core laptop.
 DEMO_FLEET = [
@@ -52,7 +52,7 @@ class Command(BaseCommand):
             entry = known
         else:
             if node is not None and node.token_hash and not holds_its_token:
-                reset_node(node, by="make run (the demo agent lost its node token)")
+                reset_node(node.pk, by="make run (the demo agent lost its node token)")
             pool = Pool.objects.filter(chip_type__slug=chip).order_by("pk").first()
             _, raw = EnrollmentToken.issue(pool, chips=chips, name=f"demo fleet: {hostname}")
             entry = {"hostname": hostname, "chip": chip, "chips": chips, "spot": spot, "token": raw}
