@@ -13,6 +13,7 @@ import httpx
 import pytest
 from django.utils import timezone
 from starverse import cli
+from starverse.cli import common
 from starverse.client import Client
 from starverse.config import config_path
 
@@ -264,7 +265,7 @@ class FakeBids:
 
 def test_bid_create_list_raise_and_cancel(capsys, monkeypatch):
     fake = FakeBids()
-    monkeypatch.setattr(cli, "client", lambda: Client("http://sv.test", "sv_x", transport=httpx.MockTransport(fake)))
+    monkeypatch.setattr(common, "client", lambda: Client("http://sv.test", "sv_x", transport=httpx.MockTransport(fake)))
 
     code, out, _ = starverse(
         capsys, "bid", "create", "--job", "7", "--chip", "tpu-v5e", "--chips", "2", "--max-price", "3.5"

@@ -7,7 +7,9 @@ import json
 
 import httpx
 import pytest
+from rich.console import Console
 from starverse import cli
+from starverse.cli import common
 from starverse.client import Client
 
 JOB = {
@@ -45,8 +47,8 @@ def api(monkeypatch):
     """The CLI talks to canned answers, in an 80-column terminal."""
     monkeypatch.setenv("COLUMNS", "80")
     transport = httpx.MockTransport(lambda request: httpx.Response(200, json=ANSWERS[request.url.path]))
-    monkeypatch.setattr(cli, "client", lambda: Client("http://sv.test", "sv_x", transport=transport))
-    monkeypatch.setattr(cli, "out", cli.Console(highlight=False, soft_wrap=True, width=80))
+    monkeypatch.setattr(common, "client", lambda: Client("http://sv.test", "sv_x", transport=transport))
+    monkeypatch.setattr(common, "out", Console(highlight=False, soft_wrap=True, width=80))
 
 
 def starverse(capsys, *args: str) -> str:
