@@ -15,10 +15,12 @@ from django.utils.html import format_html
 
 from base.admin import ReadOnlyMixin
 from base.audit import already_recorded, record
-from base.money import format_price
+from base.money import format_price, to_micros
 from base.templatetags.money import money_html
 from billing.models import Payment, Refund, StripeEvent
-from billing.services import stripe_payments as payments
+from billing.services.ledger import balance_of
+from billing.services.stripe_payments.config import PaymentError, minor_unit_micros
+from billing.services.stripe_payments.refunds import refund_payment, refundable_micros
 
 
 class RefundForm(forms.Form):
@@ -32,12 +34,12 @@ class RefundForm(forms.Form):
 
     def clean_amount(self) -> int:
         try:
-            micros = payments.to_micros(self.cleaned_data["amount"].strip())
+            micros = to_micros(self.cleaned_data["amount"].strip())
         except ValueError:
             raise forms.ValidationError("Enter the amount as a number, e.g. 20.00.") from None
         if micros <= 0:
             raise forms.ValidationError("A refund amount must be positive.")
-        if micros % payments.minor_unit_micros(settings.CURRENCY):
+        if micros % minor_unit_micros(settings.CURRENCY):
             raise forms.ValidationError("Enter the amount with at most two decimals.")
         return micros
 
@@ -108,14 +110,14 @@ class PaymentAdmin(ReadOnlyMixin, admin.ModelAdmin):
         form = RefundForm(request.POST or None, initial={"nonce": secrets.token_urlsafe(18)})
         if request.method == "POST" and form.is_valid():
             try:
-                refund = payments.refund_payment(
+                refund = refund_payment(
                     payment,
                     form.cleaned_data["amount"],
                     reason=form.cleaned_data["reason"],
                     actor=request.user,
                     nonce=form.cleaned_data["nonce"],
                 )
-            except payments.PaymentError as error:
+            except PaymentError as error:
                 form.add_error(None, str(error))
             else:
                 if not already_recorded("payment.refund", refund=refund.pk):  # a resubmitted form refunds once
@@ -143,8 +145,8 @@ class PaymentAdmin(ReadOnlyMixin, admin.ModelAdmin):
             "amount": money_html(payment.amount),
             "refunded": money_html(payment.refunded_amount),
             # Exact, not rounded: it bounds what the operator may type.
-            "refundable": format_price(payments.refundable_micros(payment)),
-            "balance": money_html(payments.balance_of(payment.user)),
+            "refundable": format_price(refundable_micros(payment)),
+            "balance": money_html(balance_of(payment.user)),
         }
         return TemplateResponse(request, "portal/billing/admin_refund.html", context)
 

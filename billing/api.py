@@ -16,9 +16,10 @@ from base.api.docs import IDEMPOTENT_WRITE_ERRORS, VALIDATION_EXAMPLE, errors
 from base.api.idempotency import IDEMPOTENCY_KEY_PARAMETER, idempotent
 from base.api.validation import refuse_unknown_fields
 from base.money import format_amount
-from billing.services import stripe_payments as payments
+from billing.services.stripe_payments import topups
+from billing.services.stripe_payments.config import PaymentError, is_configured
 
-# Stripe nonces are "api-" + this, and stripe_payments.NONCE_RE allows 64 characters in all.
+# Stripe nonces are "api-" + this, and stripe_payments.config.NONCE_RE allows 64 characters in all.
 IDEMPOTENCY_KEY_RE = re.compile(r"^[A-Za-z0-9_-]{8,60}$")
 
 
@@ -44,8 +45,8 @@ class TopupRequestSerializer(serializers.Serializer):
 
     def validate_amount(self, value: str) -> int:
         try:
-            return payments.parse_topup_amount(value)
-        except payments.PaymentError as error:
+            return topups.parse_topup_amount(value)
+        except PaymentError as error:
             raise serializers.ValidationError(str(error)) from None
 
 
@@ -87,15 +88,15 @@ class TopupCreateView(APIView):
     )
     @idempotent
     def post(self, request):
-        if not payments.is_configured():
+        if not is_configured():
             raise TopupsNotConfigured()
         serializer = TopupRequestSerializer(data=request.data)
         refuse_unknown_fields(serializer, read_only=TopupSerializer().fields)
         serializer.is_valid(raise_exception=True)
         nonce = stripe_nonce(request.headers.get("Idempotency-Key", ""))
         try:
-            intent = payments.create_topup(request.user, serializer.validated_data["amount"], nonce=f"api-{nonce}")
-        except payments.PaymentError as error:
+            intent = topups.create_topup(request.user, serializer.validated_data["amount"], nonce=f"api-{nonce}")
+        except PaymentError as error:
             raise PaymentServiceUnavailable(str(error)) from error
         data = {
             "id": intent.id,

@@ -9,7 +9,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 from kombu.exceptions import OperationalError
 
-from billing.services.stripe_payments import event_waiting, store_event, verify_webhook
+from billing.services.stripe_payments.webhooks import event_waiting, store_event, verify_webhook
 from billing.tasks import process_stripe_event
 
 logger = logging.getLogger(__name__)

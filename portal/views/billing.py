@@ -26,9 +26,16 @@ from django.views.decorators.http import require_GET, require_POST
 
 from base.money import format_amount, format_money, format_price
 from billing.models import OperatorSettings, Payment
-from billing.services import stripe_payments as payments
 from billing.services.ledger import balance_of
 from billing.services.ledger_history import HOUR, BadGroup, LedgerHistory, group_charges, hour_from_key
+from billing.services.stripe_payments import topups
+from billing.services.stripe_payments.config import (
+    CardDeclined,
+    PaymentError,
+    is_configured,
+    is_test_mode,
+    uses_payment_element,
+)
 from portal.content_policy import allow_stripe
 from portal.views.notifications import form_for as email_form_for
 
@@ -47,8 +54,8 @@ class TopupForm(forms.Form):
 
     def clean_amount(self) -> int:
         try:
-            return payments.parse_topup_amount(self.cleaned_data["amount"])
-        except payments.PaymentError as error:
+            return topups.parse_topup_amount(self.cleaned_data["amount"])
+        except PaymentError as error:
             raise forms.ValidationError(str(error)) from None
 
 
@@ -75,10 +82,10 @@ def billing(request: HttpRequest) -> HttpResponse:
     limits = OperatorSettings.load()
     context = {
         "balance": balance_of(request.user),
-        "configured": payments.is_configured(),
+        "configured": is_configured(),
         "not_configured": NOT_CONFIGURED,
-        "test_mode": TEST_MODE if payments.is_test_mode() else "",
-        "element": "payment" if payments.uses_payment_element() else "card",
+        "test_mode": TEST_MODE if is_test_mode() else "",
+        "element": "payment" if uses_payment_element() else "card",
         "form": TopupForm(initial={"nonce": new_nonce()}),
         "minimum": format_money(limits.topup_minimum),
         "maximum": format_money(limits.topup_maximum),
@@ -122,15 +129,15 @@ def ledger_group(request: HttpRequest, job_id: int, hour: int) -> HttpResponse:
 @login_required
 @require_POST
 def topup_create(request: HttpRequest) -> JsonResponse:
-    if not payments.is_configured():
+    if not is_configured():
         return JsonResponse({"detail": NOT_CONFIGURED}, status=503)
     form = TopupForm(request.POST)
     if not form.is_valid():
         errors = {field: [str(e) for e in errs] for field, errs in form.errors.items()}
         return JsonResponse({"detail": "Please correct the amount.", "errors": errors}, status=400)
     try:
-        intent = payments.create_topup(request.user, form.cleaned_data["amount"], nonce=form.cleaned_data["nonce"])
-    except payments.PaymentError as error:
+        intent = topups.create_topup(request.user, form.cleaned_data["amount"], nonce=form.cleaned_data["nonce"])
+    except PaymentError as error:
         return JsonResponse({"detail": str(error)}, status=502)
     return JsonResponse(
         {
@@ -149,10 +156,10 @@ def topup_create(request: HttpRequest) -> JsonResponse:
 @require_POST
 def topup_confirm(request: HttpRequest, payment_intent_id: str) -> JsonResponse:
     try:
-        status = payments.confirm_topup(request.user, payment_intent_id, request.POST.get("token", ""))
-    except payments.CardDeclined as error:
+        status = topups.confirm_topup(request.user, payment_intent_id, request.POST.get("token", ""))
+    except CardDeclined as error:
         return JsonResponse({"detail": str(error), "declined": True}, status=402)
-    except payments.PaymentError as error:
+    except PaymentError as error:
         return JsonResponse({"detail": str(error)}, status=400)
     return JsonResponse({"status": status})
 
@@ -162,8 +169,8 @@ def topup_confirm(request: HttpRequest, payment_intent_id: str) -> JsonResponse:
 @require_GET
 def topup_status(request: HttpRequest, payment_intent_id: str) -> JsonResponse:
     try:
-        state = payments.topup_status(request.user, payment_intent_id)
-    except payments.PaymentError as error:
+        state = topups.topup_status(request.user, payment_intent_id)
+    except PaymentError as error:
         return JsonResponse({"detail": str(error)}, status=404)
     balance = balance_of(request.user)
     return JsonResponse({**state, "balance": format_money(balance), "balance_exact": format_price(balance)})

@@ -12,7 +12,7 @@ from django.db import connection
 from django.utils import timezone
 
 from base.models import IdempotentRequest
-from billing.services.stripe_payments import TopupIntent
+from billing.services.stripe_payments.topups import TopupIntent
 from tests.conftest import JOB_SPEC as SPEC
 from workers.choices import JobEventKind, JobStatus
 from workers.models import Job, JobEvent
@@ -170,8 +170,8 @@ def test_twenty_topups_at_once_ask_the_payment_service_once(api_for, alice, monk
         calls.append(nonce)
         return TopupIntent(f"pi_{len(calls)}", "secret", micros, "CNY", "requires_payment_method")
 
-    monkeypatch.setattr("billing.api.payments.is_configured", lambda: True)
-    monkeypatch.setattr("billing.api.payments.create_topup", create_topup)
+    monkeypatch.setattr("billing.api.is_configured", lambda: True)
+    monkeypatch.setattr("billing.api.topups.create_topup", create_topup)
     api = api_for(alice)
 
     responses = at_once(

@@ -17,8 +17,8 @@ from django.urls import reverse
 
 from billing.choices import TransactionKind
 from billing.models import Payment, PaymentStatus, StripeEvent, Transaction
-from billing.services import stripe_payments as payments
 from billing.services.ledger import balance_of
+from billing.services.stripe_payments.topups import create_topup
 from portal.celery import app as celery_app
 from tests.payments import PUBLISHABLE_KEY, SECRET_KEY, WEBHOOK_SECRET, deliver
 
@@ -80,7 +80,7 @@ def test_a_yuan_top_up_offers_card_alipay_and_wechat_pay(real_stripe, alice):
     real_stripe.show(intent)
     real_stripe.next_id = intent["id"]
 
-    topup = payments.create_topup(alice, FIFTY, nonce="recorded-nonce-1")
+    topup = create_topup(alice, FIFTY, nonce="recorded-nonce-1")
 
     (params,) = real_stripe.created
     assert params["payment_method_types"] == ["card", "alipay", "wechat_pay"]

@@ -15,7 +15,7 @@ from django.db import connection
 from billing.choices import TransactionKind
 from billing.models import Payment, PaymentStatus, StripeEvent, Transaction
 from billing.services.ledger import balance_of
-from billing.services.stripe_payments import process_event
+from billing.services.stripe_payments.webhooks import process_event
 from portal.celery import app as celery_app
 from tests.payments import (
     DECLINING_CARD,

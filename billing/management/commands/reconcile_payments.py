@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from billing.services.stripe_payments import PaymentError, reconcile_payments
+from billing.services.stripe_payments.config import PaymentError
+from billing.services.stripe_payments.webhooks import reconcile_payments
 
 
 class Command(BaseCommand):
