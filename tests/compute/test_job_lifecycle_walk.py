@@ -9,11 +9,9 @@ the agents' reports where the platform learns a step), never by writing a status
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from pathlib import Path
 
 import pytest
 from django.conf import settings
@@ -21,6 +19,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from tests.compute.conftest import hand_plan
+from tests.compute.transition_tables import NEW, Transition, diagram_transitions, section, table_transitions
 from workers.choices import JobStatus
 from workers.models import Job, MigrationReason, Node
 from workers.services import lifecycle
@@ -30,51 +29,9 @@ from workers.spec import JobSpec
 
 pytestmark = pytest.mark.django_db
 
-ARCHITECTURE = Path(__file__).resolve().parents[2] / "docs" / "ARCHITECTURE.md"
-NEW = "[*]"  # a job that doesn't exist yet, as the diagram writes it
+JOB_LIFE = "## 3. A job's life"
 LAST = 10
 SPEC = JobSpec(model_name="llama-tiny", per_device_batch_size=4, max_steps=LAST, max_budget_per_hour=28_000_000)
-
-Transition = tuple[str, str, str]  # (lifecycle function, source status, target status)
-
-
-# What the document says ------------------------------------------------------------------------
-
-
-def job_life_section() -> str:
-    """Section 3 up to its first subsection (a node's life has a diagram and a table of its own)."""
-    text = ARCHITECTURE.read_text()
-    start = text.index("\n## 3. A job's life")
-    return text[start : re.compile(r"\n##+ ").search(text, start + 1).start()]
-
-
-def documented_transitions() -> set[Transition]:
-    """The rows of section 3's first table, each `sources → targets | function` row spelled out."""
-    lines = job_life_section().splitlines()
-    header = lines.index("| transition | function | called by |")
-    transitions = set()
-    for line in lines[header + 2 :]:
-        if not line.startswith("|"):
-            break
-        arrow, function_cell = (cell.strip() for cell in line.strip("|").split("|")[:2])
-        sources, targets = arrow.split("→")
-        function = re.match(r"`(\w+)`", function_cell).group(1)
-        transitions |= {(function, source, target) for source in _statuses(sources) for target in _statuses(targets)}
-    return transitions
-
-
-def diagrammed_transitions() -> set[Transition]:
-    """The labelled arrows of section 3's state diagram (`a --> b: f / g (why)`), each function its own."""
-    transitions = set()
-    for source, target, label in re.findall(r"^\s*(\S+) --> (\S+): (.+)$", job_life_section(), re.MULTILINE):
-        for function in re.sub(r"\([^)]*\)", "", label).split("/"):
-            transitions.add((function.strip(), source, target))
-    return transitions
-
-
-def _statuses(cell: str) -> list[str]:
-    return [status.strip() for status in cell.split(",")] if cell.strip() else [NEW]
-
 
 # The walk --------------------------------------------------------------------------------------
 
@@ -297,7 +254,7 @@ def test_each_documented_transition_takes_the_job_from_its_source_to_its_target(
 
 
 def test_the_walk_covers_exactly_the_documented_transitions():
-    documented = documented_transitions()
+    documented = table_transitions(section(JOB_LIFE))
     assert {status for _, source, target in documented for status in (source, target)} == {NEW, *JobStatus.values}
     assert {"untested": sorted(documented - set(WALK)), "undocumented": sorted(set(WALK) - documented)} == {
         "untested": [],
@@ -306,8 +263,8 @@ def test_the_walk_covers_exactly_the_documented_transitions():
 
 
 def test_the_diagram_and_the_table_name_the_same_transitions():
-    documented = documented_transitions()
+    documented, drawn = table_transitions(section(JOB_LIFE)), diagram_transitions(section(JOB_LIFE))
     assert {
-        "only in the diagram": sorted(diagrammed_transitions() - documented),
-        "only in the table": sorted(documented - diagrammed_transitions()),
+        "only in the diagram": sorted(drawn - documented),
+        "only in the table": sorted(documented - drawn),
     } == {"only in the diagram": [], "only in the table": []}
