@@ -8,13 +8,21 @@ where the sixth decimal matters, and the exact figure behind a rounded one) and 
 what a refusal says is needed, rounded up (`format_money_needed`);
 pages show them with the exact amount on hover (the `money` template filters).
 `format_estimate` is for quotes and shows them as `format_money` does: an estimate is no more exact than a cent.
+
+Money over time has one rule: a price per chip-hour times a span, in whole microseconds, divided by an
+hour and rounded once, half up (`cost_over`; `cost_of_integral` when the price changes within the span
+and the caller sums price × microseconds itself, as the meter and insurance do). The planner's quotes
+are estimates from float seconds and keep their own arithmetic (`workers.planner.evaluate.total_cost`).
 """
 
 from __future__ import annotations
 
+from datetime import timedelta
 from decimal import ROUND_CEILING, ROUND_HALF_UP, Decimal, InvalidOperation
 
 MICROS_PER_UNIT = 1_000_000
+MICROSECOND = timedelta(microseconds=1)
+MICROSECONDS_PER_HOUR = 3600 * 1_000_000
 CENT = Decimal("0.01")
 MINUS = "−"  # U+2212: the same width as "+" in a column of amounts
 # The symbol where no Django settings are configured (the planner run on its own); the settings'
@@ -44,6 +52,25 @@ def to_micros(amount: Decimal | str | int) -> int:
 def round_micros(value: Decimal) -> int:
     """The one rounding rule for computed money (half up, to a whole micro-unit)."""
     return int(value.to_integral_value(rounding=ROUND_HALF_UP))
+
+
+def divide_half_up(numerator: int, denominator: int) -> int:
+    """numerator / denominator rounded half away from zero, in integers: `round_micros`'s rule, exactly,
+    without a Decimal context whose precision a large numerator could exceed."""
+    whole, rest = divmod(abs(numerator), denominator)
+    whole += 2 * rest >= denominator
+    return whole if numerator >= 0 else -whole
+
+
+def cost_over(per_hour: int, span: timedelta) -> int:
+    """What `per_hour` micro-units an hour cost over `span`, rounded once, half up: money over time."""
+    return cost_of_integral(per_hour * (span // MICROSECOND))
+
+
+def cost_of_integral(price_microseconds: int) -> int:
+    """Money for Σ per_hour × microseconds (prices that change within a span, chips folded in), rounded
+    once, half up. Rounding the sum, never its parts, is what keeps many ticks equal to one charge."""
+    return divide_half_up(price_microseconds, MICROSECONDS_PER_HOUR)
 
 
 def to_decimal(micros: int) -> Decimal:

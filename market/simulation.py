@@ -14,9 +14,11 @@ import random
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from base.money import cost_of_integral
 from market.auction import Bid, clear, displaced
 
 HOUR = 3600
+MICROSECONDS_PER_SECOND = 1_000_000
 CENT = 10_000  # bids are placed in whole ¥0.01
 JOB_BID_ID = 0  # generated bids are numbered from 1
 
@@ -286,5 +288,5 @@ def _hour_row(hour: int, rounds: list[Round]) -> HourRow:
 
 
 def _per_hour(price_chip_seconds: int) -> int:
-    """Micro-units per chip-hour times chip-seconds, to micro-units (half up, as billing rounds)."""
-    return (price_chip_seconds + HOUR // 2) // HOUR
+    """Micro-units per chip-hour times chip-seconds, to micro-units: billing's rule (`base.money`)."""
+    return cost_of_integral(price_chip_seconds * MICROSECONDS_PER_SECOND)

@@ -18,12 +18,11 @@ import zlib
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from decimal import Decimal
 
 from django.db import connection
 from django.utils import timezone
 
-from base.money import format_money, format_money_needed, round_micros
+from base.money import cost_over, format_money, format_money_needed
 from billing.models import BillingLine, OperatorSettings
 from billing.services.ledger import balance_of
 from billing.services.pricing import PriceBook
@@ -40,7 +39,7 @@ class HoldRefused(Exception):
 
 def hold_needed(plan_price_per_hour: int, minutes: int | None = None) -> int:
     minutes = OperatorSettings.load().hold_minutes if minutes is None else minutes
-    return round_micros(Decimal(plan_price_per_hour) * minutes / 60)
+    return cost_over(plan_price_per_hour, timedelta(minutes=minutes))
 
 
 def lock_credit(owner) -> None:
@@ -98,7 +97,7 @@ def credit_stops(now=None) -> list[CreditStop]:
     for owner_id, jobs in _by_owner(spend).items():
         rate = sum(s.rate for s in jobs.values())
         left = balance_of_id(owner_id) - sum(s.unbilled for s in jobs.values())
-        if left < _cost(rate, margin):
+        if left < cost_over(rate, margin):
             reason = (
                 f"Stopped before your balance ran out: {format_money(max(left, 0))} left at "
                 f"{format_money(rate)}/h would last less than the {margin.seconds // 60}-minute stop margin."
@@ -111,7 +110,7 @@ def credit_stops(now=None) -> list[CreditStop]:
     )
     for s in spend:
         budget = budgets.get(s.job_id)
-        if budget is not None and s.charged + s.unbilled + _cost(s.rate, margin) >= budget:
+        if budget is not None and s.charged + s.unbilled + cost_over(s.rate, margin) >= budget:
             reason = (
                 f"Stopped at its total budget of {format_money(budget)} ({format_money(s.charged + s.unbilled)} spent)."
             )
@@ -143,7 +142,7 @@ def open_spend(now: datetime) -> list[JobSpend]:
         # An open allocation is billed with its line: up to the line's mark (or its own start, if later).
         line = lines.get((allocation.job_id, allocation.chip_type_id, allocation.mode))
         billed = max(line.billed_through, allocation.started_at) if line else allocation.started_at
-        s.unbilled += _cost(per_hour, max(now - billed, timedelta(0)))
+        s.unbilled += cost_over(per_hour, max(now - billed, timedelta(0)))
     for line in lines.values():
         spend[line.job_id].charged += line.charged_total
     return list(spend.values())
@@ -160,12 +159,3 @@ def balance_of_id(owner_id: int) -> int:
     from django.contrib.auth import get_user_model
 
     return balance_of(get_user_model()(pk=owner_id))
-
-
-def spend_over(per_hour: int, span: timedelta) -> int:
-    """What a rate of `per_hour` costs over `span`, rounded once (the stop margin's arithmetic)."""
-    return _cost(per_hour, span)
-
-
-def _cost(per_hour: int, span: timedelta) -> int:
-    return round_micros(Decimal(per_hour) * Decimal(span // timedelta(microseconds=1)) / 3_600_000_000)

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from decimal import Decimal
 from typing import Protocol
 
-from base.money import round_micros
+from base.money import cost_of_integral
 from billing.choices import AccountKind, TransactionKind
 from billing.models import Transaction
 from billing.services.ledger import Leg, platform_account, post_transaction, wallet_for
@@ -43,7 +42,7 @@ def insurance_amount(
     """The old chips over [lost_from, work_end) (nothing when no work was lost) plus the new chips over
     [their start, resumed_at), in micro-units, rounded once."""
     book = PriceBook.load({a.chip_type_id for a in [*old, *new]})
-    exact = Decimal(0)
+    exact = 0  # Σ chips × price × microseconds, rounded once at the end
     for allocation in old if lost_from is not None else ():
         start = max(lost_from, allocation.started_at)
         end = min(work_end, allocation.ended_at or notice_at)
@@ -55,7 +54,7 @@ def insurance_amount(
             exact += allocation.chips * book.integral(
                 allocation.chip_type_id, allocation.mode, allocation.started_at, end
             )
-    return round_micros(exact / (3600 * 1_000_000))
+    return cost_of_integral(exact)
 
 
 def pay_insurance(owner, amount: int, *, key: str, memo: str, now: datetime) -> Transaction:

@@ -15,18 +15,16 @@ from __future__ import annotations
 import bisect
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from decimal import Decimal
 
 from django.db.models import Sum
 from django.utils import timezone
 
-from base.money import round_micros
+from base.money import MICROSECOND, round_micros
 from billing.models import Price, SpotPrice
 from workers.choices import AgentStatus, AllocationMode
 from workers.models import REFERENCE_CHIP, Allocation, ChipType
-
-MICROSECOND = timedelta(microseconds=1)
 
 
 def spot_price(floor: int, clearing: int | None) -> int:

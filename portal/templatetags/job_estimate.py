@@ -9,12 +9,13 @@ at the current placement's price.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 
 from django import template
 from django.db.models import Min
 from django.utils import timezone
 
-from base.money import format_estimate
+from base.money import cost_over, format_estimate
 from billing.services.statements import job_charged
 from workers.models import Allocation, Job, JobMetric
 
@@ -51,7 +52,7 @@ def planned_vs_actual(job: Job) -> dict:
     elapsed = ((job.finished_at or timezone.now()) - started).total_seconds()
     remaining = 0.0 if job.finished_at else _remaining_seconds(job)
     run_time = None if remaining is None else elapsed + remaining
-    cost = None if remaining is None else charged + plan.price_per_hour * remaining / 3600
+    cost = None if remaining is None else charged + cost_over(plan.price_per_hour, timedelta(seconds=remaining))
     speed = job.tokens_per_s
     ended = job.finished_at is not None
     lines = [
@@ -72,7 +73,7 @@ def planned_vs_actual(job: Job) -> dict:
         Line(
             "Cost" if ended else "Cost (projected)",
             format_estimate(quoted.total_cost),
-            format_estimate(round(cost)) if cost is not None else "—",
+            format_estimate(cost) if cost is not None else "—",
             _off(cost, quoted.total_cost),
             "run-cost",
         ),

@@ -19,12 +19,11 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from base.money import to_micros
+from base.money import cost_of_integral, to_micros
 from billing.models import Price, Transaction
 from billing.services.credits import adjust_credit
 from billing.services.ledger import balance_of
 from billing.services.meter import charge_allocations
-from billing.services.meter.cost import MICROSECONDS_PER_HOUR, round_half_up
 from billing.services.reservations import ReservedSpan, charge_reserved_spans
 from market.models import Bid, BidStatus, SpotReservation
 from market.services.bids import cancel_bid, place_bid
@@ -59,7 +58,7 @@ def rtx_4090() -> ChipType:
 
 def cost(*spans: tuple[int, int]) -> int:
     """What one chip costs over (seconds, price per hour) spans, summed and then rounded once, half up."""
-    return round_half_up(sum(seconds * 1_000_000 * per_hour for seconds, per_hour in spans), MICROSECONDS_PER_HOUR)
+    return cost_of_integral(sum(seconds * 1_000_000 * per_hour for seconds, per_hour in spans))
 
 
 def bob_outbids_alice(alices_job: Job, bob, bid: str = "1.20") -> Job:

@@ -53,7 +53,10 @@ class Candidate:
 
 
 def total_cost(price_per_hour: int, eta_seconds: float) -> int:
-    """The job's estimated total: price x time, rounded once, half up."""
+    """The job's estimated total: price x time, rounded once, half up.
+
+    An estimate from float seconds, never charged: what is charged for time is `base.money.cost_over`,
+    over whole microseconds."""
     return round_micros(Decimal(price_per_hour) * Decimal(eta_seconds) / 3600)
 
 

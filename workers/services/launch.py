@@ -15,9 +15,9 @@ from datetime import timedelta
 from django.conf import settings
 from django.db import transaction
 
-from base.money import format_money
+from base.money import cost_over, format_money
 from billing.models import OperatorSettings
-from billing.services.holds import HoldRefused, check_hold, hold_needed, lock_credit, spend_over
+from billing.services.holds import HoldRefused, check_hold, hold_needed, lock_credit
 from market.services.commitments import WAITING, commitments
 from workers import planner
 from workers.models import Job
@@ -120,7 +120,7 @@ def check_total_budget(spec: JobSpec, plan: planner.Plan) -> None:
     if budget is None:
         return
     minutes = OperatorSettings.load().stop_margin_minutes
-    least = spend_over(plan.price_per_hour, timedelta(minutes=minutes))
+    least = cost_over(plan.price_per_hour, timedelta(minutes=minutes))
     if budget <= least:
         raise LaunchRefused(
             "total_budget",

@@ -91,7 +91,7 @@ class PriceLines:
         return a, b
 
     def owed(self, key: tuple[int, str], chips: np.ndarray, start: np.ndarray, mark: np.ndarray) -> np.ndarray:
-        """round_half_up(chips × integral over [start, mark) / 3.6e9) for each row, as `meter.cost.owed` computes it."""
+        """cost_of_integral(chips × integral over [start, mark)) for each row, as `meter.cost.owed` computes it."""
         a0, b0 = self.running(key, start)
         a1, b1 = self.running(key, mark)
         whole, rest = np.divmod(chips * (a1 - a0), 3600)

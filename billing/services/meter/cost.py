@@ -11,12 +11,12 @@ from datetime import datetime, timedelta
 
 import numpy as np
 
+from base.money import cost_of_integral
 from billing.services.meter.columns import US, Allocations, Lines, PriceLines, from_us, to_us
 from billing.services.pricing import PriceBook
 from workers.choices import AllocationMode
 
 SECOND = timedelta(seconds=1)
-MICROSECONDS_PER_HOUR = 3600 * 1_000_000
 
 
 def billing_mark(started_at: datetime, until: datetime) -> datetime:
@@ -28,14 +28,7 @@ def billing_mark(started_at: datetime, until: datetime) -> datetime:
 
 def owed(book: PriceBook, chip_type_id: int, mode: str, chips: int, started_at: datetime, mark: datetime) -> int:
     """What [started_at, mark) costs, rounded once, half up (the cumulative-exact total)."""
-    return round_half_up(chips * book.integral(chip_type_id, mode, started_at, mark), MICROSECONDS_PER_HOUR)
-
-
-def round_half_up(numerator: int, denominator: int) -> int:
-    """numerator / denominator rounded half away from zero, in integers (money.round_micros's rule, exactly)."""
-    whole, rest = divmod(abs(numerator), denominator)
-    whole += 2 * rest >= denominator
-    return whole if numerator >= 0 else -whole
+    return cost_of_integral(chips * book.integral(chip_type_id, mode, started_at, mark))
 
 
 def advance(lines: Lines, allocations: Allocations, book: PriceBook, now: datetime) -> None:
