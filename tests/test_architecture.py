@@ -141,7 +141,7 @@ def test_only_the_lifecycle_module_changes_a_jobs_status():
     writers = {
         f"{name}:{line}"
         for name, path in product_modules().items()
-        if name != LIFECYCLE
+        if name != LIFECYCLE and not name.startswith(f"{LIFECYCLE}.")  # the lifecycle package's own modules
         for line in job_status_writes(ast.parse(path.read_text()))
     }
     assert writers == set()

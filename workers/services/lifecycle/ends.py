@@ -1,0 +1,214 @@
+"""How a job stops and ends: cancelled, stopped for credit, finished (the one way a job ends), failed, fenced.
+
+Obligations: a new way for a job to end must go through `finish` (it closes bids, ends allocations and
+abandons moves); a new way to stop ranks must use `stop_ranks`.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from billing.notifications import credit_stop_requested as credit_stop_requested_email
+from billing.notifications import job_ended
+from market.services.bids import close_job_bids
+from workers.choices import JobEventKind, JobStatus
+from workers.models import Job, JobEvent
+from workers.protocol import CommandType
+from workers.services import allocations, commands, migration
+from workers.services.events import record_event
+from workers.services.lifecycle.starts import WAITING
+
+logger = logging.getLogger(__name__)
+
+NO_CREDIT = "no_credit"  # marks the notice event of a credit stop (its `data["stop"]`)
+STOPPABLE = {JobStatus.PROVISIONING, JobStatus.RUNNING, JobStatus.MIGRATING}
+
+
+def stop_ranks(job: Job, reason: str, *, checkpoint: bool, grace_s: int | None = None, now: datetime) -> list[int]:
+    """The one STOP command: every node holding the job's chips stops its ranks, rank 0 saving a
+    checkpoint first when asked; `grace_s` bounds the wait before they are killed (0: at once)."""
+    payload: dict = {"reason": reason[:200], "checkpoint": checkpoint}
+    if grace_s is not None:
+        payload["grace_s"] = grace_s
+    return commands.send_to_nodes(job, CommandType.STOP, payload, now=now)
+
+
+def cancel(job: Job, now: datetime | None = None, *, operator_reason: str = "") -> Job:
+    """The owner cancels, or the operator with a reason: a job not on chips ends at once; a running one is
+    told to stop. The operator's reason is the job's reason from now on and the owner is e-mailed it."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        job = Job.objects.select_for_update().get(pk=job.pk)
+        if job.is_finished or job.cancel_requested_at:
+            return job
+        job.cancel_requested_at = now
+        if operator_reason:
+            job.status_reason = operator_cancel_text(operator_reason)
+        job.save(update_fields=["cancel_requested_at", "status_reason", "updated_at"])
+        if operator_reason:
+            data = {"by": "operator", "reason": operator_reason}
+            record_event(job, JobEventKind.CANCEL_REQUESTED, job.status_reason, data=data, now=now)
+        else:
+            record_event(job, JobEventKind.CANCEL_REQUESTED, "Cancel requested", now=now)
+        if job.status in WAITING:
+            moved = job.migrations.exists()
+            return finish(
+                job,
+                JobStatus.CANCELLED,
+                "Cancelled while moving to other chips" if moved else "Cancelled before it started",
+                now=now,
+            )
+        if job.status == JobStatus.MIGRATING:
+            # Its chips were let go at the notice and its ranks told to stop then; fencing refuses
+            # whatever they still report (their exits still free the chips they held).
+            fence(job, now)
+            return finish(job, JobStatus.CANCELLED, "Cancelled while moving to other chips", now=now)
+        job.status = JobStatus.STOPPING
+        job.save(update_fields=["status", "updated_at"])
+        stop_ranks(job, "cancelled", checkpoint=False, now=now)
+    return job
+
+
+def stop_for_credit(job_id: int, reason: str, *, data: dict | None = None, now: datetime | None = None) -> bool:
+    """Checkpoint and stop a job billing said must stop (billing.services.holds, billing.signals);
+    True when this call stopped it."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        job = Job.objects.select_for_update().get(pk=job_id)
+        if job.status not in STOPPABLE or credit_stop_requested(job):
+            if data and job.is_finished:  # a final charge the wallet could not cover
+                record_event(job, JobEventKind.NOTICE, reason, data={**data, "stop": NO_CREDIT}, now=now)
+            return False
+        job.status, job.status_reason = JobStatus.STOPPING, reason
+        job.save(update_fields=["status", "status_reason", "updated_at"])
+        stop_ranks(job, NO_CREDIT, checkpoint=True, now=now)
+        record_event(job, JobEventKind.NOTICE, reason, data={**(data or {}), "stop": NO_CREDIT}, now=now)
+        transaction.on_commit(lambda: credit_stop_requested_email(job_id))
+    logger.info("job %s stopped for credit: %s", job_id, reason)
+    return True
+
+
+def credit_stop_requested(job: Job) -> bool:
+    """Whether the current placement was stopped for credit (so its end is `stopped_no_credit`)."""
+    return JobEvent.objects.filter(job=job, epoch=job.epoch, kind=JobEventKind.NOTICE, data__stop=NO_CREDIT).exists()
+
+
+def finish(job: Job, status: str, reason: str = "", now: datetime | None = None) -> Job:
+    """End a job once: its final status, its chips let go, its bids closed, and why. Call inside a transaction."""
+    now = now or timezone.now()
+    job = Job.objects.select_for_update().get(pk=job.pk)
+    if job.is_finished:
+        return job
+    operator_reason = job.operator_cancel_reason() if status == JobStatus.CANCELLED else ""
+    job.status = status
+    # However the ranks end, an operator's cancel keeps the reason the owner was given.
+    job.status_reason = operator_cancel_text(operator_reason) if operator_reason else reason
+    job.finished_at = now
+    job.save(update_fields=["status", "status_reason", "finished_at", "updated_at"])
+    if status == JobStatus.FAILED:
+        stop_ranks(job, reason, checkpoint=False, grace_s=5, now=now)
+    # Bids before allocations: ending its bids charges reserved chips (bid rows, then wallets, as a
+    # clearing locks them); the allocations' final charge then locks allocations and wallets.
+    close_job_bids(job, now)
+    commands.withdraw_pending(job, "job finished", now, starts_only=True)
+    allocations.release(job, now)
+    migration.abandon_open_migrations(job)
+    kind = {JobStatus.SUCCEEDED: JobEventKind.SUCCEEDED, JobStatus.FAILED: JobEventKind.FAILED}.get(
+        status, JobEventKind.STOPPED
+    )
+    record_event(job, kind, job.status_reason or job.get_status_display(), now=now)
+    # One e-mail per job end (billing.notifications: succeeded, failed, out of credit, cancelled by the
+    # operator), after the commit.
+    transaction.on_commit(lambda: job_ended(job.pk, status, by_operator=bool(operator_reason)))
+    return job
+
+
+def operator_cancel_text(reason: str) -> str:
+    """What the owner reads (job page, e-mail, API) when the operator cancelled their job."""
+    return f"Cancelled by the operator: {reason}"
+
+
+def finish_overdue_stops(now: datetime) -> int:
+    """A stopping job whose ranks never reported their exit ends after the stop grace: cancelled, or
+    stopped for credit, as it was asked."""
+    deadline = now - timedelta(seconds=settings.JOB_STOP_GRACE_S + 10)
+    count = 0
+    for job in Job.objects.filter(status=JobStatus.STOPPING):
+        with transaction.atomic():
+            job = Job.objects.select_for_update().get(pk=job.pk)
+            asked = _stop_asked_at(job)
+            if job.status != JobStatus.STOPPING or asked is None or asked >= deadline:
+                continue
+            if job.cancel_requested_at:
+                finish(job, JobStatus.CANCELLED, "Cancelled (the ranks were stopped)", now=now)
+            else:
+                finish(job, JobStatus.STOPPED_NO_CREDIT, job.status_reason, now=now)
+            count += 1
+    return count
+
+
+def _stop_asked_at(job: Job) -> datetime | None:
+    if job.cancel_requested_at:
+        return job.cancel_requested_at
+    notice = JobEvent.objects.filter(job=job, epoch=job.epoch, kind=JobEventKind.NOTICE, data__stop=NO_CREDIT)
+    return notice.order_by("created_at").values_list("created_at", flat=True).first()
+
+
+def fail(job: Job, reason: str, now: datetime | None = None) -> Job:
+    """The job can't go on (a crash, a timeout, a plan that can't be made). Call inside a transaction."""
+    return finish(job, JobStatus.FAILED, reason, now=now)
+
+
+def end_without_node(job_id: int, detail: str, now: datetime) -> Job:
+    """A node of a job that can't move (starting, or stopping) is gone: the placement is fenced, and
+    the job ends as it was asked to (a cancel, a credit stop), or fails. Call inside a transaction."""
+    job = Job.objects.select_for_update().get(pk=job_id)
+    if job.is_finished:
+        return job
+    stopped_for_credit = job.status == JobStatus.STOPPING and credit_stop_requested(job)
+    fence(job, now)
+    if job.status == JobStatus.STOPPING and job.cancel_requested_at:
+        return finish(job, JobStatus.CANCELLED, f"Cancelled; {detail}.", now=now)
+    if stopped_for_credit:
+        return finish(job, JobStatus.STOPPED_NO_CREDIT, job.status_reason, now=now)
+    return finish(job, JobStatus.FAILED, f"{detail[0].upper()}{detail[1:]}.", now=now)
+
+
+def finish_when_ranks_done(job: Job, now: datetime) -> Job:
+    """Every rank of the current placement exited cleanly: how the job ends depends on why they did."""
+    if job.cancel_requested_at:
+        return finish(job, JobStatus.CANCELLED, "Cancelled", now=now)
+    if job.step >= job.max_steps:
+        return finish(job, JobStatus.SUCCEEDED, f"Trained {job.step} steps; final loss {job.loss:.4f}", now=now)
+    if credit_stop_requested(job):
+        return finish(job, JobStatus.STOPPED_NO_CREDIT, job.status_reason, now=now)
+    return finish(job, JobStatus.FAILED, f"All ranks exited at step {job.step} of {job.max_steps}", now=now)
+
+
+def finish_after_crash(job: Job, reason: str, now: datetime) -> Job | None:
+    """A rank exited with an error: a job that was being cancelled or stopped for credit ends as asked.
+    Otherwise None: it may be a crash, or a peer whose host died (the reconciler decides)."""
+    if job.cancel_requested_at:
+        return finish(job, JobStatus.CANCELLED, reason, now=now)
+    if credit_stop_requested(job):
+        return finish(job, JobStatus.STOPPED_NO_CREDIT, reason, now=now)
+    return None
+
+
+def fence(job: Job, now: datetime) -> int:
+    """End the job's current placement at once; returns the fenced epoch. Call with the job's row locked.
+
+    The epoch moves on, so every later report, checkpoint and exit of the old ranks is refused as
+    stale (409, and their agent kills them); commands still waiting for the old placement are
+    withdrawn. The next placement bumps the epoch again, so it never reuses the fenced one.
+    """
+    fenced = job.epoch
+    job.epoch += 1
+    job.save(update_fields=["epoch", "updated_at"])
+    commands.withdraw_pending(job, f"epoch {fenced} was fenced", now, up_to_epoch=fenced)
+    return fenced
