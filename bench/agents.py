@@ -8,7 +8,7 @@ platform -> returned by the agent's poll), every report ingested, user API p95 <
 
 How: a throwaway database `bench_agents` on DATABASE_URL's server is migrated and seeded (seed_catalog),
 then the platform's web tier and agent service are started with `make run`'s own command lines
-(portal.local.launcher.platform_processes: gunicorn, and uvicorn serving portal.asgi), with
+(portal.local.processes.platform_processes: gunicorn, and uvicorn serving portal.asgi), with
 AGENT_POLL_WAIT_S=--poll-wait and AGENT_HEARTBEAT_DEADLINE_S=--deadline (deadline > 2 x wait). Celery is
 not started: nothing here needs it, and its meter and reconciler would only add noise. Per row, N nodes
 are enrolled and given jobs of 20 ranks through the service layer (enroll_node, placement.allocate), then
@@ -77,7 +77,7 @@ class Platform:
     """The web tier and the agent service, as `make run` starts them, on a throwaway database."""
 
     def __init__(self, env: dict[str, str], log: Path) -> None:
-        from portal.local.launcher import platform_processes
+        from portal.local.processes import platform_processes
 
         self.env, self.log = env, log
         commands = platform_processes(env)

@@ -15,7 +15,8 @@ import boto3
 import pytest
 
 from portal.local import s3
-from portal.local.launcher import platform_processes, start_storage
+from portal.local.launcher import start_storage
+from portal.local.processes import platform_processes
 from portal.local.s3 import EmbeddedS3
 from portal.local.stores import StoreError, free_port
 

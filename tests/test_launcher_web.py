@@ -2,7 +2,7 @@
 
 import pytest
 
-from portal.local.launcher import platform_processes
+from portal.local.processes import platform_processes
 from portal.local.stores import StoreError
 
 

@@ -19,7 +19,7 @@ import uvicorn
 from django.utils import timezone
 
 from base.outage import forget_outages
-from portal.local.launcher import platform_processes
+from portal.local.processes import platform_processes
 from workers.agent_service.app import AgentService
 from workers.choices import AgentStatus, JobStatus
 from workers.models import EnrollmentToken, Job, JobLogLine, Node, Pool

@@ -23,7 +23,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from base.tokens import hash_token
-from portal.local.launcher import demo_fleet_processes
+from portal.local.processes import demo_fleet_processes
 from tests.compute.conftest import hand_plan
 from tests.e2e.stack import Stack
 from workers.choices import AgentStatus, JobStatus
