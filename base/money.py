@@ -11,7 +11,8 @@ pages show them with the exact amount on hover (the `money` template filters).
 
 Money over time has one rule: a price per chip-hour times a span, in whole microseconds, divided by an
 hour and rounded once, half up (`cost_over`; `cost_of_integral` when the price changes within the span
-and the caller sums price × microseconds itself, as the meter and insurance do). The planner's quotes
+and the caller sums price × microseconds itself, as the meter and insurance do). How long a balance
+lasts at a rate is its inverse, `seconds_covered`. The planner's quotes
 are estimates from float seconds and keep their own arithmetic (`workers.planner.evaluate.total_cost`).
 """
 
@@ -71,6 +72,13 @@ def cost_of_integral(price_microseconds: int) -> int:
     """Money for Σ per_hour × microseconds (prices that change within a span, chips folded in), rounded
     once, half up. Rounding the sum, never its parts, is what keeps many ticks equal to one charge."""
     return divide_half_up(price_microseconds, MICROSECONDS_PER_HOUR)
+
+
+def seconds_covered(amount: int, per_hour: int) -> float | None:
+    """How long `amount` pays for `per_hour` (cost_over's inverse), in seconds; None when nothing is spent."""
+    if per_hour <= 0:
+        return None
+    return amount * 3600 / per_hour
 
 
 def to_decimal(micros: int) -> Decimal:

@@ -18,6 +18,7 @@ from django.template.response import TemplateResponse
 from django.urls import path
 from django.utils import timezone
 
+from base.formatting import format_duration
 from base.money import format_price
 from base.templatetags.money import money_html
 from billing.choices import AccountKind
@@ -29,7 +30,6 @@ from billing.services.statements import (
     StatementError,
     allocation_rate,
     charges_for_everyone,
-    format_hours,
     parse_period,
 )
 from workers.models import Allocation
@@ -137,7 +137,7 @@ def open_allocations_view(request: HttpRequest) -> HttpResponse:
     lines = []
     for a in allocations:
         balance, owner_rate = balances.get(a.job.owner_id, 0), owner_rates[a.job.owner_id]
-        lasts = format_hours(SpendRate(owner_rate, balance).lasts_hours)
+        lasts = format_duration(SpendRate(owner_rate, balance).lasts_seconds)
         billing = billing_lines.get((a.job_id, a.chip_type_id, a.mode))
         lines.append(
             OpenAllocationLine(

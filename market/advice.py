@@ -17,6 +17,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from base.formatting import format_duration
+
 DEFAULT_DAYS = 7
 # The curve of hours against bid: at most this many bid levels (the steps of the history's prices).
 CURVE_POINTS = 40
@@ -53,27 +55,18 @@ class BidAdvice:
         return self.expected_hours is not None
 
     def summary(self) -> str:
-        """One sentence for people: "About 3.2 h uninterrupted; winning 64% of the last 7 d (12 runs)"."""
+        """One sentence for people: "About 3 h 15 min uninterrupted; winning 64% of the last 7 d (12 runs)"."""
         if not self.has_history:
             return "No history yet: this chip type has no clearing prices to learn from."
-        span = describe_hours(self.history_hours)
+        span = format_duration(self.history_hours * 3600)
         if not self.runs:
             return f"Never at or above the clearing price in the last {span}: this bid would not have won chips."
         share = round(self.winning_share * 100)
         runs = f"{self.runs} run{'s' if self.runs != 1 else ''}"
         return (
-            f"About {describe_hours(self.expected_hours)} uninterrupted on average; "
+            f"About {format_duration(self.expected_hours * 3600)} uninterrupted on average; "
             f"winning {share}% of the last {span} ({runs})."
         )
-
-
-def describe_hours(hours: float) -> str:
-    """ "45 min", "3.2 h", "2.5 d": a reader's unit."""
-    if hours < 1:
-        return f"{max(round(hours * 60), 0)} min"
-    if hours < 48:
-        return f"{hours:.1f} h"
-    return f"{hours / 24:.1f} d"
 
 
 def bid_advice(history: Iterable[PricePoint], bid: int, now: datetime, days: float = DEFAULT_DAYS) -> BidAdvice:

@@ -9,7 +9,7 @@ from decimal import Decimal
 from hypothesis import given
 from hypothesis import strategies as st
 
-from base.money import MICROSECONDS_PER_HOUR, cost_of_integral, cost_over, round_micros
+from base.money import MICROSECONDS_PER_HOUR, cost_of_integral, cost_over, round_micros, seconds_covered
 from billing.services.meter import owed
 from billing.services.pricing import PriceBook
 from workers.choices import AllocationMode
@@ -56,3 +56,9 @@ def test_a_span_is_rounded_once_not_per_part():
     third = timedelta(seconds=1200)
     assert cost_over(1, third) == 0
     assert cost_of_integral(3 * (third // timedelta(microseconds=1))) == 1
+
+
+def test_how_long_a_balance_lasts_is_the_inverse_of_what_time_costs():
+    assert seconds_covered(72_000_000, 7_200_000) == 10 * 3600
+    assert cost_over(7_200_000, timedelta(seconds=seconds_covered(72_000_000, 7_200_000))) == 72_000_000
+    assert seconds_covered(72_000_000, 0) is None

@@ -22,6 +22,7 @@ from django.utils.html import format_html, format_html_join
 
 from base.admin import ReadOnlyMixin
 from base.audit import record
+from base.formatting import format_duration
 from base.money import format_money, format_price
 from base.templatetags.money import money_html
 from workers.choices import JobStatus
@@ -66,7 +67,8 @@ def plan_html(plan: Plan | None):
         return "—"
     facts = (
         f"{plan.describe()} · {plan.tokens_per_s:,.0f} tokens/s · {format_money(plan.price_per_hour)}/h"
-        f" · {format_money(plan.price_per_million_tokens)} per million tokens · ETA {plan.eta_seconds:,.0f} s · total"
+        f" · {format_money(plan.price_per_million_tokens)} per million tokens"
+        f" · ETA {format_duration(plan.eta_seconds)} · total"
     )
     ranks = format_html_join(
         "",

@@ -16,6 +16,7 @@ from django.db.models import OuterRef, QuerySet, Subquery, Sum
 from django.db.models.functions import TruncDate
 from django.utils import timezone
 
+from base.money import seconds_covered
 from billing.choices import AccountKind, TransactionKind
 from billing.models import BillingLine, Charge, Entry
 from billing.services.ledger import balance_of
@@ -295,10 +296,8 @@ class SpendRate:
     balance: int
 
     @property
-    def lasts_hours(self) -> Decimal | None:
-        if self.per_hour <= 0:
-            return None
-        return Decimal(self.balance) / Decimal(self.per_hour)
+    def lasts_seconds(self) -> float | None:
+        return seconds_covered(self.balance, self.per_hour)
 
 
 def allocation_rate(allocation: Allocation, book: PriceBook, now: datetime) -> int:
@@ -311,12 +310,3 @@ def spend_rate(user, now: datetime | None = None) -> SpendRate:
     allocations = list(Allocation.objects.open().filter(job__owner=user))
     book = PriceBook.load({a.chip_type_id for a in allocations})
     return SpendRate(sum(allocation_rate(a, book, now) for a in allocations), balance_of(user))
-
-
-def format_hours(hours: Decimal | None) -> str:
-    """ "~12 h", "~2.5 h", or a dash when nothing runs."""
-    if hours is None:
-        return "—"
-    if hours >= 10:
-        return f"~{hours:.0f} h"
-    return f"~{hours:.1f} h"

@@ -1,4 +1,5 @@
-"""Template helpers for the job and spot pages: a job's cost so far, durations. Prices: `{% load money %}`."""
+"""Template helpers for the job and spot pages: a job's cost so far, its bid. Prices: `{% load money %}`;
+durations: `{% load formatting %}`."""
 
 from __future__ import annotations
 
@@ -18,17 +19,6 @@ register = template.Library()
 def job_cost(job):
     """What the job has been charged so far (all its allocations, every epoch)."""
     return money_html(job_charged(job))
-
-
-@register.filter
-def seconds(value: float | None) -> str:
-    """ "12.3 s", "4 min 5 s"; a dash for none."""
-    if value is None:
-        return "—"
-    if value < 60:
-        return f"{value:.1f} s"
-    minutes, rest = divmod(round(value), 60)
-    return f"{minutes} min {rest} s" if rest else f"{minutes} min"
 
 
 @register.simple_tag

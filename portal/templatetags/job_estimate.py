@@ -15,6 +15,7 @@ from django import template
 from django.db.models import Min
 from django.utils import timezone
 
+from base.formatting import format_duration
 from base.money import cost_over, format_estimate
 from billing.services.statements import job_charged
 from workers.models import Allocation, Job, JobMetric
@@ -65,8 +66,8 @@ def planned_vs_actual(job: Job) -> dict:
         ),
         Line(
             "Run time" if ended else "Run time (projected)",
-            _duration(quoted.eta_seconds),
-            _duration(run_time) if run_time is not None else "—",
+            format_duration(quoted.eta_seconds),
+            format_duration(run_time),
             _off(run_time, quoted.eta_seconds),
             "run-time",
         ),
@@ -98,14 +99,3 @@ def _off(actual: float | None, planned: float | None) -> float | None:
     if not actual or not planned:
         return None
     return (actual - planned) / planned
-
-
-def _duration(seconds: float) -> str:
-    seconds = round(seconds)
-    if seconds < 60:
-        return f"{seconds} s"
-    minutes, seconds = divmod(seconds, 60)
-    if minutes < 60:
-        return f"{minutes} min {seconds:02d} s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours} h {minutes:02d} min"

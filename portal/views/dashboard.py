@@ -12,9 +12,10 @@ from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
+from base.formatting import format_duration
 from base.money import format_money
 from billing.services.ledger import balance_of
-from billing.services.statements import format_hours, spend_rate
+from billing.services.statements import spend_rate
 from portal.forms import ApiTokenForm
 from portal.models.tokens import ApiToken
 from portal.views.billing import ledger_context
@@ -35,7 +36,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     context = {
         "balance": balance_of(request.user),
         "spend_rate": f"{format_money(rate.per_hour)}/h" if rate.per_hour else "—",
-        "balance_lasts": format_hours(rate.lasts_hours),
+        "balance_lasts": format_duration(rate.lasts_seconds),
         "this_month": timezone.localdate().strftime("%Y-%m"),
         "credit_stops": credit_stopped_jobs(request.user),
         # No job yet: the page leads with "Train your first model"; after that, a smaller "New training run".

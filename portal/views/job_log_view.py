@@ -7,30 +7,16 @@ matches unfolded.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from itertools import groupby
 
-from django.utils.html import escape
 from django.utils.http import urlencode
-from django.utils.safestring import SafeString, mark_safe
+from django.utils.safestring import SafeString
 
+from base.formatting import highlight
 from workers.logtext import noise_flags
 from workers.models import Job
 from workers.services import job_logs
-
-
-def highlight(text: str, search: str) -> SafeString:
-    """The line, escaped, with each case-insensitive occurrence of the search marked."""
-    if not search:
-        return escape(text)
-    pattern = re.compile(re.escape(search), re.IGNORECASE)
-    pieces, start = [], 0
-    for found in pattern.finditer(text):
-        pieces += [escape(text[start : found.start()]), f"<mark>{escape(found[0])}</mark>"]
-        start = found.end()
-    pieces.append(escape(text[start:]))
-    return mark_safe("".join(pieces))  # every piece of the line is escaped
 
 
 @dataclass(frozen=True)

@@ -25,10 +25,11 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
+from base.formatting import format_duration, format_rate
 from base.money import format_price, to_decimal
 from billing.services.statements import charged_of_job
 from portal.views.job_log_view import log_context, log_groups, log_query
-from portal.views.training import format_duration, format_rate, summarize_plan
+from portal.views.training import summarize_plan
 from workers.api.job_serializers import JobSpecSerializer
 from workers.api.stored_files import stored_file_response
 from workers.choices import AllocationMode, JobStatus, TrainingMode

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from base.formatting import format_chip_counts
 from base.money import format_estimate
 from workers import planner
 from workers.choices import Policy
@@ -51,7 +52,7 @@ def policy_rows(spec: JobSpec) -> list[PolicyRow]:
                 policy=policy,
                 label=labels.get(policy, policy),
                 goal=GOALS[policy],
-                chips=describe(plan),
+                chips=format_chip_counts(plan.chip_counts),
                 tokens_per_s=f"{plan.tokens_per_s:,.0f}",
                 price_per_hour=format_estimate(plan.price_per_hour),
                 price_per_million_tokens=format_estimate(plan.price_per_million_tokens),
@@ -63,29 +64,5 @@ def policy_rows(spec: JobSpec) -> list[PolicyRow]:
     return rows
 
 
-def describe(plan: planner.Plan) -> str:
-    """ "2 × rtx-4090 + 1 × tpu-v5e", from the plan's chips per type and mode."""
-    return " + ".join(f"{sum(modes.values())} × {chip}" for chip, modes in sorted(plan.chip_counts.items()))
-
-
 def _mix(plan: planner.Plan) -> tuple:
     return tuple(sorted((rank.node_id, rank.mode) for rank in plan.ranks))
-
-
-def accuracy(plan: planner.Plan) -> str:
-    """How far the quote may be off, in words: from what the plan's nodes measured, or why unknown."""
-    if plan.uncertainty is not None:
-        overhead = f" and {plan.overhead_seconds:,.0f} s of start-up and finishing" if plan.overhead_seconds else ""
-        return (
-            f"Estimated from what these nodes delivered on this model{overhead}: expect within ±{plan.uncertainty:.0%}."
-        )
-    start_up = (
-        f"start-up and finishing ({plan.overhead_seconds:,.0f} s) as measured there for other models"
-        if plan.overhead_seconds
-        else "start-up is not counted"
-    )
-    return (
-        "No measurements yet for this model on some of these nodes: the speed comes from the chip's "
-        f"modelled figure and {start_up}, so the ETA and total may be off by 2× or more. "
-        "Quotes sharpen once a run has finished here."
-    )

@@ -12,13 +12,14 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from base.money import format_estimate, format_money
+from base.formatting import cost_phrase, format_duration, format_rate, quote_accuracy, speed_phrase
+from base.money import format_estimate, format_money, seconds_covered
 from billing.services.ledger import balance_of
 from billing.services.pricing import current_offers
 from market.services.hints import bid_hints, spot_chip_types
 from portal.forms import TrainingForm
 from portal.views.quote_lines import on_demand_note, quote_lines
-from portal.views.quote_policies import accuracy, policy_rows
+from portal.views.quote_policies import policy_rows
 from portal.views.rerun import form_initial
 from workers import planner
 from workers.choices import AllocationMode
@@ -83,49 +84,6 @@ class Problem:
     can_queue: bool = False
 
 
-def format_duration(seconds: float | None) -> str:
-    """ "45 s", "12 min", "3 h 20 min", "2 d 4 h": two units at most."""
-    if seconds is None:
-        return "—"
-    seconds = max(0, round(seconds))
-    if seconds < 60:
-        return f"{seconds} s"
-    minutes, hours, days = seconds // 60, seconds // 3600, seconds // 86400
-    if hours == 0:
-        return f"{minutes} min"
-    if days == 0:
-        return f"{hours} h {minutes % 60} min" if minutes % 60 else f"{hours} h"
-    return f"{days} d {hours % 24} h" if hours % 24 else f"{days} d"
-
-
-def format_rate(value: float | None) -> str:
-    """Tokens per second, compact: "812", "45.6k", "1.23M"."""
-    if value is None:
-        return "—"
-    for limit, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
-        if value >= limit:
-            return f"{value / limit:.3g}{suffix}"
-    return f"{value:.3g}" if value < 100 else f"{value:.0f}"
-
-
-def speed_phrase(ratio: float | None) -> str:
-    if ratio is None:
-        return ""
-    if ratio >= 1.05:
-        return f"{ratio:.1f}× faster"
-    return f"{1 / ratio:.1f}× slower" if ratio <= 0.95 else "as fast"
-
-
-def cost_phrase(ratio: float | None) -> str:
-    """The per-token cost against the baseline, as a reader says it."""
-    if ratio is None:
-        return ""
-    percent = round(abs(1 - ratio) * 100)
-    if percent == 0:
-        return "the same cost per token"
-    return f"{percent}% {'cheaper' if ratio < 1 else 'dearer'} per token"
-
-
 def chip_lines(plan: planner.Plan, names: dict[str, str]) -> list[ChipLine]:
     simulated = Counter(rank.chip for rank in plan.ranks if rank.simulated)
     modes = dict(AllocationMode.choices)
@@ -170,7 +128,7 @@ def credit_note(plan: planner.Plan, balance: int) -> str:
     """
     if plan.total_cost <= balance:
         return ""
-    lasts = balance / plan.price_per_hour * 3600 if plan.price_per_hour else None
+    lasts = seconds_covered(balance, plan.price_per_hour)
     return (
         f"The estimate of {format_money(plan.total_cost)} is above your balance of {format_money(balance)}: at "
         f"{format_money(plan.price_per_hour)}/h it lasts about {format_duration(lasts)}, then the job is checkpointed "
@@ -264,7 +222,7 @@ def train_quote(request: HttpRequest) -> HttpResponse:
         else:
             lines = quote_lines(plan, offers)
             context.update(plan=summarize_plan(plan), lines=lines, on_demand_note=on_demand_note(spec, lines, offers))
-            context.update(accuracy=accuracy(plan), policies=policy_rows(spec))
+            context.update(accuracy=quote_accuracy(plan.uncertainty, plan.overhead_seconds), policies=policy_rows(spec))
             context["credit_note"] = credit_note(plan, balance_of(request.user))
             hinted = list(dict.fromkeys(line.slug for line in lines))
         if spec.spot:  # beside the bid field (an out-of-band swap): each chip type's prices and the bid's advice

@@ -114,7 +114,7 @@ def test_the_cli_prints_bid_advice_and_asks_for_confirm(capsys, monkeypatch, liv
     monkeypatch.setenv("STARVERSE_API_KEY", token_for(alice))
 
     code, out, _ = run_starverse(capsys, "bid-advice", "rtx-4090", "--bid", "0.8")
-    assert code == 0 and "About 3.0 h uninterrupted" in out and "rtx-4090" in out
+    assert code == 0 and "About 3 h uninterrupted" in out and "rtx-4090" in out
     code, out, _ = run_starverse(capsys, "bid-advice", "rtx-4090", "--bid", "0.8", "--json")
     assert code == 0 and json.loads(out)["runs"] == 2
 

@@ -46,7 +46,7 @@ def test_a_finished_job_shows_quoted_against_actual_and_how_far_off(client, alic
 
     assert "quoted from what these nodes measured, ±10%" in shown
     assert "1,000" in shown and "800" in shown and "−20%" in shown.replace("-", "−")
-    assert "1 min 40 s" in shown and "2 min 05 s" in shown and "+25%" in shown
+    assert "1 min 40 s" in shown and "2 min 5 s" in shown and "+25%" in shown
     assert "¥0.100000" in shown or "¥0.10" in shown
     assert "+25%" in shown.split('data-testid="run-cost"')[1]
 

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from market.advice import PricePoint, advice_curve, bid_advice, describe_hours
+from market.advice import PricePoint, advice_curve, bid_advice
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -38,7 +38,7 @@ def test_runs_are_the_stretches_at_or_below_the_bid_and_their_mean_is_the_expect
     assert advice.expected_hours == pytest.approx((2 + 4) / 2)
     assert advice.winning_share == pytest.approx(6 / 12)
     assert not advice.winning_now
-    assert advice.summary() == "About 3.0 h uninterrupted on average; winning 50% of the last 12.0 h (2 runs)."
+    assert advice.summary() == "About 3 h uninterrupted on average; winning 50% of the last 12 h (2 runs)."
 
 
 def test_a_bid_below_every_price_never_wins():
@@ -78,8 +78,3 @@ def test_without_history_there_is_no_curve():
 def test_the_curve_is_thinned_to_a_readable_number_of_levels():
     steps = history(*[(200 - index, 500_000 + index * 1000) for index in range(200)])
     assert len(advice_curve(steps, NOW, days=30)) <= 40
-
-
-@pytest.mark.parametrize(("hours", "text"), [(0.5, "30 min"), (3.25, "3.2 h"), (72, "3.0 d")])
-def test_hours_are_said_in_a_readers_unit(hours, text):
-    assert describe_hours(hours) == text

@@ -1,0 +1,100 @@
+"""Values for people, other than money (`base.money`): durations, rates, comparisons, search hits.
+
+Durations have one format on every page (`format_duration`, the `duration` template filter): two
+units at most, the second left out when it is zero, never zero-padded; tenths of a second only below
+ten seconds, where they matter (a move's downtime):
+
+    "7.2 s", "45 s", "12 min", "1 min 40 s", "3 h", "3 h 12 min", "2 d 4 h".
+
+The larger unit is whole, the smaller one truncated, so "49 min 59 s" never reads as "50 min".
+"""
+
+from __future__ import annotations
+
+import re
+
+from django.utils.html import escape
+from django.utils.safestring import SafeString, mark_safe
+
+NONE = "—"
+MINUTE, HOUR, DAY = 60, 3600, 86400
+
+
+def format_duration(seconds: float | None) -> str:
+    """A duration in seconds for people (see the module's docstring); a dash for none."""
+    if seconds is None:
+        return NONE
+    seconds = max(seconds, 0.0)
+    if round(seconds, 1) < 10:
+        return f"{round(seconds, 1):g} s"
+    whole = round(seconds)
+    for unit, name, smaller, small_name in ((DAY, "d", HOUR, "h"), (HOUR, "h", MINUTE, "min"), (MINUTE, "min", 1, "s")):
+        if whole >= unit:
+            big, rest = divmod(whole, unit)
+            small = rest // smaller
+            return f"{big} {name} {small} {small_name}" if small else f"{big} {name}"
+    return f"{whole} s"
+
+
+def format_rate(value: float | None) -> str:
+    """A count or a rate, compact: "812", "45.6k", "1.23M"; a dash for none."""
+    if value is None:
+        return NONE
+    for limit, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if value >= limit:
+            return f"{value / limit:.3g}{suffix}"
+    return f"{value:.3g}" if value < 100 else f"{value:.0f}"
+
+
+def speed_phrase(ratio: float | None) -> str:
+    """A speed against a baseline, as a reader says it: "1.8× faster", "as fast"; empty for none."""
+    if ratio is None:
+        return ""
+    if ratio >= 1.05:
+        return f"{ratio:.1f}× faster"
+    return f"{1 / ratio:.1f}× slower" if ratio <= 0.95 else "as fast"
+
+
+def cost_phrase(ratio: float | None) -> str:
+    """The per-token cost against the baseline, as a reader says it: "20% cheaper per token"."""
+    if ratio is None:
+        return ""
+    percent = round(abs(1 - ratio) * 100)
+    if percent == 0:
+        return "the same cost per token"
+    return f"{percent}% {'cheaper' if ratio < 1 else 'dearer'} per token"
+
+
+def highlight(text: str, search: str) -> SafeString:
+    """The text, escaped, with each case-insensitive occurrence of the search marked."""
+    if not search:
+        return escape(text)
+    pattern = re.compile(re.escape(search), re.IGNORECASE)
+    pieces, start = [], 0
+    for found in pattern.finditer(text):
+        pieces += [escape(text[start : found.start()]), f"<mark>{escape(found[0])}</mark>"]
+        start = found.end()
+    pieces.append(escape(text[start:]))
+    return mark_safe("".join(pieces))  # every piece of the text is escaped
+
+
+def format_chip_counts(chip_counts: dict[str, dict[str, int]]) -> str:
+    """A mix's chips per type (whatever their mode): "2 × rtx-4090 + 1 × tpu-v5e"."""
+    return " + ".join(f"{sum(modes.values())} × {chip}" for chip, modes in sorted(chip_counts.items()))
+
+
+def quote_accuracy(uncertainty: float | None, overhead_seconds: float) -> str:
+    """How far a quote may be off, in words: from what its nodes measured (±), or why that is unknown."""
+    if uncertainty is not None:
+        overhead = f" and {format_duration(overhead_seconds)} of start-up and finishing" if overhead_seconds else ""
+        return f"Estimated from what these nodes delivered on this model{overhead}: expect within ±{uncertainty:.0%}."
+    start_up = (
+        f"start-up and finishing ({format_duration(overhead_seconds)}) as measured there for other models"
+        if overhead_seconds
+        else "start-up is not counted"
+    )
+    return (
+        "No measurements yet for this model on some of these nodes: the speed comes from the chip's "
+        f"modelled figure and {start_up}, so the ETA and total may be off by 2× or more. "
+        "Quotes sharpen once a run has finished here."
+    )
