@@ -7,7 +7,7 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 .PHONY: run test install install-test browser lint format clean-data screenshots
 
 run: install
-	$(BIN)/python -m portal.local run
+	$(BIN)/python -m launcher run
 
 test: install-test browser
 	$(BIN)/ruff check .

@@ -6,3 +6,11 @@ class BaseConfig(AppConfig):
 
     name = "base"
     verbose_name = "Base"
+
+    def ready(self) -> None:
+        from django.conf import settings
+
+        from kernel import money
+
+        # Amounts take the settings' CURRENCY_SYMBOL, read on each use (override_settings works).
+        money.read_currency_symbol_from(lambda: settings.CURRENCY_SYMBOL)

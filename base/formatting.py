@@ -1,4 +1,4 @@
-"""Values for people, other than money (`base.money`): durations, rates, comparisons, search hits.
+"""Values for people, other than money (`kernel.money`): durations, rates, comparisons, search hits.
 
 Durations have one format on every page (`format_duration`, the `duration` template filter): two
 units at most, the second left out when it is zero, never zero-padded; tenths of a second only below

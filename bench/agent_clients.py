@@ -38,7 +38,7 @@ class AgentConnection:
     Why not httpx here: 2,000 agents' requests through httpx cost this process more CPU than the
     agent service spends answering them, and on a shared 2-core machine a lagging load generator
     shows up as delivery latency. This speaks just the HTTP the agent service answers (Content-Length
-    bodies); the real agent's client is workers/agent/client.py (httpx), the bodies are the same.
+    bodies); the real agent's client is hosts/agent/client.py (httpx), the bodies are the same.
     """
 
     def __init__(self, host: str, port: int, token: str) -> None:

@@ -8,7 +8,7 @@ platform -> returned by the agent's poll), every report ingested, user API p95 <
 
 How: a throwaway database `bench_agents` on DATABASE_URL's server is migrated and seeded (seed_catalog),
 then the platform's web tier and agent service are started with `make run`'s own command lines
-(portal.local.processes.platform_processes: gunicorn, and uvicorn serving portal.asgi), with
+(launcher.processes.platform_processes: gunicorn, and uvicorn serving portal.asgi), with
 AGENT_POLL_WAIT_S=--poll-wait and AGENT_HEARTBEAT_DEADLINE_S=--deadline (deadline > 2 x wait). Celery is
 not started: nothing here needs it, and its meter and reconciler would only add noise. Per row, N nodes
 are enrolled and given jobs of 20 ranks through the service layer (enroll_node, placement.allocate), then
@@ -53,7 +53,7 @@ sys.path.insert(0, str(REPO))
 from agent_clients import Tally, agent, user  # noqa: E402 - bench/ is on the path when run
 from throwaway_db import database_url, recreate_database  # noqa: E402
 
-from portal.local.stores import free_port  # noqa: E402
+from launcher.stores import free_port  # noqa: E402
 
 DATABASE = "bench_agents"
 RANKS_PER_JOB = 20
@@ -77,7 +77,7 @@ class Platform:
     """The web tier and the agent service, as `make run` starts them, on a throwaway database."""
 
     def __init__(self, env: dict[str, str], log: Path) -> None:
-        from portal.local.processes import platform_processes
+        from launcher.processes import platform_processes
 
         self.env, self.log = env, log
         commands = platform_processes(env)
@@ -197,9 +197,9 @@ def enroll_fleet(size: int, tag: str) -> Fleet:
     """`size` simulated nodes enrolled through the service layer, with jobs of RANKS_PER_JOB ranks on them."""
     from django.contrib.auth import get_user_model
 
+    from kernel.planner.types import Plan
     from workers.choices import JobStatus
     from workers.models import EnrollmentToken, Job, Pool
-    from workers.planner.types import Plan
     from workers.services.fleet import enroll_node
     from workers.services.placement import allocate
 
@@ -261,8 +261,8 @@ class Queuer(threading.Thread):
         from django.db import connection
         from django.utils import timezone
 
+        from kernel.protocol import CommandType
         from workers.models import Job
-        from workers.protocol import CommandType
         from workers.services.commands import queue_for_node
 
         jobs = Job.objects.in_bulk(self.fleet.job_ids)

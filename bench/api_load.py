@@ -6,7 +6,7 @@
 Target (issue #15): at 50 concurrent clients >= 300 requests/s with p95 <= 250 ms on a 2-core machine.
 
 Why it is built this way: the number that matters is what `make run` serves, so the platform is started
-exactly as `make run` starts it (`python -m portal.local run`: gunicorn, Celery worker, planner and beat
+exactly as `make run` starts it (`python -m launcher run`: gunicorn, Celery worker, planner and beat
 under the supervisor), on a free port, in a throwaway data dir, against a throwaway database
 `bench_api_load` on DATABASE_URL's server (dropped afterwards). A set REDIS_URL is used with a cache key
 prefix and Celery queue of this run (their keys are deleted afterwards); without it the launcher's
@@ -73,8 +73,8 @@ def seed(users: int, jobs: int, ledger_rows: int, bids: int) -> list[str]:
     from django.contrib.auth import get_user_model
     from django.utils import timezone
 
-    from base.money import to_micros
     from billing.services.credits import adjust_credit
+    from kernel.money import to_micros
     from market.models import Bid, BidStatus
     from portal.models import ApiToken
     from workers.choices import JobStatus
@@ -413,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
         env["WEB_WORKERS"] = str(args.web_workers)
     if args.web_threads is not None:
         env["WEB_THREADS"] = str(args.web_threads)
-    platform = Platform(root, env, [sys.executable, "-m", "portal.local", "run"])
+    platform = Platform(root, env, [sys.executable, "-m", "launcher", "run"])
     recreate_database(url, DATABASE)
     try:
         platform.start()
@@ -447,7 +447,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _free_port() -> int:
-    from portal.local._child import free_port
+    from launcher._child import free_port
 
     return free_port()
 

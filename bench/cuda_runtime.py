@@ -5,7 +5,7 @@
 
 The model is a transformers LlamaForCausalLM built from a config (hidden 2048, 24 layers, 16 heads,
 8 key/value heads, FFN 5632, vocabulary 32000, sequence 2048: ~1.26 B parameters), started by
-workers.runtime.local the way an agent starts ranks (one process per GPU, device cuda:<rank>,
+hosts.runtime.local the way an agent starts ranks (one process per GPU, device cuda:<rank>,
 synthetic data). Each rank's tokens/s and step time are medians over the steps after warm-up;
 peak memory is torch.cuda.max_memory_allocated as the rank reports it; MFU = tokens/s x the
 spec's training FLOPs per token / the GPU's peak dense bf16 FLOPS (H100/H200 989 TFLOPS,
@@ -31,10 +31,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from workers.catalog import CHIP_TYPES  # noqa: E402
-from workers.modelspecs import spec_from_config  # noqa: E402
-from workers.protocol import CONTROL_FILE, RankLaunch  # noqa: E402
-from workers.runtime.local import LocalJob, job_launches, metrics  # noqa: E402
+from hosts.runtime.local import LocalJob, job_launches, metrics  # noqa: E402
+from kernel.catalog import CHIP_TYPES  # noqa: E402
+from kernel.modelspecs import spec_from_config  # noqa: E402
+from kernel.protocol import CONTROL_FILE, RankLaunch  # noqa: E402
 
 CONFIG = {
     "model_type": "llama",

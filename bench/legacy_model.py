@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workers.modelspecs import ModelSpec
+from kernel.modelspecs import ModelSpec
 
 
 class RMSNorm(nn.Module):

@@ -29,8 +29,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from workers.modelspecs import resolve_model  # noqa: E402
-from workers.runtime.local import LocalJob, job_launches, metrics  # noqa: E402
+from hosts.runtime.local import LocalJob, job_launches, metrics  # noqa: E402
+from kernel.modelspecs import resolve_model  # noqa: E402
 
 MODEL = "llama-tiny"
 

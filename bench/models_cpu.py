@@ -4,7 +4,7 @@
 
 a. Speed. One thread, as a simulated rank has (torch.set_num_threads(1)), fp32: a training step
    (forward, backward, AdamW step) of the transformers LlamaForCausalLM the runtime builds
-   (workers.runtime.hfmodel.build_model) against bench/legacy_model.LlamaModel of the same spec,
+   (hosts.runtime.hfmodel.build_model) against bench/legacy_model.LlamaModel of the same spec,
    on the same batch, for llama-tiny and a bigger grouped-query shape. The two alternate step by
    step (the order flips every round) and the table shows medians, so a neighbour's load lands on
    both alike. Each step's CPU time (this thread's) is measured beside its wall time: on a shared
@@ -12,12 +12,12 @@ a. Speed. One thread, as a simulated rank has (torch.set_num_threads(1)), fp32: 
    than 10% slower, ratio >= 0.90) is judged on it. The forward / backward / optimizer split
    shows where a gap comes from.
 
-b. Memory. A real 2-rank job (workers.runtime.local, gloo, ZeRO 0) trains a config from scratch
+b. Memory. A real 2-rank job (hosts.runtime.local, gloo, ZeRO 0) trains a config from scratch
    fully and then with the default LoRA adapter; each rank's memory_mb (its resident set size,
    from the metric events, the most any step reported) is printed beside the trainable parameter
    count, the fp32 model state a rank holds when it reports, after its optimizer step (weights 4N
    and AdamW's two moments 8T for N parameters of which T train; the step has freed the 4T of
-   gradients), and the planner's per-rank estimate (workers.planner.memory.rank_bytes: bf16
+   gradients), and the planner's per-rank estimate (kernel.planner.memory.rank_bytes: bf16
    weights with fp32 master copies, activation checkpointing and 1 GiB reserved, the GPU view the
    planner sizes chips with). The resident set also holds the interpreter, torch, DeepSpeed (and
    peft) themselves, some hundreds of MiB, so the full - lora row is the one to compare.
@@ -42,12 +42,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from bench import legacy_model  # noqa: E402
+from hosts.runtime import hfmodel  # noqa: E402
+from hosts.runtime.local import LocalJob, job_launches, metrics  # noqa: E402
+from kernel.modelfiles.hfconfig import lora_settings, model_shape  # noqa: E402
+from kernel.modelspecs import LORA, ModelSpec, resolve_model, spec_from_config  # noqa: E402
+from kernel.planner.memory import rank_bytes  # noqa: E402
 from tests.hfmodels import tiny_config  # noqa: E402
-from workers.hfconfig import lora_settings, model_shape  # noqa: E402
-from workers.modelspecs import LORA, ModelSpec, resolve_model, spec_from_config  # noqa: E402
-from workers.planner.memory import rank_bytes  # noqa: E402
-from workers.runtime import hfmodel  # noqa: E402
-from workers.runtime.local import LocalJob, job_launches, metrics  # noqa: E402
 
 SEED = 1234
 SPEED_GOAL = 0.90  # transformers tokens/s / legacy tokens/s: no more than 10% slower

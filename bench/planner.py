@@ -9,7 +9,7 @@ batch, policy, spot allowance and hourly budget. Per size: p50/p95 of `plan`'s w
 (time.process_time: the honest figure on a shared machine), the time to build the NodeOffer
 objects from database-like rows (as workers.services.planning.node_offers does per node; the ORM
 query is not in it) and the load average. At the largest size the old per-offer path
-(workers.planner.reference) plans the first `--reference` instances too, interleaved with the new
+(kernel.planner.reference) plans the first `--reference` instances too, interleaved with the new
 one: its CPU time, the ratio, and how many plans came out identical.
 
 Small instances: 2-4 chip types with a few free chips each, small enough to enumerate every count
@@ -17,7 +17,7 @@ vector; the gap is how much worse the planner's objective is than the exhaustive
 same policy (0% = it found the optimum).
 Measured nodes (`--measured`): every node that ran the model is a kind of its own, and the search
 grows faster than the square of the number of kinds, so past `MAX_KINDS` kinds the planner merges
-measured nodes (workers/planner/fleet.py). Per count of measured nodes in a 100,000-chip fleet
+measured nodes (kernel/planner/fleet.py). Per count of measured nodes in a 100,000-chip fleet
 (each at 0.5-3x its chip's modelled speed, with its own start-up and spread): kinds before and after
 the merge, and plan CPU with the merge and, up to `--unbounded-up-to` nodes, without it (the same
 instances, interleaved).
@@ -37,8 +37,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from workers.modelspecs import resolve_model  # noqa: E402
-from workers.planner import (  # noqa: E402
+from kernel.modelspecs import resolve_model  # noqa: E402
+from kernel.planner import (  # noqa: E402
     POLICIES,
     ChipInfo,
     NodeOffer,
@@ -51,8 +51,8 @@ from workers.planner import (  # noqa: E402
     objective_value,
     plan,
 )
-from workers.planner.reference import reference_plan  # noqa: E402
-from workers.planner.throughput import NodeMeasure  # noqa: E402
+from kernel.planner.reference import reference_plan  # noqa: E402
+from kernel.planner.throughput import NodeMeasure  # noqa: E402
 
 BIG_MODELS = ["llama-2-7b", "llama-2-13b", "llama-2-70b"]
 

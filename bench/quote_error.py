@@ -3,7 +3,7 @@
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres REDIS_URL=redis://127.0.0.1:6379/5 \\
         .venv/bin/python bench/quote_error.py [--jobs 8]
 
-Starts the platform the way `make run` does (`python -m portal.local run`: web, Celery worker and
+Starts the platform the way `make run` does (`python -m launcher run`: web, Celery worker and
 beat, the four simulated demo agents) on a fresh database made beside DATABASE_URL's, then, one
 job at a time on the idle demo fleet: asks the API for a quote, submits the same spec at once,
 waits for it to finish and for the meter to bill it to the end, and compares.
@@ -83,8 +83,8 @@ def api_user() -> str:
     from allauth.account.models import EmailAddress
     from django.contrib.auth import get_user_model
 
-    from base.money import to_micros
     from billing.services.credits import adjust_credit
+    from kernel.money import to_micros
     from portal.models import ApiToken
 
     user = get_user_model().objects.create_user(username="bench", email="bench@example.com", password="x-x-x-x-x")
@@ -97,7 +97,7 @@ def actuals(job_id: int) -> tuple[float, Decimal, str]:
     """(placement -> done seconds, charged, final status), once the meter has billed every allocation to its end."""
     from django.db.models import Min, Sum
 
-    from base.money import to_decimal
+    from kernel.money import to_decimal
     from workers.models import Allocation, Job
 
     job = Job.objects.get(pk=job_id)
@@ -189,7 +189,7 @@ def main() -> int:
     env.pop("DJANGO_SECRET_KEY", None)  # local mode generates one into the data dir
     log = open(data_dir / "platform.log", "w")  # noqa: SIM115 - closed at the end
     platform = subprocess.Popen(
-        [sys.executable, "-m", "portal.local", "run"], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+        [sys.executable, "-m", "launcher", "run"], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
         start_new_session=True,
     )  # fmt: skip
     try:

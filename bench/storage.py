@@ -21,11 +21,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from portal.local._child import free_port  # noqa: E402
-from portal.local.s3 import EmbeddedS3  # noqa: E402
-from workers.storage import open_store  # noqa: E402
-from workers.storage.cache import StagingCache  # noqa: E402
-from workers.storage.trees import local_files, sha256_file, upload_tree  # noqa: E402
+from kernel.storage import open_store  # noqa: E402
+from kernel.storage.cache import StagingCache  # noqa: E402
+from kernel.storage.trees import local_files, sha256_file, upload_tree  # noqa: E402
+from launcher._child import free_port  # noqa: E402
+from launcher.s3 import EmbeddedS3  # noqa: E402
 
 
 def cpu() -> float:

@@ -15,12 +15,12 @@ from django.utils.html import format_html
 
 from base.admin import ReadOnlyMixin
 from base.audit import already_recorded, record
-from base.money import format_price, to_micros
 from base.templatetags.money import money_html
 from billing.models import Payment, Refund, StripeEvent
 from billing.services.ledger import balance_of
 from billing.services.stripe_payments.config import PaymentError, minor_unit_micros
 from billing.services.stripe_payments.refunds import refund_payment, refundable_micros
+from kernel.money import format_price, to_micros
 
 
 class RefundForm(forms.Form):

@@ -19,7 +19,6 @@ from django.urls import path
 from django.utils import timezone
 
 from base.formatting import format_duration
-from base.money import format_price
 from base.templatetags.money import money_html
 from billing.choices import AccountKind
 from billing.models import Account, BillingLine, Payment, Refund
@@ -32,6 +31,7 @@ from billing.services.statements import (
     charges_for_everyone,
     parse_period,
 )
+from kernel.money import format_price
 from workers.models import Allocation
 
 REVENUE_DAYS = 30

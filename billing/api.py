@@ -15,9 +15,9 @@ from rest_framework.views import APIView
 from base.api.docs import IDEMPOTENT_WRITE_ERRORS, VALIDATION_EXAMPLE, errors
 from base.api.idempotency import IDEMPOTENCY_KEY_PARAMETER, idempotent
 from base.api.validation import refuse_unknown_fields
-from base.money import format_amount
 from billing.services.stripe_payments import topups
 from billing.services.stripe_payments.config import PaymentError, is_configured
+from kernel.money import format_amount
 
 # Stripe nonces are "api-" + this, and stripe_payments.config.NONCE_RE allows 64 characters in all.
 IDEMPOTENCY_KEY_RE = re.compile(r"^[A-Za-z0-9_-]{8,60}$")

@@ -10,8 +10,8 @@ from datetime import date
 from django.conf import settings
 from django.db.models import QuerySet
 
-from base.money import format_amount
 from billing.models import Charge, Entry
+from kernel.money import format_amount
 
 LEDGER_HEADER = ["date_utc", "transaction", "kind", "description", "amount", "balance_after", "currency"]
 USAGE_HEADER = [

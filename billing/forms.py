@@ -8,8 +8,8 @@ from decimal import Decimal
 from django import forms
 from django.conf import settings
 
-from base.money import to_decimal, to_micros
 from billing.models import OperatorSettings, Price
+from kernel.money import to_decimal, to_micros
 
 MAX_PRICE = Decimal("100000")
 MAX_ADJUSTMENT = Decimal("1000000")

@@ -28,9 +28,9 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from kombu.exceptions import OperationalError
 
-from base.money import format_money
 from billing.models import Charge, NotificationSettings, SentNotification
 from billing.services.ledger import balance_of
+from kernel.money import format_money
 from workers.choices import JobStatus
 from workers.models import Job
 

@@ -9,8 +9,8 @@ from django.utils.html import format_html, format_html_join
 
 from base.admin import AuditedChangesMixin, ReadOnlyMixin
 from base.audit import record
-from base.money import format_price
 from billing.models import Price, SpotPrice
+from kernel.money import format_price
 from market.models import Bid, BidStatus, MarketSettings
 from market.services.bids import BidRefused, cancel_bid
 

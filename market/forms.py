@@ -6,7 +6,7 @@ from decimal import Decimal
 
 from django import forms
 
-from base.money import to_micros
+from kernel.money import to_micros
 from market.services.bids import BidRefused
 from workers.choices import JobStatus
 from workers.models import ChipType, Job

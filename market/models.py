@@ -7,7 +7,7 @@ from django.db import models
 from django.db.models import OuterRef, Q, Subquery, Sum, Value
 from django.db.models.functions import Coalesce
 
-from base.money import format_amount, format_price
+from kernel.money import format_amount, format_price
 
 
 class BidStatus(models.TextChoices):

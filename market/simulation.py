@@ -14,7 +14,7 @@ import random
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from base.money import cost_of_integral
+from kernel.money import cost_of_integral
 from market.auction import Bid, clear, displaced
 
 HOUR = 3600
@@ -288,5 +288,5 @@ def _hour_row(hour: int, rounds: list[Round]) -> HourRow:
 
 
 def _per_hour(price_chip_seconds: int) -> int:
-    """Micro-units per chip-hour times chip-seconds, to micro-units: billing's rule (`base.money`)."""
+    """Micro-units per chip-hour times chip-seconds, to micro-units: billing's rule (`kernel.money`)."""
     return cost_of_integral(price_chip_seconds * MICROSECONDS_PER_SECOND)

@@ -21,9 +21,9 @@ from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
-from base.money import format_amount, format_price
 from billing.models import SpotPrice
 from billing.services.pricing import current_offers
+from kernel.money import format_amount, format_price
 from market.chart import price_ceiling
 from market.forms import BidChangeForm, BidForm
 from market.models import Bid, BidStatus, MarketSettings

@@ -14,13 +14,13 @@ from django.utils.html import format_html
 
 from base.admin import AuditedChangesMixin
 from base.audit import already_recorded, record
-from base.money import format_money, format_price, to_micros
 from base.templatetags.money import money_html
 from billing.choices import AccountKind
 from billing.forms import CreditAdjustmentForm
 from billing.models import Account
 from billing.services.credits import adjust_credit
 from billing.services.ledger import LedgerError, balance_of
+from kernel.money import format_money, format_price, to_micros
 from portal.models import ApiToken
 
 User = get_user_model()

@@ -5,7 +5,7 @@ EMAIL_URL (or the file EMAIL_URL_FILE names) wins when set:
   smtp://host:465/?ssl=True                  console://    file:///var/mail/starverse    dummy://
 Otherwise EMAIL_BACKEND, EMAIL_HOST, EMAIL_PORT, EMAIL_HOST_USER, EMAIL_HOST_PASSWORD(_FILE),
 EMAIL_USE_TLS, EMAIL_USE_SSL, EMAIL_TIMEOUT; setting EMAIL_HOST alone means SMTP. Neither: the console
-(`make run` off a terminal sets the file backend under <data dir>/mail, portal.local.private).
+(`make run` off a terminal sets the file backend under <data dir>/mail, launcher.private).
 """
 
 from __future__ import annotations

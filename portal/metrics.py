@@ -22,8 +22,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from base import heartbeats
-from base.money import MICROS_PER_UNIT
 from billing.models import BillingLine, SpotPrice
+from kernel.money import MICROS_PER_UNIT
 from portal.metrics_access import may_scrape
 from workers.choices import AgentStatus, AllocationMode, JobStatus
 from workers.models import Allocation, ChipType, Job, Node

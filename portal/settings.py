@@ -285,7 +285,7 @@ RENDEZVOUS_PORT_SPAN = env_int("RENDEZVOUS_PORT_SPAN", 3000)
 TRUSTED_PROXIES = env_list("TRUSTED_PROXIES")  # proxies (IPs/CIDRs) whose X-Forwarded-For names an agent's address
 JOB_PROVISIONING_TIMEOUT_S = env_int("JOB_PROVISIONING_TIMEOUT_S", 180)
 RUNS_ROOT = Path(env("RUNS_ROOT", str(DATA_DIR / "runs")))
-# Object storage for datasets, models, checkpoints and artifacts (workers/storage): a directory by
+# Object storage for datasets, models, checkpoints and artifacts (kernel/storage): a directory by
 # default, or s3://bucket/prefix with the standard AWS_ENDPOINT_URL / AWS_ACCESS_KEY_ID /
 # AWS_SECRET_ACCESS_KEY / AWS_REGION. Only the platform holds these: compute hosts get grants, URLs for
 # one placement's objects signed on request (workers/services/storage_grants.py), each valid this long.
@@ -312,7 +312,7 @@ PLAN_BACKOFF_MAX_S = env_int("PLAN_BACKOFF_MAX_S", 60)
 # A waiting spot job whose bid won chips must hold them within the notice period plus this, or its bid lapses.
 SPOT_TAKE_UP_GRACE_S = env_int("SPOT_TAKE_UP_GRACE_S", 60)
 # Simulated chips run the real model on a CPU, paced to their modelled speed divided by this
-# fleet-wide factor, so that a tiny model takes visible time (workers/runtime/pacing.py).
+# fleet-wide factor, so that a tiny model takes visible time (hosts/runtime/pacing.py).
 SIMULATION_SLOWDOWN = float(env("SIMULATION_SLOWDOWN", "20000"))
 TRAINING_PYTHON = env("TRAINING_PYTHON", "")
 
@@ -381,7 +381,7 @@ SENTRY_ENABLED = init_sentry(
 # Mail: EMAIL_URL (dj-email-url), else the EMAIL_* variables; console when neither.
 _mail = mail_settings(DATA_DIR)
 EMAIL_BACKEND = _mail["EMAIL_BACKEND"]
-EMAIL_FILE_PATH = _mail["EMAIL_FILE_PATH"]  # the file backend (portal.local.private, file://)
+EMAIL_FILE_PATH = _mail["EMAIL_FILE_PATH"]  # the file backend (launcher.private, file://)
 EMAIL_HOST = _mail["EMAIL_HOST"]
 EMAIL_PORT = _mail["EMAIL_PORT"]
 EMAIL_HOST_USER = _mail["EMAIL_HOST_USER"]

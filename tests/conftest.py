@@ -90,8 +90,8 @@ def catalog(db):
 @pytest.fixture
 def fund():
     """Give a user credit through the ledger (an operator adjustment), as a top-up would."""
-    from base.money import to_micros
     from billing.services.credits import adjust_credit
+    from kernel.money import to_micros
 
     def give(user, amount: str = "100") -> None:
         adjust_credit(user, to_micros(amount), reason="test funds", actor=None, key=f"test-funds:{user.pk}:{amount}")

@@ -14,11 +14,11 @@ from pathlib import Path
 import httpx
 from django.test import Client
 
-from workers.protocol import PLATFORM_URL_ENV
-from workers.runtime import staging
+from hosts.runtime import staging
+from kernel.protocol import PLATFORM_URL_ENV
+from kernel.storage import grants
+from kernel.storage.trees import upload_tree
 from workers.services.storage import platform_store
-from workers.storage import grants
-from workers.storage.trees import upload_tree
 
 PLATFORM_HERE = "http://platform.test"
 

@@ -14,9 +14,9 @@ from django.core.cache import cache
 from django.test import Client
 from django.utils import timezone
 
-from base.money import to_micros
 from billing.models import OperatorSettings, Transaction
 from billing.services.ledger import balance_of
+from kernel.money import to_micros
 from tests.conftest import PASSWORD
 
 pytestmark = pytest.mark.django_db

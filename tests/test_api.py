@@ -8,10 +8,10 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from base.money import format_amount
 from base.tokens import hash_token
 from billing.services.credits import grant_trial_credit
 from billing.services.pricing import current_offers, reference_chip
+from kernel.money import format_amount
 from portal.models import ApiToken, TokenScope
 from tests.conftest import PASSWORD
 

@@ -12,12 +12,12 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
+from kernel.chat_templates import RenderLimits
+from kernel.storage.trees import upload_tree
 from tests.conftest import token_client
 from tests.hfmodels import CHAT_TEMPLATE, make_tokenizer, tiny_config
-from workers.chat_templates import RenderLimits
 from workers.models import Dataset, UploadedModel
 from workers.services.storage import platform_store
-from workers.storage.trees import upload_tree
 
 pytestmark = pytest.mark.django_db
 

@@ -1,4 +1,4 @@
-"""The embedded S3 (portal/local/s3.py) is reachable only through its S3 API, with its keys (#28, item 6).
+"""The embedded S3 (launcher/s3.py) is reachable only through its S3 API, with its keys (#28, item 6).
 
 SeaweedFS's master, volume server, filer and admin listen beside the S3 API. Before, they answered anyone:
 the filer served every object, and one GET to the master (`/col/delete?collection=<bucket>`) deleted the
@@ -15,9 +15,9 @@ import boto3
 import httpx
 import pytest
 
-from portal.local import s3
-from portal.local.s3 import EmbeddedS3
-from portal.local.stores import free_port
+from launcher import s3
+from launcher.s3 import EmbeddedS3
+from launcher.stores import free_port
 from tests.packaging.pyproject_extras import names
 
 H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes.fromhex("000000040000000000")  # + an empty SETTINGS

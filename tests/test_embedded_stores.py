@@ -23,7 +23,7 @@ import psycopg
 import pytest
 import redis
 
-from portal.local.stores import EmbeddedPostgres, EmbeddedRedis, StoreError, free_port
+from launcher.stores import EmbeddedPostgres, EmbeddedRedis, StoreError, free_port
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -172,7 +172,7 @@ def _stop_and_check_nothing_left(proc: subprocess.Popen[str], sig: int) -> None:
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_stores_command_prints_urls_and_a_signal_stops_everything(tmp_path: Path, sig: int) -> None:
     proc = _spawn(
-        ["-m", "portal.local", "stores"],
+        ["-m", "launcher", "stores"],
         STARVERSE_DATA_DIR=str(tmp_path),
         STARVERSE_PG_PORT=str(free_port()),
         STARVERSE_REDIS_PORT=str(free_port()),
@@ -191,7 +191,7 @@ def test_stores_command_prints_urls_and_a_signal_stops_everything(tmp_path: Path
 
 def _serve(processes: dict[str, str], port: int) -> subprocess.Popen[str]:
     """launcher.serve() in a child process, since Ctrl-C/SIGTERM stop that whole process."""
-    code = "import sys\nfrom portal.local.launcher import serve\n"
+    code = "import sys\nfrom launcher.platform import serve\n"
     return _spawn(["-c", code + f"sys.exit(serve({processes!r}, '127.0.0.1', {port}))"])
 
 

@@ -10,8 +10,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from base.money import format_price
 from billing.services.ledger import balance_of
+from kernel.money import format_price
 from workers.models import Job
 
 pytestmark = pytest.mark.django_db

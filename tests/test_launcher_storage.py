@@ -1,4 +1,4 @@
-"""`make run`'s object store (portal/local/launcher.py start_storage): the data dir's folder by default,
+"""`make run`'s object store (launcher/platform.py start_storage): the data dir's folder by default,
 embedded S3 (SeaweedFS) with STARVERSE_STORAGE=embedded-s3, a set STORAGE_URL kept; what it chose is
 exported to every child (web, Celery, the demo agents and their ranks)."""
 
@@ -14,11 +14,11 @@ from pathlib import Path
 import boto3
 import pytest
 
-from portal.local import s3
-from portal.local.launcher import start_storage
-from portal.local.processes import platform_processes
-from portal.local.s3 import EmbeddedS3
-from portal.local.stores import StoreError, free_port
+from launcher import s3
+from launcher.platform import start_storage
+from launcher.processes import platform_processes
+from launcher.s3 import EmbeddedS3
+from launcher.stores import StoreError, free_port
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -72,7 +72,7 @@ def test_a_child_sees_the_exported_store(tmp_path):
     """Children inherit the launcher's environment: a demo agent's ranks open the same store."""
     environ: dict[str, str] = {}
     start_storage(tmp_path, [], environ)
-    code = "from workers.storage import store_from_environment as s; print(s().url)"
+    code = "from kernel.storage import store_from_environment as s; print(s().url)"
 
     done = subprocess.run(
         [sys.executable, "-c", code], cwd=REPO, env={**os.environ, **environ}, capture_output=True, text=True
@@ -157,7 +157,7 @@ def test_make_runs_demo_agents_get_none_of_the_stores_variables(tmp_path):
     env = {"STARVERSE_DATA_DIR": str(tmp_path), **store}
 
     command = platform_processes(env)["demo-a"]
-    python_of_the_agent = command.split(" -m workers.agent ")[0]
+    python_of_the_agent = command.split(" -m hosts.agent ")[0]
     probe = f"{python_of_the_agent} -c 'import json, os; print(json.dumps(sorted(os.environ)))'"
     seen = json.loads(
         subprocess.run(probe, shell=True, env={**os.environ, **env}, capture_output=True, check=True).stdout

@@ -1,4 +1,4 @@
-"""`make run`'s Stripe test mode (portal/local/launcher.py stripe_test_mode, portal/local/stripe.py):
+"""`make run`'s Stripe test mode (launcher/platform.py stripe_test_mode, launcher/stripe.py):
 without STRIPE_SECRET_KEY the launcher configures test keys and runs localstripe on loopback, whose
 signed webhooks reach the platform's webhook URL; with real keys set, nothing of that happens."""
 
@@ -15,8 +15,8 @@ import httpx
 import pytest
 import stripe
 
-from portal.local.launcher import stripe_test_mode
-from portal.local.stores import free_port
+from launcher.platform import stripe_test_mode
+from launcher.stores import free_port
 
 
 class Hooks(http.server.BaseHTTPRequestHandler):
@@ -56,7 +56,7 @@ def test_without_keys_test_mode_is_configured(tmp_path):
     assert environ["STRIPE_JS_URL"] == f"{base}/js.stripe.com/v3/"
     assert environ["STARVERSE_LOCALSTRIPE_WEBHOOK_URL"] == "http://127.0.0.1:8123/stripe/webhook/"
     assert list(processes) == ["stripe"]
-    assert processes["stripe"].endswith(f"-m portal.local.stripe --port {base.rsplit(':', 1)[1]}")
+    assert processes["stripe"].endswith(f"-m launcher.stripe --port {base.rsplit(':', 1)[1]}")
     assert environ["STRIPE_WEBHOOK_SECRET"] not in processes["stripe"]  # never on a command line
 
 

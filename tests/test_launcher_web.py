@@ -2,8 +2,8 @@
 
 import pytest
 
-from portal.local.processes import platform_processes
-from portal.local.stores import StoreError
+from launcher.processes import platform_processes
+from launcher.stores import StoreError
 
 
 def web_line(tmp_path, **env) -> str:

@@ -2,7 +2,7 @@ from decimal import Decimal
 
 import pytest
 
-from base.money import (
+from kernel.money import (
     InvalidAmount,
     format_amount,
     format_estimate,

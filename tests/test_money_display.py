@@ -7,8 +7,8 @@ from decimal import Decimal
 import pytest
 from django.template import Context, Template
 
-from base.money import format_money, format_money_signed
 from base.templatetags.money import money_html, signed_money_html
+from kernel.money import format_money, format_money_signed
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Money over time has one rule, `base.money.cost_over` (and `cost_of_integral` for prices that change
+"""Money over time has one rule, `kernel.money.cost_over` (and `cost_of_integral` for prices that change
 within a span): every spelling it replaced gives the same micro-units, so moving onto it changed no charge."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from decimal import Decimal
 from hypothesis import given
 from hypothesis import strategies as st
 
-from base.money import MICROSECONDS_PER_HOUR, cost_of_integral, cost_over, round_micros, seconds_covered
 from billing.services.meter import owed
 from billing.services.pricing import PriceBook
+from kernel.money import MICROSECONDS_PER_HOUR, cost_of_integral, cost_over, round_micros, seconds_covered
 from workers.choices import AllocationMode
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

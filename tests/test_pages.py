@@ -13,10 +13,10 @@ from django.db.models import Sum
 from django.urls import reverse
 from django.utils import timezone
 
-from base.money import format_money
 from base.tokens import hash_token
 from billing.services.credits import adjust_credit, grant_trial_credit
 from billing.services.pricing import current_offers, reference_chip
+from kernel.money import format_money
 from portal.models.tokens import ApiToken, TokenScope
 from tests.money_html import money
 from workers.choices import AgentStatus

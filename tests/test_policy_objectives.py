@@ -13,11 +13,11 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
+from kernel.planner import objective_value
+from kernel.spec import JobSpec
 from workers.choices import AgentStatus
 from workers.models import Node
-from workers.planner import objective_value
 from workers.services.planning import policy_alternatives
-from workers.spec import JobSpec
 
 pytestmark = pytest.mark.django_db
 

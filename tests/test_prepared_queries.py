@@ -11,9 +11,9 @@ from django.db.models.sql.compiler import SQLCompiler
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from base.money import to_micros
 from base.prepared import PreparedPage, PreparedQuery
 from billing.services.credits import adjust_credit
+from kernel.money import to_micros
 from market.models import Bid, BidStatus
 from tests.compute.conftest import enroll  # noqa: F401 - a fixture
 from tests.conftest import token_client

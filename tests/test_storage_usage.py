@@ -12,6 +12,7 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from django.urls import reverse
 
+from kernel.storage import StorageError
 from tests.conftest import token_client
 from tests.stored import keys, own_store_url, stored_checkpoint
 from workers.models import Dataset, Job, JobCheckpoint
@@ -19,7 +20,6 @@ from workers.services import storage_quota
 from workers.services.datasets import DatasetRejected, store_dataset
 from workers.services.storage import platform_store
 from workers.services.storage_usage import storage_usage
-from workers.storage import StorageError
 
 pytestmark = pytest.mark.django_db
 

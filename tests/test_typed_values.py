@@ -9,11 +9,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kernel.planner import Plan, PlanningError, ThroughputModel, plan
+from kernel.spec import JobSpec
 from tests.planner.fleets import fleets, priced_chips, requests
 from workers.api.job_serializers import format_plan
 from workers.models import Job
-from workers.planner import Plan, PlanningError, ThroughputModel, plan
-from workers.spec import JobSpec
 
 
 @st.composite

@@ -14,8 +14,8 @@ from django.utils.html import format_html
 
 from base.admin import AuditedChangesMixin
 from base.audit import record
-from base.money import format_price
 from billing.models import Price
+from kernel.money import format_price
 from market.models import MarketSettings
 from workers import admin_jobs  # noqa: F401  (jobs: registered there, /admin/workers/job/)
 from workers.choices import AgentStatus
@@ -266,7 +266,7 @@ class EnrollmentTokenAdmin(AuditedChangesMixin, admin.ModelAdmin):
             request,
             format_html(
                 "Enrollment token for {} (shown once): <code>{}</code><br>Save it in a file only the agent's "
-                "user can read (<code>chmod 600</code>) and start the agent with <code>python -m workers.agent "
+                "user can read (<code>chmod 600</code>) and start the agent with <code>python -m hosts.agent "
                 "--platform {} --enrollment-token-file PATH</code> (or pass it in the environment variable "
                 "<code>STARVERSE_ENROLLMENT_TOKEN</code>; never on the command line).",
                 obj.pool,

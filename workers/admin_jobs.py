@@ -23,11 +23,11 @@ from django.utils.html import format_html, format_html_join
 from base.admin import ReadOnlyMixin
 from base.audit import record
 from base.formatting import format_duration
-from base.money import format_money, format_price
 from base.templatetags.money import money_html
+from kernel.money import format_money, format_price
+from kernel.planner import Plan
 from workers.choices import JobStatus
 from workers.models import Allocation, Job
-from workers.planner import Plan
 from workers.services import lifecycle
 
 CONFIRMATION = "admin/workers/job/cancel_confirmation.html"

@@ -79,7 +79,7 @@ class CommandStatus(models.TextChoices):
 
 
 class DatasetKind(models.TextChoices):
-    """The record kinds of workers.runtime.record_files."""
+    """The record kinds of hosts.runtime.record_files."""
 
     TEXT = "text", "Plain text"
     JSONL = "jsonl", "JSON lines"

@@ -8,7 +8,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from base.money import format_amount
+from kernel.money import format_amount
 
 
 @extend_schema_field({"type": "string", "format": "decimal", "example": "10.00", "nullable": True})

@@ -17,7 +17,7 @@ from django import template
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from base.money import MINUS, NO_AMOUNT, format_money, format_money_signed, format_price, format_signed
+from kernel.money import MINUS, NO_AMOUNT, format_money, format_money_signed, format_price, format_signed
 
 register = template.Library()
 

@@ -6,8 +6,8 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from base.money import format_amount
 from billing.choices import AccountKind, TransactionKind
+from kernel.money import format_amount
 
 
 class AppendOnlyError(RuntimeError):

@@ -7,7 +7,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 
-from base.money import format_amount, to_micros
+from kernel.money import format_amount, to_micros
 
 
 def default_trial_credit() -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
-from base.money import format_amount
+from kernel.money import format_amount
 
 
 class PaymentStatus(models.TextChoices):

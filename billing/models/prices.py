@@ -7,7 +7,7 @@ from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
 
-from base.money import format_amount, format_price
+from kernel.money import format_amount, format_price
 
 
 class PriceQuerySet(models.QuerySet):

@@ -9,7 +9,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from base.money import format_amount
+from kernel.money import format_amount
 
 
 class BillingLine(models.Model):

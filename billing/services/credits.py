@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from base.money import format_money
 from billing.choices import AccountKind, TransactionKind
 from billing.models import OperatorSettings, Transaction
 from billing.services.ledger import LedgerError, Leg, platform_account, post_transaction, wallet_for
+from kernel.money import format_money
 
 
 def grant_trial_credit(user, now=None) -> Transaction | None:

@@ -22,10 +22,10 @@ from datetime import datetime, timedelta
 from django.db import connection
 from django.utils import timezone
 
-from base.money import cost_over, format_money, format_money_needed
 from billing.models import BillingLine, OperatorSettings
 from billing.services.ledger import balance_of
 from billing.services.pricing import PriceBook
+from kernel.money import cost_over, format_money, format_money_needed
 from workers.choices import JobStatus
 from workers.models import Allocation, Job
 

@@ -13,11 +13,11 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol
 
-from base.money import cost_of_integral
 from billing.choices import AccountKind, TransactionKind
 from billing.models import Transaction
 from billing.services.ledger import Leg, platform_account, post_transaction, wallet_for
 from billing.services.pricing import PriceBook
+from kernel.money import cost_of_integral
 
 
 class Billed(Protocol):

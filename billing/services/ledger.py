@@ -17,10 +17,10 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q, Sum
 from django.utils import timezone
 
-from base.money import format_money, format_money_needed
 from base.prepared import PreparedQuery
 from billing.choices import AccountKind, TransactionKind
 from billing.models import Account, Entry, Transaction
+from kernel.money import format_money, format_money_needed
 
 
 class LedgerError(Exception):

@@ -21,8 +21,8 @@ from decimal import Decimal
 from django.db.models import Sum
 from django.utils import timezone
 
-from base.money import MICROSECOND, round_micros
 from billing.models import Price, SpotPrice
+from kernel.money import MICROSECOND, round_micros
 from workers.choices import AgentStatus, AllocationMode
 from workers.models import REFERENCE_CHIP, Allocation, ChipType
 

@@ -21,10 +21,10 @@ from datetime import datetime, timedelta
 
 from django.db.models import QuerySet, Sum
 
-from base.money import format_amount
 from billing.models import BillingLine, Charge
 from billing.services.meter import SECOND, billing_mark, owed
 from billing.services.pricing import PriceBook
+from kernel.money import format_amount
 from workers.models import Allocation
 
 Key = tuple[int, int, str]  # job, chip type, mode

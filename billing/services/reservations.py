@@ -20,12 +20,12 @@ from datetime import datetime
 
 from django.db import connection
 
-from base.money import format_amount
 from billing.choices import AccountKind, TransactionKind
 from billing.models import Account, Transaction
 from billing.services.ledger import Leg, lock_wallets, platform_account, post_transaction
 from billing.services.meter import SECOND, billing_mark, owed
 from billing.services.pricing import PriceBook
+from kernel.money import format_amount
 from workers.choices import AllocationMode
 
 logger = logging.getLogger(__name__)

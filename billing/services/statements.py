@@ -16,11 +16,11 @@ from django.db.models import OuterRef, QuerySet, Subquery, Sum
 from django.db.models.functions import TruncDate
 from django.utils import timezone
 
-from base.money import seconds_covered
 from billing.choices import AccountKind, TransactionKind
 from billing.models import BillingLine, Charge, Entry
 from billing.services.ledger import balance_of
 from billing.services.pricing import PriceBook
+from kernel.money import seconds_covered
 from workers.models import Allocation
 
 

@@ -10,7 +10,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from base.api.docs import errors
-from base.money import InvalidAmount, to_micros
+from kernel.money import InvalidAmount, to_micros
 from market.advice import DEFAULT_DAYS
 from market.api.serializers import PRICE, AdviceSerializer
 from market.services.hints import BidHint, bid_hint

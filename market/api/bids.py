@@ -24,8 +24,8 @@ from rest_framework.response import Response
 from base.api.docs import IDEMPOTENT_WRITE_ERRORS, WRITE_ERRORS, errors
 from base.api.idempotency import IDEMPOTENCY_KEY_PARAMETER, idempotent
 from base.api.validation import refuse_unknown_fields
-from base.money import to_micros
 from base.prepared import PreparedPage, PreparedQuery
+from kernel.money import to_micros
 from market.api.serializers import (
     CONFIRM_HELP,
     BidChangeSerializer,

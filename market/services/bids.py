@@ -13,10 +13,10 @@ from django.db import transaction
 from django.db.models import Max, OuterRef, Subquery, Sum
 from django.utils import timezone
 
-from base.money import format_amount, format_money, format_price
 from billing.models import OperatorSettings
 from billing.services.holds import lock_credit
 from billing.services.ledger import balance_of
+from kernel.money import format_amount, format_money, format_price
 from market.models import Bid, BidStatus
 from market.services.clearing import request_clearing
 from market.services.commitments import bid_hold, commitments

@@ -30,8 +30,8 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from base.deadlocks import retry_on_deadlock
-from base.money import format_amount
 from billing.services.pricing import record_spot_price
+from kernel.money import format_amount
 from market import auction
 from market.models import Bid, BidStatus, MarketSettings
 from market.services.demand import demand_of

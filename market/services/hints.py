@@ -11,9 +11,9 @@ from datetime import datetime, timedelta
 
 from django.utils import timezone
 
-from base.money import format_price
 from billing.models import SpotPrice
 from billing.services.pricing import ChipOffer, current_offers
+from kernel.money import format_price
 from market.advice import DEFAULT_DAYS, BidAdvice, PricePoint, advice_curve, bid_advice
 from workers.models import ChipType, Node
 

@@ -17,7 +17,7 @@ from datetime import datetime
 
 from django.utils import timezone
 
-from base.money import format_money
+from kernel.money import format_money
 from market import auction
 from market.models import Bid, BidStatus
 from market.services.demand import demand_of

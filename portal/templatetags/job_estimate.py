@@ -16,8 +16,8 @@ from django.db.models import Min
 from django.utils import timezone
 
 from base.formatting import format_duration
-from base.money import cost_over, format_estimate
 from billing.services.statements import job_charged
+from kernel.money import cost_over, format_estimate
 from workers.models import Allocation, Job, JobMetric
 
 register = template.Library()

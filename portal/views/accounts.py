@@ -13,8 +13,8 @@ from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 
-from base.money import format_money
 from billing.models import OperatorSettings
+from kernel.money import format_money
 
 
 class ConfirmEmailView(AllauthConfirmEmailView):

@@ -24,7 +24,6 @@ from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
-from base.money import format_amount, format_money, format_price
 from billing.models import OperatorSettings, Payment
 from billing.services.ledger import balance_of
 from billing.services.ledger_history import HOUR, BadGroup, LedgerHistory, group_charges, hour_from_key
@@ -36,6 +35,7 @@ from billing.services.stripe_payments.config import (
     is_test_mode,
     uses_payment_element,
 )
+from kernel.money import format_amount, format_money, format_price
 from portal.content_policy import allow_stripe
 from portal.views.notifications import form_for as email_form_for
 

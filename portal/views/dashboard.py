@@ -13,9 +13,9 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
 from base.formatting import format_duration
-from base.money import format_money
 from billing.services.ledger import balance_of
 from billing.services.statements import spend_rate
+from kernel.money import format_money
 from portal.forms import ApiTokenForm
 from portal.models.tokens import ApiToken
 from portal.views.billing import ledger_context

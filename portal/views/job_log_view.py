@@ -1,6 +1,6 @@
 """The job page's log view: a page of lines, escaped and with the search marked, library noise folded away.
 
-Runs of a library's lines (warnings, INFO logs, progress bars: workers/logtext.py) are folded into one
+Runs of a library's lines (warnings, INFO logs, progress bars: kernel/logtext.py) are folded into one
 collapsed group, so the rank's own lines (step, loss, tokens/s, errors) read at a glance; a search shows its
 matches unfolded.
 """
@@ -14,7 +14,7 @@ from django.utils.http import urlencode
 from django.utils.safestring import SafeString
 
 from base.formatting import highlight
-from workers.logtext import noise_flags
+from kernel.logtext import noise_flags
 from workers.models import Job
 from workers.services import job_logs
 

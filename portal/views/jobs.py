@@ -26,8 +26,9 @@ from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
 from base.formatting import format_duration, format_rate
-from base.money import format_price, to_decimal
 from billing.services.statements import charged_of_job
+from kernel.money import format_price, to_decimal
+from kernel.storage import StorageError
 from portal.views.job_log_view import log_context, log_groups, log_query
 from portal.views.training import summarize_plan
 from workers.api.job_serializers import JobSpecSerializer
@@ -49,7 +50,6 @@ from workers.services.model_download import (
     load_lines,
     model_download,
 )
-from workers.storage import StorageError
 
 STORAGE_DOWN = "Object storage is unavailable right now; try again shortly."
 JOBS_PAGE_SIZE = 20

@@ -17,8 +17,8 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
-from base.money import MICROS_PER_UNIT, format_amount, format_money, to_micros
 from billing.notifications import save_settings, settings_for
+from kernel.money import MICROS_PER_UNIT, format_amount, format_money, to_micros
 
 MAX_THRESHOLD = 10**9  # currency units: far above any balance, below what the column holds
 

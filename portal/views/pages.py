@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from base.money import format_money, format_price
 from billing.models import OperatorSettings
 from billing.services.pricing import ChipOffer, current_offers, reference_chip
+from kernel.money import format_money, format_price
 from workers.models import ChipType
 
 

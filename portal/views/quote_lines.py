@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from base.money import format_price
 from billing.services.pricing import ChipOffer
-from workers import planner
+from kernel import planner
+from kernel.money import format_price
+from kernel.spec import JobSpec
 from workers.choices import AllocationMode
-from workers.spec import JobSpec
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """What each planning policy would pick for the job in the quote box, side by side.
 
-Each policy minimises what its help text says (workers.planner.evaluate.objective_value); showing
+Each policy minimises what its help text says (kernel.planner.evaluate.objective_value); showing
 the others' plans beside the chosen one lets a user see what it traded: a faster mix for a higher
 price per token, or the reverse.
 """
@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from base.formatting import format_chip_counts
-from base.money import format_estimate
-from workers import planner
+from kernel import planner
+from kernel.money import format_estimate
+from kernel.spec import JobSpec
 from workers.choices import Policy
 from workers.services.planning import policy_alternatives
-from workers.spec import JobSpec
 
 # What each policy minimises, in the words the rows use.
 GOALS = {

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from base.money import format_amount
+from kernel.money import format_amount
 from portal.forms import chip_field
 from workers.choices import TrainingMode
 from workers.models import Job

@@ -13,21 +13,21 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from base.formatting import cost_phrase, format_duration, format_rate, quote_accuracy, speed_phrase
-from base.money import format_estimate, format_money, seconds_covered
 from billing.services.ledger import balance_of
 from billing.services.pricing import current_offers
+from kernel import planner
+from kernel.money import format_estimate, format_money, seconds_covered
+from kernel.spec import JobSpec
 from market.services.hints import bid_hints, spot_chip_types
 from portal.forms import TrainingForm
 from portal.views.quote_lines import on_demand_note, quote_lines
 from portal.views.quote_policies import policy_rows
 from portal.views.rerun import form_initial
-from workers import planner
 from workers.choices import AllocationMode
 from workers.models import ChipType, Job
 from workers.services.fleet import free_chips, schedulable_nodes
 from workers.services.launch import LaunchRefused, fleet_refusal, launch
 from workers.services.planning import quote
-from workers.spec import JobSpec
 
 # What a planning error is called in the quote box, and which field it belongs to at submit.
 PROBLEM_TITLES = {

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from workers.agent.loop import Agent, AgentConfig
-from workers.protocol import RankLaunch
+from hosts.agent.loop import Agent, AgentConfig
+from kernel.protocol import RankLaunch
 
 from .fake_platform import ENROLLMENT_TOKEN, FakePlatform
 

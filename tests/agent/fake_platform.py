@@ -1,4 +1,4 @@
-"""A fake Starverse platform for the agent tests: enroll, poll, report per workers/protocol.py.
+"""A fake Starverse platform for the agent tests: enroll, poll, report per kernel/protocol.py.
 
 An http.server in a thread. Commands stay pending (and are re-sent on every poll) until acked,
 like the real platform; polls are held up to wait_s unless a command is pending. It can be

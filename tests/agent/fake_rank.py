@@ -1,4 +1,4 @@
-"""A stand-in for `python -m workers.runtime`: prints metric events, obeys control.json.
+"""A stand-in for `python -m hosts.runtime`: prints metric events, obeys control.json.
 
 Behaviour comes from launch.json's "extra": steps (-1 = until stopped), step_s, exit_code,
 stderr (lines to print before exiting), ignore_stop, ignore_sigterm, log_burst (lines per step),

@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from workers.agent.state import STATE_FILE
-from workers.protocol import ReportKind
+from hosts.agent.state import STATE_FILE
+from kernel.protocol import ReportKind
 
 from .conftest import FAKE_RANK, launch, wait_for
 from .fake_platform import ENROLLMENT_TOKEN
@@ -85,7 +85,7 @@ def test_enrolls_again_when_the_token_is_refused(platform, start_agent, agent_co
 
 
 def test_cli_with_environment_variables(platform, tmp_path):
-    """`python -m workers.agent --once`: enroll, one poll (nothing to do), exit 0."""
+    """`python -m hosts.agent --once`: enroll, one poll (nothing to do), exit 0."""
     env = dict(
         os.environ,
         STARVERSE_PLATFORM_URL=platform.url,
@@ -96,7 +96,7 @@ def test_cli_with_environment_variables(platform, tmp_path):
         [
             sys.executable,
             "-m",
-            "workers.agent",
+            "hosts.agent",
             "--simulate",
             "tpu-v5e:4",
             "--hostname",
@@ -122,7 +122,7 @@ def test_cli_refuses_to_start_without_a_token(tmp_path):
         [
             sys.executable,
             "-m",
-            "workers.agent",
+            "hosts.agent",
             "--platform",
             "http://127.0.0.1:9",
             "--simulate",
@@ -143,7 +143,7 @@ def test_cli_runs_ranks_and_ends_them_on_sigterm(platform, tmp_path):
     """The real entry point, with the rank module from STARVERSE_RANK_MODULE; SIGTERM ends it cleanly."""
     env = dict(os.environ, STARVERSE_RANK_MODULE=FAKE_RANK, STARVERSE_ENROLLMENT_TOKEN=ENROLLMENT_TOKEN)
     agent = subprocess.Popen(
-        [sys.executable, "-m", "workers.agent", "--platform", platform.url,
+        [sys.executable, "-m", "hosts.agent", "--platform", platform.url,
          "--simulate", "rtx-4090:1", "--data-dir", str(tmp_path), "--poll-wait", "5"],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -168,7 +168,7 @@ def test_cli_once_runs_what_the_first_poll_brings_then_exits(platform, tmp_path)
     token_file.write_text(ENROLLMENT_TOKEN)
     token_file.chmod(0o600)
     done = subprocess.run(
-        [sys.executable, "-m", "workers.agent", "--platform", platform.url, "--enrollment-token-file",
+        [sys.executable, "-m", "hosts.agent", "--platform", platform.url, "--enrollment-token-file",
          str(token_file), "--simulate", "rtx-4090:1", "--data-dir", str(tmp_path / "agent"), "--once",
          "--rank-module", FAKE_RANK],
         capture_output=True, text=True, timeout=30, check=False,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from workers.protocol import ReportKind
+from kernel.protocol import ReportKind
 
 from .conftest import launch, wait_for
 

@@ -11,7 +11,7 @@ import time
 
 import psutil
 
-from workers.protocol import ReportKind
+from kernel.protocol import ReportKind
 
 from .conftest import FAKE_RANK, launch, wait_for
 from .fake_platform import ENROLLMENT_TOKEN
@@ -27,7 +27,7 @@ def gone(pid: int) -> bool:
 def test_a_frozen_host_that_comes_back_kills_its_fenced_rank_and_its_late_reports_are_refused(platform, tmp_path):
     env = dict(os.environ, STARVERSE_RANK_MODULE=FAKE_RANK, STARVERSE_ENROLLMENT_TOKEN=ENROLLMENT_TOKEN)
     agent = subprocess.Popen(
-        [sys.executable, "-m", "workers.agent", "--platform", platform.url, "--simulate", "rtx-4090:1",
+        [sys.executable, "-m", "hosts.agent", "--platform", platform.url, "--simulate", "rtx-4090:1",
          "--data-dir", str(tmp_path), "--poll-wait", "1"],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
     )  # fmt: skip

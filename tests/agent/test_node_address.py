@@ -9,12 +9,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from workers.agent import network
-from workers.agent.cli import build_parser, config_from
-from workers.agent.commands import launch_from_dict
-from workers.agent.network import interface_holding, socket_ifname_env
-from workers.agent.ranks import rank_env
-from workers.protocol import ReportKind
+from hosts.agent import network
+from hosts.agent.cli import build_parser, config_from
+from hosts.agent.commands import launch_from_dict
+from hosts.agent.network import interface_holding, socket_ifname_env
+from hosts.agent.ranks import rank_env
+from kernel.protocol import ReportKind
 
 from .conftest import launch, wait_for
 
@@ -118,7 +118,7 @@ def test_an_address_no_interface_holds_leaves_the_ranks_alone_and_says_so_once(
     platform.seen_address = "192.0.2.200"  # NAT between this host and the platform
     running = start_agent()
     wait_for(lambda: platform.polls, what="first poll")
-    with caplog.at_level(logging.WARNING, logger="workers.agent.network"):
+    with caplog.at_level(logging.WARNING, logger="hosts.agent.network"):
         platform.send("start", 1, 1, {"ranks": [launch(job_id=1)]})
         platform.send("start", 2, 1, {"ranks": [launch(job_id=2)]})
         wait_for(lambda: platform.items(ReportKind.EXIT, job_id=2), what="the ranks' exits")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from workers.protocol import ReportKind
+from kernel.protocol import ReportKind
 
 from .conftest import launch, wait_for
 

@@ -8,11 +8,11 @@ import sys
 
 import pytest
 
-from workers.agent.client import Backoff, Transient
-from workers.agent.commands import launch_from_dict
-from workers.agent.devices import DeviceError, cuda_inventory, detect, parse_simulate, slug_for_gpu
-from workers.agent.output import RankOutput, capped_lines, parse_event
-from workers.agent.ranks import (
+from hosts.agent.client import Backoff, Transient
+from hosts.agent.commands import launch_from_dict
+from hosts.agent.devices import DeviceError, cuda_inventory, detect, parse_simulate, slug_for_gpu
+from hosts.agent.output import RankOutput, capped_lines, parse_event
+from hosts.agent.ranks import (
     host_env,
     rank_argv,
     rank_env,
@@ -21,9 +21,9 @@ from workers.agent.ranks import (
     update_control,
     visible_device,
 )
-from workers.agent.reporter import Reporter
-from workers.agent.state import AgentState
-from workers.protocol import ReportKind
+from hosts.agent.reporter import Reporter
+from hosts.agent.state import AgentState
+from kernel.protocol import ReportKind
 
 from .conftest import launch
 
@@ -88,7 +88,7 @@ def test_rank_env_and_visible_devices():
     assert visible_device("cuda:1", "4,5") == "5"
     assert visible_device("cuda:2", None) == "2"
     assert visible_device("cpu", None) is None
-    assert rank_argv("workers.runtime", "l.json")[1:] == ["-m", "workers.runtime", "--config", "l.json"]
+    assert rank_argv("hosts.runtime", "l.json")[1:] == ["-m", "hosts.runtime", "--config", "l.json"]
     assert rank_argv("/t/fake.py", "l.json")[1:] == ["/t/fake.py", "--config", "l.json"]
 
 

@@ -15,8 +15,8 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from base.money import to_micros
 from billing.services.credits import adjust_credit
+from kernel.money import to_micros
 from market.models import Bid, BidStatus
 from portal.api.pagination import BoundedPageNumberPagination
 from portal.models import ApiToken

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from rest_framework.test import APIClient
 
+from kernel.planner import Plan
 from workers.choices import JobStatus
 from workers.models import EnrollmentToken, Job, Pool
-from workers.planner import Plan
 from workers.services.fleet import enroll_node
 
 

@@ -10,6 +10,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from kernel.storage.trees import read_manifest, upload_files
 from portal.celery import app as celery_app
 from tests.compute.conftest import hand_plan
 from tests.stored import keys, own_store_url, stored_checkpoint
@@ -17,7 +18,6 @@ from workers.models import JobCheckpoint
 from workers.services.checkpoints import checkpoints_to_keep, prune_checkpoints, sweep_incomplete
 from workers.services.placement import allocate
 from workers.services.storage import platform_store
-from workers.storage.trees import read_manifest, upload_files
 
 pytestmark = pytest.mark.django_db
 

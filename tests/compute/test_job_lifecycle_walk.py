@@ -18,6 +18,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from kernel.spec import JobSpec
 from tests.compute.conftest import hand_plan
 from tests.compute.transition_tables import NEW, Transition, diagram_transitions, section, table_transitions
 from workers.choices import JobStatus
@@ -25,7 +26,6 @@ from workers.models import Job, MigrationReason, Node
 from workers.services import lifecycle
 from workers.services.placement import allocate
 from workers.services.reports import accept_report
-from workers.spec import JobSpec
 
 pytestmark = pytest.mark.django_db
 

@@ -15,6 +15,7 @@ from django.utils import timezone
 from billing.choices import TransactionKind
 from billing.models import SpotPrice, Transaction
 from billing.services.ledger import balance_of
+from kernel.spec import JobSpec
 from market.models import Bid, BidStatus
 from market.services.clearing import clear_chip_type
 from market.signals import spot_chips_lost
@@ -26,7 +27,6 @@ from workers.services.monitor import reconcile
 from workers.services.node_lifecycle import record_heartbeat
 from workers.services.reports import accept_report
 from workers.services.scheduling import schedule
-from workers.spec import JobSpec
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("tasks_run_inline")]
 
@@ -38,7 +38,7 @@ def funded(fund, alice, bob):
 
 
 def spot_job(owner, bid: str, **fields) -> Job:
-    from base.money import to_micros
+    from kernel.money import to_micros
 
     spec = {
         "model_name": "llama-tiny",

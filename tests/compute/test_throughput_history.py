@@ -7,13 +7,13 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from kernel.spec import JobSpec
 from tests.compute.conftest import hand_plan
 from workers.choices import JobStatus
 from workers.models import JobMetric, MeasuredThroughput, NodeThroughput
 from workers.services.placement import allocate
 from workers.services.planning import quote, throughput_model
 from workers.services.throughput import FIRST_RUN_SPREAD, remember_throughput
-from workers.spec import JobSpec
 
 pytestmark = pytest.mark.django_db
 

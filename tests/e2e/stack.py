@@ -19,10 +19,10 @@ from pathlib import Path
 
 from django.db import connection
 
+from kernel.protocol import is_storage_credential
 from portal.celery import app as celery_app
 from portal.task_routes import planning_queue
 from workers.models import EnrollmentToken, Pool
-from workers.protocol import is_storage_credential
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -62,7 +62,7 @@ class Stack:
         _, raw = EnrollmentToken.issue(pool, chips=chips, name=f"test {hostname}")
         args = [
             "-m",
-            "workers.agent",
+            "hosts.agent",
             "--platform",
             self.url,
             "--hostname",

@@ -21,9 +21,9 @@ from django.test import Client
 from django.utils import timezone
 from playwright.sync_api import Browser, BrowserContext, Page, expect
 
-from base.money import format_price
 from billing.models import SpotPrice
 from billing.services.ledger import balance_of
+from kernel.money import format_price
 from market.models import Bid
 from portal.models.tokens import ApiToken
 from tests.lines import bill_as_charged

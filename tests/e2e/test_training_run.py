@@ -12,13 +12,13 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.management import call_command
 
+from kernel.storage.trees import read_manifest
 from tests.conftest import token_client
 from tests.e2e.stack import platform_stack, wait_until
 from workers.choices import AgentStatus, JobStatus
 from workers.models import Job, JobMetric, Node
 from workers.services.fleet import free_chips
 from workers.services.storage import platform_store
-from workers.storage.trees import read_manifest
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

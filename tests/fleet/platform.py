@@ -22,10 +22,10 @@ from pathlib import Path
 import httpx
 from django.db import connection
 
+from kernel.protocol import is_storage_credential
 from portal.task_routes import planning_queue
 from tests.fleet.netns import BridgeNetwork, Host
 from workers.models import EnrollmentToken, Pool
-from workers.protocol import is_storage_credential
 
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 90
@@ -116,7 +116,7 @@ class FleetPlatform:
         """
         _, raw = EnrollmentToken.issue(Pool.objects.get(chip_type__slug=chip), chips=1, name=f"fleet {hostname}")
         data_dir = self.root / "hosts" / hostname
-        argv = [sys.executable, "-m", "workers.agent", "--platform", self.url, "--hostname", hostname]
+        argv = [sys.executable, "-m", "hosts.agent", "--platform", self.url, "--hostname", hostname]
         argv += ["--simulate", f"{chip}:1", "--data-dir", str(data_dir), "--poll-wait", "1"]
         agent_env = {
             **self.env,

@@ -25,11 +25,11 @@ from allauth.account.models import EmailAddress
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 
-from base.money import to_micros
 from billing.models import Transaction
 from billing.services.credits import adjust_credit
+from kernel.money import to_micros
+from launcher.s3 import EmbeddedS3
 from portal.celery import app as celery_app
-from portal.local.s3 import EmbeddedS3
 from portal.models import ApiToken
 from tests.fleet.netns import bridged_hosts
 from tests.fleet.platform import FleetPlatform, free_port, wait_until

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from django.utils import timezone
 
-from base.money import to_micros
+from kernel.money import to_micros
+from kernel.spec import JobSpec
 from workers.choices import AgentStatus
 from workers.models import Job, Node, Pool
 from workers.services.lifecycle import submit as submit_job
-from workers.spec import JobSpec
 
 
 def online_node(hostname: str, chip: str = "rtx-4090", chips: int = 1, spot: bool = True) -> Node:

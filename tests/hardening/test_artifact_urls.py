@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
+from kernel.storage.trees import upload_files
 from portal.models import ApiToken
 from tests.stored import downloaded, own_store_url, stored_checkpoint
 from workers.models import Job
 from workers.services.storage import platform_store
-from workers.storage.trees import upload_files
 
 pytestmark = pytest.mark.django_db
 

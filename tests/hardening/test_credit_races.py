@@ -15,10 +15,10 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from django.db import connection
 
-from base.money import to_micros
 from billing.models import OperatorSettings
 from billing.services.holds import HoldRefused
 from billing.services.ledger import balance_of
+from kernel.money import to_micros
 from market.models import Bid, MarketSettings
 from market.services.bids import BidRefused, place_bid
 from market.services.commitments import commitments

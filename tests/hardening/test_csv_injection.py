@@ -7,9 +7,9 @@ import io
 
 import pytest
 
-from base.money import to_micros
 from billing.csv_export import csv_lines, safe_cell
 from billing.services.credits import adjust_credit
+from kernel.money import to_micros
 from tests.statements import at, charge, fund, make_allocation, make_job
 
 pytestmark = pytest.mark.django_db

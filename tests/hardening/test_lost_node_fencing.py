@@ -10,9 +10,9 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from base.money import round_micros
 from billing.models import Price, Transaction
 from billing.services.ledger import balance_of
+from kernel.money import round_micros
 from tests.compute.conftest import hand_plan
 from workers.choices import AgentStatus, JobStatus
 from workers.models import AgentCommand, EnrollmentToken, Job, JobMetric, Node, Pool

@@ -23,7 +23,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from base.tokens import hash_token
-from portal.local.processes import demo_fleet_processes
+from launcher.processes import demo_fleet_processes
 from tests.compute.conftest import hand_plan
 from tests.e2e.stack import Stack
 from workers.choices import AgentStatus, JobStatus
@@ -221,7 +221,7 @@ def test_no_command_is_queued_for_a_refused_enrollment(running_node):
 def agent_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("STARVERSE_")}
     return subprocess.run(
-        [sys.executable, "-m", "workers.agent", "--platform", "http://127.0.0.1:9", "--simulate", "rtx-4090:1",
+        [sys.executable, "-m", "hosts.agent", "--platform", "http://127.0.0.1:9", "--simulate", "rtx-4090:1",
          "--once", *args],
         env={**clean, **(env or {})}, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
@@ -249,7 +249,7 @@ def command_lines(process: psutil.Process) -> list[str]:
 
 def wait_for_agent(process: psutil.Process) -> None:
     deadline = time.monotonic() + 30
-    while process.cmdline()[1:3] != ["-m", "workers.agent"]:  # exec'd from the shell
+    while process.cmdline()[1:3] != ["-m", "hosts.agent"]:  # exec'd from the shell
         assert time.monotonic() < deadline, "the agent did not start"
         time.sleep(0.1)
 

@@ -1,6 +1,6 @@
 """`make run` keeps running: kill -9 web, the Celery worker, beat, a demo agent and Redis under a job.
 
-The platform is started the way `make run` starts it (`python -m portal.local run`), against the
+The platform is started the way `make run` starts it (`python -m launcher run`), against the
 test database (so this test runs with committed data), with its own embedded Redis, data dir and
 ports and the demo fleet on. A job trains on the demo fleet while each kind of process is killed
 in turn with SIGKILL; after each kill the platform answers HTTP again within 10 s, and the killed
@@ -29,7 +29,7 @@ from django.utils import timezone
 from billing.services.ledger import audit_ledger
 from billing.services.meter import billing_mark
 from billing.services.reconciliation import differences
-from portal.local.stores import free_port
+from launcher.stores import free_port
 from portal.models import ApiToken
 from tests.e2e.stack import REPO, wait_until
 from tests.e2e.stack import test_database_url as database_url
@@ -43,7 +43,7 @@ STARTED = re.compile(r"\| (?P<name>[\w.-]+) started \(pid (?P<pid>\d+)\)")
 
 
 class Platform:
-    """`python -m portal.local run` as a subprocess; its output kept in a file and parsed for pids."""
+    """`python -m launcher run` as a subprocess; its output kept in a file and parsed for pids."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -67,7 +67,7 @@ class Platform:
         for variable in ("REDIS_URL", "CELERY_BROKER_URL", "CELERY_QUEUE"):  # its own embedded Redis and queues
             env.pop(variable, None)
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "portal.local", "run"],
+            [sys.executable, "-m", "launcher", "run"],
             cwd=REPO,
             env=env,
             stdout=subprocess.PIPE,

@@ -16,12 +16,12 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.management import call_command
 from django.test import Client
 
-from portal.local.private import mail_to_private_files
+from hosts.agent.ranks import write_launch
+from hosts.runtime.local import job_launches
+from launcher.private import mail_to_private_files
 from portal.models import ApiToken
 from tests.conftest import PASSWORD
 from tests.runtime.conftest import run_job
-from workers.agent.ranks import write_launch
-from workers.runtime.local import job_launches
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -83,7 +83,7 @@ def test_local_mode_makes_the_data_folder_and_all_it_writes_private(tmp_path):
     data = tmp_path / "data"
     script = (
         "import os, pathlib\n"
-        "from portal.local.launcher import prepare_data_dir\n"
+        "from launcher.platform import prepare_data_dir\n"
         "d = prepare_data_dir()\n"
         "(d / 'log.txt').write_text('x')\n"
         "(d / 'runs' / 'job-1').mkdir(parents=True)\n"

@@ -19,8 +19,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from billing.services.holds import hold_needed
+from launcher.processes import platform_processes
 from portal.celery import app as celery_app
-from portal.local.processes import platform_processes
 from tests.conftest import JOB_SPEC, token_client
 from tests.hardening.spot_helpers import job_spec, online_node
 from workers.choices import JobStatus

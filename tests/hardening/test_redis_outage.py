@@ -28,8 +28,8 @@ from rest_framework.test import APIClient
 from base.outage import forget_outages
 from billing.models import StripeEvent
 from billing.services.ledger import balance_of
+from launcher.stores import EmbeddedRedis, free_port
 from portal.celery import app as celery_app
-from portal.local.stores import EmbeddedRedis, free_port
 from portal.outage import ServiceUnavailableMiddleware
 from tests.compute.conftest import enroll  # noqa: F401 - fixture
 from tests.conftest import JOB_SPEC, PASSWORD, token_client

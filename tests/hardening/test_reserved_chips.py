@@ -19,12 +19,12 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from base.money import cost_of_integral, to_micros
 from billing.models import Price, Transaction
 from billing.services.credits import adjust_credit
 from billing.services.ledger import balance_of
 from billing.services.meter import charge_allocations
 from billing.services.reservations import ReservedSpan, charge_reserved_spans
+from kernel.money import cost_of_integral, to_micros
 from market.models import Bid, BidStatus, SpotReservation
 from market.services.bids import cancel_bid, place_bid
 from market.services.clearing import clear_chip_type, take_up_seconds

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
+from launcher.platform import ensure_secret_key
 from portal.env import secret_key
-from portal.local.launcher import ensure_secret_key
 
 REPO = Path(__file__).resolve().parents[2]
 PRINT_KEY = "import django; django.setup(); from django.conf import settings; print(settings.SECRET_KEY)"

@@ -21,8 +21,8 @@ import psycopg
 import pytest
 import redis
 
-from portal.local.stores import EmbeddedPostgres, EmbeddedRedis, free_port
-from portal.local.supervisor import CommandChild, Output, ProcessSpec, RestartPolicy, Supervisor
+from launcher.stores import EmbeddedPostgres, EmbeddedRedis, free_port
+from launcher.supervisor import CommandChild, Output, ProcessSpec, RestartPolicy, Supervisor
 
 REPO = Path(__file__).resolve().parents[2]
 FAST = RestartPolicy(first_delay_s=0.1, max_delay_s=0.4, stable_after_s=5.0, give_up_after=5)

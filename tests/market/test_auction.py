@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from base.money import to_micros
+from kernel.money import to_micros
 from market.auction import Bid, Clearing, clear, displaced
 
 YEN = 1_000_000

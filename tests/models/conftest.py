@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from kernel.modelfiles.errors import ModelFileError
 from tests.hfmodels import make_model_dir
-from workers.modelerrors import ModelFileError
 
 
 @pytest.fixture(scope="session")

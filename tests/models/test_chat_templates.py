@@ -1,13 +1,13 @@
-"""Chat templates rendered out of the web process (workers/chat_templates.py): as transformers renders them,
+"""Chat templates rendered out of the web process (kernel/chat_templates.py): as transformers renders them,
 and stopped, with a message naming the bound, when they run too long, write too much or take too much memory."""
 
 from __future__ import annotations
 
 import pytest
 
+from hosts.runtime.tokens import chat_prefixes
+from kernel.chat_templates import RenderLimits, TemplateRefused, render_chats
 from tests.hfmodels import CHAT_TEMPLATE, make_tokenizer
-from workers.chat_templates import RenderLimits, TemplateRefused, render_chats
-from workers.runtime.tokens import chat_prefixes
 
 CHAT = [
     {"role": "system", "content": "Answer briefly."},

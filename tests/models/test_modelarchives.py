@@ -1,4 +1,4 @@
-"""Unpacking an uploaded model's archive before anything is stored (workers.modelarchives): formats, unsafe
+"""Unpacking an uploaded model's archive before anything is stored (kernel.modelfiles.archives): formats, unsafe
 and broken archives, bounds, and which members are kept."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ import zipfile
 
 import pytest
 
+from kernel.modelfiles import archives as modelarchives
+from kernel.modelfiles.archives import Limits, extract_archive
+from kernel.modelfiles.checks import check_model_dir
+from kernel.modelfiles.errors import ModelTooLarge
+from kernel.modelfiles.loaders import refuse_unneeded_files
 from tests.models.conftest import copy_model, member, pack, refusal, tar_with
-from workers import modelarchives
-from workers.loaderfiles import refuse_unneeded_files
-from workers.modelarchives import Limits, extract_archive
-from workers.modelchecks import check_model_dir
-from workers.modelerrors import ModelTooLarge
 
 DEFAULT_LIMITS = Limits()
 

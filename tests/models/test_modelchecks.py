@@ -1,4 +1,4 @@
-"""Checks of an unpacked model folder before anything is stored (workers.modelchecks): config.json, the weights'
+"""Checks of an unpacked model folder before anything is stored (kernel.modelfiles.checks): config.json, the weights'
 safetensors headers against it, the tokenizer, and the files a checked folder may keep."""
 
 from __future__ import annotations
@@ -8,11 +8,12 @@ import json
 import pytest
 from safetensors.torch import load_file, save_file
 
+from kernel.modelfiles import hfconfig
+from kernel.modelfiles import weights as modelweights
+from kernel.modelfiles.checks import check_model_dir
+from kernel.modelfiles.loaders import refuse_unneeded_files
 from tests.hfmodels import make_model_dir
 from tests.models.conftest import copy_model, refusal
-from workers import hfconfig, modelweights
-from workers.loaderfiles import refuse_unneeded_files
-from workers.modelchecks import check_model_dir
 
 # -- a good model ----------------------------------------------------------------------------------
 

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
+from kernel.modelspecs import CATALOG
+from kernel.storage.trees import read_manifest
 from tests.models.conftest import pack
 from tests.stored import keys, own_store_url
-from workers.modelspecs import CATALOG
 from workers.services.models import ModelUnavailable, resolve_model_source, store_hub_snapshot, store_model
 from workers.services.storage import platform_store
-from workers.storage.trees import read_manifest
 
 pytestmark = pytest.mark.django_db
 

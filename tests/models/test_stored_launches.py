@@ -1,5 +1,5 @@
 """A launch names the inputs it trains on by storage key (store:...), and a rank on a host that shares no
-disk with the platform stages exactly those files from the store (workers/runtime/staging.py), through its
+disk with the platform stages exactly those files from the store (hosts/runtime/staging.py), through its
 launch's storage grant: the host is given no store credentials."""
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
+from hosts.agent.commands import launch_from_dict
+from hosts.runtime import staging
 from tests.compute.conftest import hand_plan
 from tests.models.test_resolve_model_source import REVISION, cache_repo, upload_of
 from tests.stored import grants_answered_here, keys, own_store_url
-from workers.agent.commands import launch_from_dict
 from workers.choices import JobStatus
 from workers.models import EnrollmentToken, Job, Node, Pool
-from workers.runtime import staging
 from workers.services.datasets import store_dataset
 from workers.services.fleet import enroll_node
 from workers.services.models import store_model

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from portal.local.private import mail_to_private_files
+from launcher.private import mail_to_private_files
 from portal.mail_settings import CONSOLE, SMTP, mail_settings
 
 REPO = Path(__file__).resolve().parents[2]

@@ -3,7 +3,7 @@
 `python without.py DISTS host_probe.py`: imports every module of the node agent and the training
 runtime (and the plain modules they share with the platform), what a warm rank imports ahead of
 its launch (torch, DeepSpeed, peft, the Llama classes), builds the catalog's llama-tiny and takes
-its loss on a batch, sizes a config (workers.hfconfig) and asks the agent's command line for its
+its loss on a batch, sizes a config (kernel.modelfiles.hfconfig) and asks the agent's command line for its
 version. Prints one line, `PROBE: {json}`, with the results and whether Django or DRF could be
 found or were loaded (they must not).
 """
@@ -22,8 +22,14 @@ import sys
 from pathlib import Path
 
 REPOSITORY = Path(__file__).resolve().parents[2]
-HOST_PACKAGES = ("workers.agent", "workers.runtime", "workers.storage")
-SHARED_MODULES = ("workers.protocol", "workers.modelspecs", "workers.hfconfig", "workers.catalog", "workers.priority")
+HOST_PACKAGES = ("hosts.agent", "hosts.runtime", "kernel.storage")
+SHARED_MODULES = (
+    "kernel.protocol",
+    "kernel.modelspecs",
+    "kernel.modelfiles.hfconfig",
+    "kernel.catalog",
+    "kernel.priority",
+)
 WEB_ONLY = ("django", "rest_framework")
 
 
@@ -42,8 +48,8 @@ def import_every_module() -> list[str]:
 def train_one_batch() -> float:
     import torch
 
-    from workers.modelspecs import resolve_model
-    from workers.runtime.hfmodel import ModelSource, build_model, token_loss_sum
+    from hosts.runtime.hfmodel import ModelSource, build_model, token_loss_sum
+    from kernel.modelspecs import resolve_model
 
     spec = resolve_model("llama-tiny")
     model = build_model(ModelSource.from_launch(spec.as_dict()), seed=0)
@@ -53,10 +59,10 @@ def train_one_batch() -> float:
 
 
 def agent_version() -> str:
-    sys.argv = ["workers.agent", "--version"]
+    sys.argv = ["hosts.agent", "--version"]
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed), contextlib.suppress(SystemExit):
-        runpy.run_module("workers.agent", run_name="__main__")
+        runpy.run_module("hosts.agent", run_name="__main__")
     return printed.getvalue().strip()
 
 
@@ -64,12 +70,12 @@ def main() -> None:
     sys.path.insert(0, str(REPOSITORY))
     os.chdir(REPOSITORY)
     result = {"imported": import_every_module()}
-    import deepspeed  # noqa: F401  (what workers.runtime.__main__.standby imports)
+    import deepspeed  # noqa: F401  (what hosts.runtime.__main__.standby imports)
     import peft  # noqa: F401
     import transformers.models.llama.modeling_llama  # noqa: F401
 
-    from workers.hfconfig import model_shape
-    from workers.modelspecs import CATALOG
+    from kernel.modelfiles.hfconfig import model_shape
+    from kernel.modelspecs import CATALOG
 
     result["loss"] = train_one_batch()
     result["parameters"] = model_shape(CATALOG["llama-tiny"].config).parameters

@@ -1,4 +1,4 @@
-"""The oracle for workers.hfconfig's worked-out shapes: the model transformers builds on torch's meta device.
+"""The oracle for kernel.modelfiles.hfconfig's worked-out shapes: the model transformers builds on torch's meta device.
 
 Every parameter gets its real shape and no memory, so counting the real classes is exact and cheap.
 Only tests use it: the web tier sizes models without torch.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from workers.hfconfig import ModelShape, build_config
+from kernel.modelfiles.hfconfig import ModelShape, build_config
 
 
 def meta_model(config: Mapping):

@@ -11,7 +11,7 @@ from tests.e2e.stack import REPO
 # as the first quotes of a gunicorn worker's threads do.
 SIX_THREADS = """
 import threading
-from workers.hfconfig import build_config, rope_types
+from kernel.modelfiles.hfconfig import build_config, rope_types
 
 CONFIG = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 64,
           "intermediate_size": 128, "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 256}

@@ -86,7 +86,7 @@ def test_a_compute_host_runs_the_agent_and_a_rank_without_django():
 
     assert probe["findable"] == {"django": False, "rest_framework": False}
     assert probe["loaded"] == []
-    assert {"workers.agent.loop", "workers.runtime.engine", "workers.runtime.export"} <= set(probe["imported"])
+    assert {"hosts.agent.loop", "hosts.runtime.engine", "hosts.runtime.export"} <= set(probe["imported"])
     assert math.isfinite(probe["loss"]) and probe["loss"] > 0
     assert probe["parameters"] > 0
     assert probe["agent_version"]

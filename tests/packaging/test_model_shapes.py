@@ -1,4 +1,4 @@
-"""The web tier sizes models without torch: workers.hfconfig works the shapes out of the config, and they
+"""The web tier sizes models without torch: kernel.modelfiles.hfconfig works the shapes out of the config, and they
 are exactly those of the model transformers builds on torch's meta device (tests/packaging/meta_oracle.py)."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kernel.modelfiles.hfconfig import UnsupportedModel, model_shape, parameter_shapes
+from kernel.modelspecs import CATALOG, resolve_model
 from tests.hfmodels import tiny_config
 from tests.packaging.meta_oracle import meta_shapes
-from workers.hfconfig import UnsupportedModel, model_shape, parameter_shapes
-from workers.modelspecs import CATALOG, resolve_model
 
 
 def worked_out(config: dict):

@@ -22,7 +22,7 @@ from pathlib import Path
 REPOSITORY = Path(__file__).resolve().parents[2]
 WEB_PACKAGES = ("base", "portal", "billing", "market", "workers")
 # The compute hosts' own, not on the web path: the agent, the ranks, and the store as hosts reach it (httpx).
-HOST_PROGRAMS = ("workers.agent", "workers.runtime", "workers.storage.grants")
+HOST_PROGRAMS = ("hosts.agent", "hosts.runtime", "kernel.storage.grants")
 AGENT_ONLY = ("torch", "deepspeed", "peft")
 SPEC = {"dataset": "synthetic", "per_device_batch_size": 4, "max_steps": 50, "max_budget": "28"}
 CHAT = {"messages": [{"role": "user", "content": "the chip runs"}, {"role": "assistant", "content": "runs chip"}]}

@@ -6,8 +6,8 @@ from dataclasses import replace
 
 from hypothesis import strategies as st
 
-from workers.modelspecs import resolve_model
-from workers.planner import POLICIES, ChipInfo, NodeOffer, PlanRequest, catalog_chips
+from kernel.modelspecs import resolve_model
+from kernel.planner import POLICIES, ChipInfo, NodeOffer, PlanRequest, catalog_chips
 
 CHIPS = {chip.slug: chip for chip in catalog_chips()}
 SLUGS = sorted(CHIPS)

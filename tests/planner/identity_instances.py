@@ -13,8 +13,8 @@ import hashlib
 import random
 from dataclasses import dataclass, replace
 
-from workers.modelspecs import resolve_model
-from workers.planner import (
+from kernel.modelspecs import resolve_model
+from kernel.planner import (
     POLICIES,
     ChipInfo,
     NodeOffer,
@@ -24,7 +24,7 @@ from workers.planner import (
     ThroughputModel,
     catalog_chips,
 )
-from workers.planner.throughput import NodeMeasure
+from kernel.planner.throughput import NodeMeasure
 
 MODELS = ("llama-tiny", "llama-2-7b", "llama-2-7b", "llama-2-13b", "llama-2-13b", "llama-2-70b")
 # name -> (instances, free chips per instance): small ones are rugged, large ones exercise the per-offer path.

@@ -18,8 +18,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 
+from kernel.planner import plan  # noqa: E402
 from tests.planner.identity_instances import SIZES, answer, instances  # noqa: E402
-from workers.planner import plan  # noqa: E402
 
 GOLDEN = HERE / "golden_plans.json"
 

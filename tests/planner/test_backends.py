@@ -6,7 +6,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from workers.planner import (
+from kernel.planner import (
     POLICIES,
     ModelDoesNotFit,
     NoCapacity,
@@ -16,8 +16,8 @@ from workers.planner import (
     objective_value,
     plan,
 )
-from workers.planner.evaluate import Evaluator
-from workers.planner.fleet import build_kinds
+from kernel.planner.evaluate import Evaluator
+from kernel.planner.fleet import build_kinds
 
 from .fleets import chips, fleets, nodes, priced_chips, request, requests, yuan
 

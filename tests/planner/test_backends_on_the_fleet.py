@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from kernel.spec import JobSpec
 from tests.conftest import JOB_SPEC, token_client
 from workers.choices import JobStatus
 from workers.models import EnrollmentToken, Job, Node, Pool
 from workers.services import planning
 from workers.services.fleet import enroll_node
 from workers.services.placement import rank_launches
-from workers.spec import JobSpec
 
 pytestmark = pytest.mark.django_db
 

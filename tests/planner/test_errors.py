@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from workers.planner import (
+from kernel.planner import (
     BudgetTooLow,
     InvalidRequest,
     ModelDoesNotFit,
@@ -131,7 +131,7 @@ def test_every_planning_error_is_a_value_error_for_the_api_layer():
 
 
 def test_the_planner_imports_neither_django_nor_torch():
-    code = "import sys, workers.planner; print(sorted(m for m in ('django', 'torch') if m in sys.modules))"
+    code = "import sys, kernel.planner; print(sorted(m for m in ('django', 'torch') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
@@ -145,7 +145,7 @@ def test_budget_errors_name_amounts_in_the_configured_currency(settings):
 def test_the_planner_names_amounts_without_django_settings():
     code = (
         "from tests.planner.fleets import chips, nodes, request, yuan\n"
-        "from workers.planner import BudgetTooLow, plan\n"
+        "from kernel.planner import BudgetTooLow, plan\n"
         "try:\n"
         "    plan(request('llama-tiny', max_budget_per_hour=yuan(0.1)), chips(), nodes('rtx-4090', 1))\n"
         "except BudgetTooLow as error:\n"

@@ -7,10 +7,10 @@ import random
 
 import pytest
 
-from workers.modelspecs import resolve_model
-from workers.planner import ThroughputModel, fleet, plan
-from workers.planner.fleet import MAX_KINDS, build_kinds
-from workers.planner.throughput import MEASURED_ON_NODE, NodeMeasure
+from kernel.modelspecs import resolve_model
+from kernel.planner import ThroughputModel, fleet, plan
+from kernel.planner.fleet import MAX_KINDS, build_kinds
+from kernel.planner.throughput import MEASURED_ON_NODE, NodeMeasure
 
 from .fleets import chips, nodes, request
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from workers.modelspecs import resolve_model
-from workers.planner import activation_bytes_per_sample, micro_batch_cap, model_state_bytes, plan, rank_bytes
-from workers.planner.memory import GIB, RESERVED_BYTES, gather_buffer_bytes
+from kernel.modelspecs import resolve_model
+from kernel.planner import activation_bytes_per_sample, micro_batch_cap, model_state_bytes, plan, rank_bytes
+from kernel.planner.memory import GIB, RESERVED_BYTES, gather_buffer_bytes
 
 from .fleets import chips, nodes, request
 

@@ -7,7 +7,7 @@ import pickle
 
 import pytest
 
-from workers.planner import NodeOffer
+from kernel.planner import NodeOffer
 
 
 def test_an_unnamed_pool_is_named_after_the_chip_and_zone():

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from workers.modelspecs import resolve_model
-from workers.planner import (
+from kernel.modelspecs import resolve_model
+from kernel.planner import (
     PlanningError,
     ThroughputModel,
     lowest_fitting_stage,

@@ -2,7 +2,7 @@
 
 Two references: golden_plans.json, recorded from the old code by make_golden.py (a digest of every
 rank, node and float of each plan, or the error and its message; the eight BudgetTooLow messages were
-rewritten when amounts in messages went to the cent, #28), and workers.planner.reference,
+rewritten when amounts in messages went to the cent, #28), and kernel.planner.reference,
 the old per-offer grouping and ordering kept runnable, compared plan for plan on fresh instances.
 
 The old code had no bound on the number of kinds; a later, deliberate change merges measured nodes
@@ -20,10 +20,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from workers.planner import PlanningError, ThroughputModel, fleet, plan
-from workers.planner.fleet import build_kinds
-from workers.planner.reference import reference_kinds, reference_plan
-from workers.planner.throughput import NodeMeasure
+from kernel.planner import PlanningError, ThroughputModel, fleet, plan
+from kernel.planner.fleet import build_kinds
+from kernel.planner.reference import reference_kinds, reference_plan
+from kernel.planner.throughput import NodeMeasure
 
 from .fleets import fleets, priced_chips, requests
 from .identity_instances import SIZES, Instance, answer, instances

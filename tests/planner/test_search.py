@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from workers.planner import PlanningError, ThroughputModel, exhaustive_plan, objective_value, plan
+from kernel.planner import PlanningError, ThroughputModel, exhaustive_plan, objective_value, plan
 
 from .fleets import chips, fleets, nodes, priced_chips, request, requests
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from workers.planner import split_micro_batches
+from kernel.planner import split_micro_batches
 
 
 def test_it_splits_in_proportion_to_speed():

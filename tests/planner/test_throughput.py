@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from workers.modelspecs import resolve_model
-from workers.planner import ThroughputModel, comm_seconds, plan
-from workers.planner.throughput import CROSS_POOL_GBPS, INTRA_POOL_GBPS
+from kernel.modelspecs import resolve_model
+from kernel.planner import ThroughputModel, comm_seconds, plan
+from kernel.planner.throughput import CROSS_POOL_GBPS, INTRA_POOL_GBPS
 
 from .fleets import CHIPS, chips, nodes, request
 

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from portal.local.s3 import EmbeddedS3
-from portal.local.stores import EmbeddedPostgres, EmbeddedRedis, PortInUse, StoreError, free_port
+from launcher.s3 import EmbeddedS3
+from launcher.stores import EmbeddedPostgres, EmbeddedRedis, PortInUse, StoreError, free_port
 
 _Server = EmbeddedPostgres | EmbeddedRedis | EmbeddedS3
 

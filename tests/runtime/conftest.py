@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from workers.modelspecs import resolve_model
-from workers.runtime.local import LocalJob, job_launches
+from hosts.runtime.local import LocalJob, job_launches
+from kernel.modelspecs import resolve_model
 
 TINY = resolve_model("llama-tiny").as_dict()
 JOB_TIMEOUT_S = 120

@@ -18,11 +18,11 @@ import torch
 import torch.distributed as dist
 from deepspeed.utils import safe_get_full_grad
 
-from workers.protocol import RankLaunch
-from workers.runtime.data import SyntheticCorpus, shard
-from workers.runtime.engine import build_engine, init_distributed
-from workers.runtime.hfmodel import ModelSource, spec_from_dict
-from workers.runtime.train import forward_backward
+from hosts.runtime.data import SyntheticCorpus, shard
+from hosts.runtime.engine import build_engine, init_distributed
+from hosts.runtime.hfmodel import ModelSource, spec_from_dict
+from hosts.runtime.train import forward_backward
+from kernel.protocol import RankLaunch
 
 
 class MaskedCorpus:

@@ -1,4 +1,4 @@
-"""A stand-in for the platform's storage endpoint (workers/protocol.py, section 4), for ranks run without
+"""A stand-in for the platform's storage endpoint (kernel/protocol.py, section 4), for ranks run without
 Django: it signs URLs for any key under its prefix with the grant it was made with, and counts what it
 signed. What the real platform refuses is tested against the real one (tests/compute/test_storage_grants.py);
 here ranks show they stage, checkpoint and convert with nothing but a grant."""
@@ -10,8 +10,8 @@ import threading
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from workers.protocol import STORAGE_PATH
-from workers.storage import Store
+from kernel.protocol import STORAGE_PATH
+from kernel.storage import Store
 
 GRANT = "svg_runtime-test"
 

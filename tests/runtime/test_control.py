@@ -7,7 +7,7 @@ import os
 import time
 from pathlib import Path
 
-from workers.runtime.local import metrics
+from hosts.runtime.local import metrics
 
 from .conftest import JOB_TIMEOUT_S, start_job
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from workers.runtime.control import ControlFile, Request
+from hosts.runtime.control import ControlFile, Request
 
 
 def write(run_dir, **data):

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from hosts.runtime.hfmodel import ModelSource, build_model, token_loss_sum
+from hosts.runtime.local import REPO, LocalJob, job_launches
+from kernel.modelspecs import resolve_model
 from tests.runtime.grad_worker import MaskedCorpus
-from workers.modelspecs import resolve_model
-from workers.runtime.hfmodel import ModelSource, build_model, token_loss_sum
-from workers.runtime.local import REPO, LocalJob, job_launches
 
 WORKER = Path(__file__).with_name("grad_worker.py")
 MICRO_BATCHES = [1, 2, 5]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from workers.runtime.local import metrics
+from hosts.runtime.local import metrics
 
 from .conftest import TINY, run_job
 

@@ -7,10 +7,10 @@ from dataclasses import replace
 import pytest
 import torch
 
+from hosts.runtime.hfmodel import ModelSource, build_model, spec_from_dict, token_loss_sum
+from kernel.modelfiles.hfconfig import UnsupportedModel, model_shape, model_type, parameter_shapes
+from kernel.modelspecs import CATALOG, ModelSpec, resolve_model, spec_from_config
 from tests.hfmodels import tiny_config
-from workers.hfconfig import UnsupportedModel, model_shape, model_type, parameter_shapes
-from workers.modelspecs import CATALOG, ModelSpec, resolve_model, spec_from_config
-from workers.runtime.hfmodel import ModelSource, build_model, spec_from_dict, token_loss_sum
 
 
 @pytest.mark.parametrize("name", sorted(CATALOG))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from workers.runtime.pacing import Pacer
+from hosts.runtime.pacing import Pacer
 
 
 class FakeClock:

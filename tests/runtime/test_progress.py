@@ -1,11 +1,11 @@
-"""What a rank says in the job's log: rank 0's step lines, and libraries kept quiet (workers/runtime/progress.py)."""
+"""What a rank says in the job's log: rank 0's step lines, and libraries kept quiet (hosts/runtime/progress.py)."""
 
 from __future__ import annotations
 
 import os
 import warnings
 
-from workers.runtime.progress import QUIET_ENV, ProgressLog, progress_line, quiet_libraries
+from hosts.runtime.progress import QUIET_ENV, ProgressLog, progress_line, quiet_libraries
 
 
 def test_a_step_line_says_the_step_the_loss_and_the_jobs_tokens_per_s():
@@ -32,6 +32,6 @@ def test_libraries_warnings_about_themselves_are_silenced_and_ours_are_not(monke
         quiet_libraries()
         warnings.warn_explicit("deprecated", FutureWarning, "utils.py", 1, module="transformers.modeling_utils")
         warnings.warn_explicit("fallback", UserWarning, "checkpoint.py", 1, module="torch.utils.checkpoint")
-        warnings.warn_explicit("ours", UserWarning, "train.py", 1, module="workers.runtime.train")
+        warnings.warn_explicit("ours", UserWarning, "train.py", 1, module="hosts.runtime.train")
     assert [str(w.message) for w in caught] == ["ours"]
     assert all(os.environ[name] == value for name, value in QUIET_ENV.items())

@@ -10,10 +10,10 @@ import sys
 import numpy as np
 import pytest
 
+from hosts.runtime.record_files import DatasetError, first_records, read_records
+from hosts.runtime.records import eval_examples, pack, split_holdout
+from hosts.runtime.tokens import ByteTokenizer, encode_record, load_tokenizer
 from tests.hfmodels import chat_records, make_tokenizer
-from workers.runtime.record_files import DatasetError, first_records, read_records
-from workers.runtime.records import eval_examples, pack, split_holdout
-from workers.runtime.tokens import ByteTokenizer, encode_record, load_tokenizer
 
 VOCAB = 300
 END = "<|end|>\n"  # the tiny chat template's end of turn
@@ -294,7 +294,7 @@ def test_the_held_out_split_keeps_a_record_on_each_side():
 
 def test_records_import_neither_torch_nor_transformers():
     code = (
-        "import sys; import workers.runtime.records, workers.runtime.tokens, workers.runtime.datasets; "
+        "import sys; import hosts.runtime.records, hosts.runtime.tokens, hosts.runtime.datasets; "
         "assert not {'torch', 'transformers'} & set(sys.modules)"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from workers.runtime.local import metrics
+from hosts.runtime.local import metrics
 
 from .conftest import run_job
 

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from workers.protocol import PLATFORM_URL_ENV, is_storage_credential
-from workers.runtime.local import LocalJob, job_launches, metrics
-from workers.storage import open_store
-from workers.storage.trees import MANIFEST, read_manifest, upload_tree
+from hosts.runtime.local import LocalJob, job_launches, metrics
+from kernel.protocol import PLATFORM_URL_ENV, is_storage_credential
+from kernel.storage import open_store
+from kernel.storage.trees import MANIFEST, read_manifest, upload_tree
 
 from .conftest import JOB_TIMEOUT_S, TINY
 from .grant_platform import GRANT, GrantPlatform

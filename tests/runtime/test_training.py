@@ -15,9 +15,9 @@ from statistics import mean
 
 import pytest
 
-from workers.logtext import is_library_noise
-from workers.modelspecs import resolve_model
-from workers.runtime.local import metrics
+from hosts.runtime.local import metrics
+from kernel.logtext import is_library_noise
+from kernel.modelspecs import resolve_model
 
 from .conftest import TINY, run_job
 

@@ -55,7 +55,7 @@ def test_a_checkpoint_carrying_a_pickled_callable_is_refused_and_runs_nothing(sa
 
 def test_a_load_that_asks_for_pickles_is_weights_only_in_a_rank(tmp_path):
     """What DeepSpeed's converter and loader do (weights_only=False) is overridden once a rank starts."""
-    from workers.runtime.untrusted import load_weights_only
+    from hosts.runtime.untrusted import load_weights_only
 
     marker = tmp_path / "the-pickle-ran"
     torch.save([CreatesAFile(marker)], tmp_path / "evil.pt")

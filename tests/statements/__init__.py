@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from base.money import to_micros
 from billing.choices import AccountKind, TransactionKind
 from billing.models import Charge, Payment, PaymentStatus, Refund
 from billing.services.credits import adjust_credit
 from billing.services.ledger import platform_account, transfer, wallet_for
+from kernel.money import to_micros
 from workers.choices import AllocationMode, JobStatus
 from workers.models import Allocation, ChipType, Job, Node
 

@@ -8,10 +8,10 @@ from datetime import timedelta
 import pytest
 from django.urls import reverse
 
-from base.money import to_micros
 from billing.choices import AccountKind, TransactionKind
 from billing.services.ledger import platform_account, transfer, wallet_for
 from billing.services.ledger_history import METER, LedgerHistory
+from kernel.money import to_micros
 from tests.money_html import money
 from tests.statements import at, charge, fund, make_allocation, make_job, refund, top_up
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from base.money import to_micros
 from billing.services.statements import spend_rate
+from kernel.money import to_micros
 from tests.statements import fund, make_allocation, make_job
 
 pytestmark = pytest.mark.django_db

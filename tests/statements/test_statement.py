@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from base.money import to_micros
 from billing.services.statements import StatementError, monthly_statement, parse_month, statement_months
+from kernel.money import to_micros
 from tests.money_html import money
 from tests.statements import seed_march
 

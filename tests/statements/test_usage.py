@@ -8,9 +8,9 @@ from decimal import Decimal
 
 import pytest
 
-from base.money import to_micros
 from billing.models import Charge
 from billing.services.statements import StatementError, charges_for, parse_period, total_of, usage_rows
+from kernel.money import to_micros
 from tests.money_html import money
 from tests.statements import seed_march
 

@@ -14,11 +14,11 @@ from pathlib import Path
 import boto3
 import pytest
 
-from portal.local._child import free_port
-from portal.local.s3 import EmbeddedS3
-from workers.storage import Store, open_store
-from workers.storage.local import LocalStore
-from workers.storage.s3 import S3Store
+from kernel.storage import Store, open_store
+from kernel.storage.local import LocalStore
+from kernel.storage.s3 import S3Store
+from launcher._child import free_port
+from launcher.s3 import EmbeddedS3
 
 
 @pytest.fixture(scope="session")

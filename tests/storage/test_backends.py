@@ -11,10 +11,10 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from portal.local._child import free_port
-from workers.storage import ObjectMissing, StorageError, open_store
-from workers.storage.local import LocalStore
-from workers.storage.s3 import S3Store, content_disposition
+from kernel.storage import ObjectMissing, StorageError, open_store
+from kernel.storage.local import LocalStore
+from kernel.storage.s3 import S3Store, content_disposition
+from launcher._child import free_port
 
 
 def keys(store, prefix: str) -> list[str]:

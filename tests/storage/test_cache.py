@@ -8,10 +8,10 @@ import time
 
 import pytest
 
+from kernel.storage import StorageError
+from kernel.storage.cache import StagingCache
+from kernel.storage.trees import upload_files, upload_tree
 from tests.storage.conftest import write_folder
-from workers.storage import StorageError
-from workers.storage.cache import StagingCache
-from workers.storage.trees import upload_files, upload_tree
 
 A = {"config.json": b'{"a": 1}', "weights.bin": b"A" * 4000}
 B = {"config.json": b'{"b": 2}', "weights.bin": b"B" * 4000}

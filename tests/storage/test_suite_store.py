@@ -8,8 +8,8 @@ import os
 
 import pytest
 
+from kernel.storage import open_store
 from tests.plugins import stores
-from workers.storage import open_store
 
 EXPORTED = ("STORAGE_URL", "AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION")
 

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
+from kernel.storage import StorageError
+from kernel.storage.trees import MANIFEST, delete_tree, read_manifest, upload_files, upload_tree, write_manifest
 from tests.storage.conftest import write_folder
-from workers.storage import StorageError
-from workers.storage.trees import MANIFEST, delete_tree, read_manifest, upload_files, upload_tree, write_manifest
 
 FILES = {"config.json": b'{"model_type": "llama"}', "model.safetensors": b"\x00" * 5000, "tok/vocab.txt": b"a\nb\n"}
 

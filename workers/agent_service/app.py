@@ -1,6 +1,6 @@
 """The agent service's ASGI application: enroll, poll and report, as the sync views answer them.
 
-Same protocol as the main site's /api/v1/agent/ (workers/protocol.py): JSON bodies validated by
+Same protocol as the main site's /api/v1/agent/ (kernel/protocol.py): JSON bodies validated by
 workers/api/agent_serializers.py, node-token Bearer auth, the same status codes and bodies. What
 differs is the cost of a waiting poll (an asyncio Event, woken by wakeups.WakeHub) and of the
 per-poll work: token checks are remembered for AGENT_AUTH_CACHE_S (node_tokens), heartbeats are
@@ -23,6 +23,7 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError, close_old_connections, connection
 
 from base.outage import RETRY_AFTER_S, UNAVAILABLE_CODE, note_database_error
+from kernel.protocol import AGENT_API_PREFIX, NODE_TOKEN_PREFIX
 from workers.agent_service.http import HttpError, Request, read_request, send_json
 from workers.agent_service.wakeups import WakeHub
 from workers.api.agent_serializers import (
@@ -33,7 +34,6 @@ from workers.api.agent_serializers import (
 )
 from workers.api.client_address import seen_address
 from workers.models import Node
-from workers.protocol import AGENT_API_PREFIX, NODE_TOKEN_PREFIX
 from workers.services import agent_endpoints, channel
 from workers.services.heartbeats import HeartbeatBatch
 from workers.services.node_tokens import NodeTokenCache

@@ -7,8 +7,8 @@ import re
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from kernel.protocol import ADDRESS_AUTO, MAX_POLL_WAIT_S, ReportKind
 from workers.api.client_address import parse_address
-from workers.protocol import ADDRESS_AUTO, MAX_POLL_WAIT_S, ReportKind
 
 HOST_NAME = re.compile(
     r"^(?=.{1,120}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
@@ -148,7 +148,7 @@ class ReportSerializer(serializers.Serializer):
 
 
 class StorageRequestSerializer(serializers.Serializer):
-    """A rank's request for storage URLs with its grant (workers/protocol.py, section 4)."""
+    """A rank's request for storage URLs with its grant (kernel/protocol.py, section 4)."""
 
     SIGN, FINISH = ("GET", "PUT"), ("COMPLETE", "ABORT")
 

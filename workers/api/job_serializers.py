@@ -11,15 +11,15 @@ from rest_framework import serializers
 
 from base.api.fields import MoneyField, MoneyInputField
 from base.api.serializers import FieldsBuiltOnce
-from base.money import format_amount, to_micros
 from billing.services.statements import job_charged
+from kernel.logtext import is_library_noise
+from kernel.modelfiles.hfconfig import lora_settings
+from kernel.money import format_amount, to_micros
+from kernel.planner import Plan
+from kernel.spec import JobSpec
 from workers.choices import Policy, TrainingMode
-from workers.hfconfig import lora_settings
-from workers.logtext import is_library_noise
 from workers.models import ChipType, Dataset, Job, JobEval, JobEvent, JobLogLine, JobMigration
-from workers.planner import Plan
 from workers.services.models import ModelUnavailable, resolve_model_source
-from workers.spec import JobSpec
 
 MONEY_KEYS = ("price_per_hour", "price_per_million_tokens", "total_cost")
 UPLOAD_REFERENCE = re.compile(r"^upload:([0-9]{1,18})$")

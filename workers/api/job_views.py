@@ -26,7 +26,9 @@ from base.api.parsers import StrictFormParser, StrictMultiPartParser
 from base.api.validation import refuse_unknown_fields
 from base.prepared import PreparedPage, PreparedQuery, prefetched
 from billing.services.statements import charged_of_job
-from workers import planner
+from kernel import planner
+from kernel.spec import JobSpec
+from kernel.storage import StorageError
 from workers.api import job_docs as docs
 from workers.api import job_serializers as s
 from workers.api.stored_files import StorageDown, stored_file_response
@@ -47,8 +49,6 @@ from workers.services.metrics import job_metrics
 from workers.services.model_download import MergedNotApplicable, ModelNotReady, model_download
 from workers.services.planning import quote
 from workers.services.storage import StorageUnavailable
-from workers.spec import JobSpec
-from workers.storage import StorageError
 
 AUTH_ERRORS_LIST = (401, 429)
 

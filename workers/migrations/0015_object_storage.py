@@ -23,8 +23,8 @@ def move_to_storage(apps, schema_editor):
     models_ = list(UploadedModel.objects.all())
     if not datasets and not models_:
         return
-    from workers.storage import open_store
-    from workers.storage.trees import read_manifest, sha256_file, upload_tree
+    from kernel.storage import open_store
+    from kernel.storage.trees import read_manifest, sha256_file, upload_tree
 
     store = open_store(settings.STORAGE_URL)
     media = Path(settings.MEDIA_ROOT)

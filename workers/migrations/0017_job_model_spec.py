@@ -9,7 +9,7 @@ def size_live_jobs(apps, schema_editor):
     """Live jobs get the spec planning resolves for them now (a model that can't be resolved stays None)."""
     from workers.services.models import ModelUnavailable
     from workers.services.planning import model_spec
-    from workers.spec import JobSpec
+    from kernel.spec import JobSpec
 
     Job = apps.get_model("workers", "Job")
     for job in Job.objects.exclude(status__in=FINISHED).iterator():

@@ -11,8 +11,8 @@ from django.db import models
 from django.utils import timezone
 
 from base.tokens import hash_token
+from kernel.protocol import ENROLLMENT_TOKEN_PREFIX, NODE_TOKEN_PREFIX
 from workers.choices import CommandStatus
-from workers.protocol import ENROLLMENT_TOKEN_PREFIX, NODE_TOKEN_PREFIX
 
 
 def new_node_token() -> str:

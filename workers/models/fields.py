@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.db import models
 from django.db.models.query_utils import DeferredAttribute
 
-from workers.planner.types import Plan
+from kernel.planner.types import Plan
 
 
 class PlanAttribute(DeferredAttribute):

@@ -9,9 +9,9 @@ from django.db import models
 class UploadedModel(models.Model):
     """A model folder (config.json, safetensors weights, tokenizer) checked at upload and kept in object storage.
 
-    The folder is a tree under `store_prefix` (models/<owner id>/<uuid>; workers/storage/trees.py). `config`
+    The folder is a tree under `store_prefix` (models/<owner id>/<uuid>; kernel/storage/trees.py). `config`
     is its config.json and `shape` the exact parameter count and linear layers
-    (workers.hfconfig.ModelShape.as_dict()) that planning needs, so neither reads the stored files.
+    (kernel.modelfiles.hfconfig.ModelShape.as_dict()) that planning needs, so neither reads the stored files.
     """
 
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="uploaded_models")
@@ -38,5 +38,5 @@ class UploadedModel(models.Model):
 
     @property
     def location(self) -> str:
-        """How a launch names the folder: store:<prefix> (workers/runtime/staging.py)."""
+        """How a launch names the folder: store:<prefix> (hosts/runtime/staging.py)."""
         return f"store:{self.store_prefix}"

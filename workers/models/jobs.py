@@ -6,7 +6,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from base.money import format_amount
+from kernel.money import format_amount
 from workers.choices import AllocationMode, DatasetKind, JobEventKind, JobStatus, Policy, TrainingMode
 from workers.models.fields import PlanField
 
@@ -45,7 +45,7 @@ class Dataset(models.Model):
 
     @property
     def location(self) -> str:
-        """How a launch names the file: store:<key> (workers/runtime/staging.py)."""
+        """How a launch names the file: store:<key> (hosts/runtime/staging.py)."""
         return f"store:{self.key}"
 
 
@@ -74,7 +74,7 @@ class Job(models.Model):
     mode = models.CharField(max_length=8, choices=TrainingMode.choices, default=TrainingMode.FULL)
     lora = models.JSONField(null=True, blank=True)
     gradient_checkpointing = models.BooleanField(default=False)
-    # The model as planning sized it at launch (workers.modelspecs.ModelSpec.as_dict(): an upload's or a Hub
+    # The model as planning sized it at launch (kernel.modelspecs.ModelSpec.as_dict(): an upload's or a Hub
     # model's exact shape, LoRA's trainable share). The market reads it to tell which chips the job fits: it
     # can't resolve uploads and Hub ids itself (it may not call workers.services). None: rows from before.
     model_spec = models.JSONField(null=True, blank=True, editable=False)

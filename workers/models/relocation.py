@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.db import models
 
-from base.money import format_amount
+from kernel.money import format_amount
 
 
 class MigrationReason(models.TextChoices):

@@ -13,12 +13,12 @@ import logging
 import re
 from dataclasses import dataclass, field
 
+from hosts.runtime.staging import is_stored, key_of
+from kernel.storage import StorageError, check_key
+from kernel.storage.trees import MANIFEST, read_manifest
 from workers.models import Job
-from workers.runtime.staging import is_stored, key_of
 from workers.services.placement import checkpoint_prefix
 from workers.services.storage import platform_store
-from workers.storage import StorageError, check_key
-from workers.storage.trees import MANIFEST, read_manifest
 
 logger = logging.getLogger(__name__)
 

@@ -21,11 +21,11 @@ from django.conf import settings
 from django.db.models import Count, Q
 from django.utils import timezone
 
+from hosts.runtime.staging import is_stored, key_of
+from kernel.storage import StorageError, Store
+from kernel.storage.trees import MANIFEST, delete_tree, read_manifest
 from workers.models import Job, JobCheckpoint
-from workers.runtime.staging import is_stored, key_of
 from workers.services.storage import platform_store
-from workers.storage import StorageError, Store
-from workers.storage.trees import MANIFEST, delete_tree, read_manifest
 
 logger = logging.getLogger(__name__)
 

@@ -11,9 +11,9 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
+from kernel.protocol import CommandType
 from workers.choices import CommandStatus
 from workers.models import AgentCommand, Allocation, Job
-from workers.protocol import CommandType
 from workers.services import channel
 
 

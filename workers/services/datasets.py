@@ -16,17 +16,17 @@ from django.db import transaction
 from django.db.models import ProtectedError
 
 from base.uploads import UploadLimit
-from workers.chat_templates import Rendered, TemplateRefused, render_chats
+from hosts.runtime.datasets import DatasetError, validate_dataset_file
+from hosts.runtime.record_files import CHAT, first_records
+from hosts.runtime.tokens import ByteTokenizer, Renderer, chat_prefixes, encode_record, load_tokenizer
+from kernel.chat_templates import Rendered, TemplateRefused, render_chats
+from kernel.storage import StorageError
+from kernel.storage.trees import upload_tree
 from workers.choices import DatasetKind
 from workers.models import Dataset, UploadedModel
-from workers.runtime.datasets import DatasetError, validate_dataset_file
-from workers.runtime.record_files import CHAT, first_records
-from workers.runtime.tokens import ByteTokenizer, Renderer, chat_prefixes, encode_record, load_tokenizer
 from workers.services.redaction import redact
 from workers.services.storage import StorageUnavailable, delete_stored_tree, platform_store, staged_tree
 from workers.services.storage_quota import QuotaExceeded, check_room, recorded
-from workers.storage import StorageError
-from workers.storage.trees import upload_tree
 
 logger = logging.getLogger(__name__)
 
@@ -180,7 +180,7 @@ def preview_dataset(dataset: Dataset, tokenizer_choice: str) -> list[RecordPrevi
 
 def _chat_renderers(tokenizer, records: list[dict], kind: str) -> list[Renderer | None]:
     """For chats under a model's template: each record's renders, made at once in a bounded child process
-    (workers.chat_templates), never in this web thread. None: the tokenizer renders (no template, no chat)."""
+    (kernel.chat_templates), never in this web thread. None: the tokenizer renders (no template, no chat)."""
     if kind != CHAT or not getattr(tokenizer, "chat_template", None):
         return [None] * len(records)
     chats = [(record["messages"], chat_prefixes(record["messages"])) for record in records]

@@ -15,16 +15,16 @@ from datetime import timedelta
 from django.conf import settings
 from django.db import transaction
 
-from base.money import cost_over, format_money
 from billing.models import OperatorSettings
 from billing.services.holds import HoldRefused, check_hold, hold_needed, lock_credit
+from kernel import planner
+from kernel.money import cost_over, format_money
+from kernel.spec import JobSpec
 from market.services.commitments import WAITING, commitments
-from workers import planner
 from workers.models import Job
 from workers.services.lifecycle import submit
 from workers.services.models import ModelUnavailable, lock_for_launch
 from workers.services.planning import fleet_chips, fleet_quote, model_spec, quote
-from workers.spec import JobSpec
 
 # Which field a planning error is about, its code in the error format (the SDK's typed errors), and
 # its title on the pages.

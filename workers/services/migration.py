@@ -18,8 +18,8 @@ from datetime import datetime, timedelta
 
 from django.db.models import Max
 
-from base.money import format_money
 from billing.services.insurance import insurance_amount, pay_insurance
+from kernel.money import format_money
 from workers.choices import JobEventKind
 from workers.models import Allocation, Job, JobMetric, JobMigration, MigrationReason, MigrationStatus
 from workers.services.events import record_event

@@ -13,15 +13,15 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from base.money import format_money
 from billing.services.statements import job_charged
+from hosts.runtime.staging import is_stored, key_of
+from kernel.money import format_money
+from kernel.storage import StorageError, Store
+from kernel.storage.trees import FileEntry, Manifest, read_manifest
 from workers.choices import TrainingMode
 from workers.models import Job, UploadedModel
-from workers.runtime.staging import is_stored, key_of
 from workers.services.placement import checkpoint_prefix
 from workers.services.storage import platform_store
-from workers.storage import StorageError, Store
-from workers.storage.trees import FileEntry, Manifest, read_manifest
 
 MODEL_DIR, ADAPTER_DIR = "model", "adapter"
 CHUNK = 1 << 20

@@ -1,8 +1,8 @@
 """Users' own Hugging Face models: storing an upload, deleting one, and resolving the model a job names.
 
-An upload is checked in full (workers.modelchecks) in a private scratch folder before anything is kept;
+An upload is checked in full (kernel.modelfiles.checks) in a private scratch folder before anything is kept;
 only a valid model folder is stored, as the tree models/<owner id>/<uuid> in object storage
-(workers/storage), and recorded as an UploadedModel. A job names its model as a catalog name
+(kernel/storage), and recorded as an UploadedModel. A job names its model as a catalog name
 ("llama-tiny"), an upload ("model:7") or a Hugging Face Hub id ("org/name") that this platform's Hugging
 Face cache already holds: `resolve_model_source` turns any of them into what planning and the runtime
 need, and nothing is ever downloaded from the Hub. A Hub snapshot is uploaded once, before the first
@@ -26,20 +26,20 @@ from django.conf import settings
 from django.db import transaction
 
 from base.uploads import UploadLimit
-from workers import hfconfig
+from kernel.modelfiles import hfconfig
+from kernel.modelfiles.archives import Limits, extract_archive
+from kernel.modelfiles.checks import check_model_dir
+from kernel.modelfiles.errors import ModelFileError, ModelTooLarge, too_large
+from kernel.modelfiles.hfconfig import ModelShape
+from kernel.modelfiles.loaders import refuse_unneeded_files
+from kernel.modelspecs import CATALOG
+from kernel.storage import StorageError
+from kernel.storage.trees import read_manifest, upload_files, upload_tree, write_manifest
 from workers.choices import JobStatus
-from workers.hfconfig import ModelShape
-from workers.loaderfiles import refuse_unneeded_files
-from workers.modelarchives import Limits, extract_archive
-from workers.modelchecks import check_model_dir
-from workers.modelerrors import ModelFileError, ModelTooLarge, too_large
 from workers.models import Job, UploadedModel
-from workers.modelspecs import CATALOG
 from workers.services.model_limits import check_fleet_can_train
 from workers.services.storage import StorageUnavailable, delete_stored_tree, platform_store
 from workers.services.storage_quota import QuotaExceeded, check_room, recorded
-from workers.storage import StorageError
-from workers.storage.trees import read_manifest, upload_files, upload_tree, write_manifest
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ class ModelSource:
 
     @property
     def location(self) -> str | None:
-        """How a launch names its files: store:<prefix> (workers/runtime/staging.py), or None."""
+        """How a launch names its files: store:<prefix> (hosts/runtime/staging.py), or None."""
         return f"store:{self.store_prefix}" if self.store_prefix else None
 
 

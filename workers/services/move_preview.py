@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import replace
 
+from kernel import planner
 from market.signals import MoveDestination
-from workers import planner
 from workers.choices import AllocationMode
 from workers.models import Allocation, ChipType, Job
 from workers.services import spot

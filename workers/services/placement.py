@@ -19,24 +19,24 @@ from django.utils import timezone
 
 from base.deadlocks import retry_on_deadlock
 from billing.services.holds import HoldRefused, check_hold, lock_credit
+from hosts.runtime.staging import stored
+from kernel.modelfiles.hfconfig import lora_settings
+from kernel.modelspecs import LORA
+from kernel.planner import Plan, Rank
+from kernel.protocol import CommandType, RankLaunch
+from kernel.spec import JobSpec
+from kernel.storage import StorageError
 from market.services.commitments import commitments
 from market.services.locks import lock_job_bids
 from market.services.reservations import end_job_reservations
 from workers.choices import AllocationMode, JobStatus
-from workers.hfconfig import lora_settings
 from workers.models import Allocation, Job, Node
-from workers.modelspecs import LORA
-from workers.planner import Plan, Rank
-from workers.protocol import CommandType, RankLaunch
-from workers.runtime.staging import stored
 from workers.services import commands, lifecycle, spot
 from workers.services.checkpoints import job_checkpoints, own_checkpoint_key
 from workers.services.fleet import free_chips
 from workers.services.models import ModelUnavailable, resolve_model_source, store_hub_snapshot
 from workers.services.planning import model_spec
 from workers.services.storage_grants import issue_grant
-from workers.spec import JobSpec
-from workers.storage import StorageError
 
 
 class CapacityChanged(Exception):

@@ -10,16 +10,16 @@ from dataclasses import replace
 from django.conf import settings
 
 from billing.services.pricing import current_offers
-from workers import planner
+from kernel import planner
+from kernel.modelfiles.hfconfig import lora_settings
+from kernel.modelspecs import LORA, ModelSpec, spec_from_config
+from kernel.spec import JobSpec
 from workers.choices import AgentStatus
-from workers.hfconfig import lora_settings
 from workers.models import Node
-from workers.modelspecs import LORA, ModelSpec, spec_from_config
 from workers.services import spot
 from workers.services.fleet import free_chips, schedulable_nodes
 from workers.services.models import ModelSource, resolve_model_source
 from workers.services.throughput import measured_history, measured_on_nodes
-from workers.spec import JobSpec
 
 
 def chip_infos() -> dict[str, planner.ChipInfo]:

@@ -1,7 +1,7 @@
 """The platform's own server paths, kept out of what people read (job logs, a crashed rank's error, messages
 built from a storage or file error).
 
-Agents clean their ranks' lines on their host (workers/agent/output.py), knowing their own folders; the
+Agents clean their ranks' lines on their host (hosts/agent/output.py), knowing their own folders; the
 platform cleans again with the folders it knows, which are the demo agents' too under `make run`, and for an
 agent that did not clean at all.
 """
@@ -12,7 +12,7 @@ from functools import lru_cache
 
 from django.conf import settings
 
-from workers.logtext import PathScrubber, scrubber
+from kernel.logtext import PathScrubber, scrubber
 
 
 def redact(text: str) -> str:

@@ -15,9 +15,9 @@ from datetime import datetime
 
 from django.utils import timezone
 
+from kernel.protocol import CommandType
 from workers.choices import CommandStatus, JobStatus
 from workers.models import AgentCommand, Allocation, MigrationReason, Node, RankExit
-from workers.protocol import CommandType
 from workers.services import lifecycle
 
 logger = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from celery import shared_task
 from django.db import transaction
 from django.utils import timezone
 
-from workers import planner
+from kernel import planner
 from workers.services import lifecycle, spot
 from workers.services.placement import CapacityChanged, allocate
 from workers.services.planning import quote

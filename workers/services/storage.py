@@ -11,9 +11,9 @@ from pathlib import Path
 
 from django.conf import settings
 
-from workers.storage import StorageError, Store, open_store
-from workers.storage.cache import StagingCache
-from workers.storage.trees import delete_tree
+from kernel.storage import StorageError, Store, open_store
+from kernel.storage.cache import StagingCache
+from kernel.storage.trees import delete_tree
 
 logger = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 Hosts are third parties. The platform alone holds STORAGE_URL's credentials; each START command carries a
 grant for one job epoch on one node: a token, signed with the platform's secret key, that names the job,
 the epoch, the node and the trees the placement reads (its dataset, its eval set, its model, the checkpoint
-it resumes from). With it a rank asks `POST /api/v1/agent/storage/` (workers/protocol.py, section 4) for
+it resumes from). With it a rank asks `POST /api/v1/agent/storage/` (kernel/protocol.py, section 4) for
 URLs, each good for one object and STORAGE_GRANT_URL_TTL_S. The platform signs:
 
 - GET for keys in those trees and under the job's own checkpoints (`checkpoints/job-<id>/`),
@@ -11,7 +11,7 @@ URLs, each good for one object and STORAGE_GRANT_URL_TTL_S. The platform signs:
 
 and only while the job is still at that epoch and active, on a node that holds chips of it. A stale or
 ended placement's grant is refused (409), any other key too (403), so a host reaches nothing but the
-objects of the jobs placed on it, for as long as they are placed there. The workers/storage/grants.py
+objects of the jobs placed on it, for as long as they are placed there. The kernel/storage/grants.py
 GrantStore is the host's side.
 """
 
@@ -23,13 +23,13 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.core import signing
 
+from hosts.runtime.staging import is_stored, key_of
+from kernel.protocol import STORAGE_GRANT_PREFIX, RankLaunch
+from kernel.storage import StorageError, check_key
 from workers.choices import JobStatus
 from workers.models import Allocation, Job, Node
-from workers.protocol import STORAGE_GRANT_PREFIX, RankLaunch
-from workers.runtime.staging import is_stored, key_of
 from workers.services.checkpoints import job_checkpoints
 from workers.services.storage import platform_store
-from workers.storage import StorageError, check_key
 
 SALT = "starverse.storage-grant"
 UPLOAD_TTL_S = 6 * 3600  # a multipart upload's part URLs: a large model's states take a while to send

@@ -8,7 +8,7 @@ Rules:
   billed through `min(now, ended_at)` truncated to a whole number of seconds since `started_at`. A
   fraction of a second at the end of an allocation is not billed.
 - Cumulative-exact: what an allocation owes up to its mark is
-  `cost_of_integral(chips x integral of price_per_hour over [started_at, mark))` (`base.money`: / 1 h,
+  `cost_of_integral(chips x integral of price_per_hour over [started_at, mark))` (`kernel.money`: / 1 h,
   rounded once, half up), computed
   from scratch every time. A line owes what its ended allocations owed when they were folded in
   (`settled_owed`) plus what each open one owes now, and a tick charges the line

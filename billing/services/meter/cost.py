@@ -11,9 +11,9 @@ from datetime import datetime, timedelta
 
 import numpy as np
 
-from base.money import cost_of_integral
 from billing.services.meter.columns import US, Allocations, Lines, PriceLines, from_us, to_us
 from billing.services.pricing import PriceBook
+from kernel.money import cost_of_integral
 from workers.choices import AllocationMode
 
 SECOND = timedelta(seconds=1)

@@ -10,11 +10,11 @@ from datetime import UTC, datetime
 import numpy as np
 from django.db import connection
 
-from base.money import MICROSECOND
 from billing.choices import TransactionKind
 from billing.models import Account
 from billing.services.ledger import Leg, fingerprint_of, lock_wallets, wallet_for
 from billing.services.meter.columns import Lines, int_array
+from kernel.money import MICROSECOND
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 

@@ -9,13 +9,13 @@ from datetime import datetime
 from django.db import connection, transaction
 from django.utils import timezone
 
-from base.money import format_money
 from billing.services.meter.batch import OF_LINE, UNSETTLED, lock_lines, read_allocations
 from billing.services.meter.columns import int_array
 from billing.services.meter.cost import SECOND, advance
 from billing.services.meter.post import MeterResult, Shortfall, post_batch
 from billing.services.pricing import PriceBook
 from billing.signals import credit_shortfall
+from kernel.money import format_money
 
 logger = logging.getLogger(__name__)
 

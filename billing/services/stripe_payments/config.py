@@ -8,7 +8,7 @@ from urllib.parse import urlparse
 import stripe
 from django.conf import settings
 
-from base.money import MICROS_PER_UNIT, format_amount
+from kernel.money import MICROS_PER_UNIT, format_amount
 
 # Currencies without a minor unit (Stripe's list); everything else here has two decimals.
 ZERO_DECIMAL_CURRENCIES = {"bif", "clp", "djf", "gnf", "jpy", "kmf", "krw", "mga", "pyg", "rwf", "ugx", "vnd", "vuv"}

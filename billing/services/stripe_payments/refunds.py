@@ -5,7 +5,6 @@ from __future__ import annotations
 import stripe
 from django.db import IntegrityError, transaction
 
-from base.money import format_money
 from billing.choices import AccountKind, TransactionKind
 from billing.models import Payment, PaymentStatus, Refund, Transaction
 from billing.services.ledger import (
@@ -17,6 +16,7 @@ from billing.services.ledger import (
     wallet_for,
 )
 from billing.services.stripe_payments.config import NONCE_RE, PaymentError, configure_stripe, to_minor
+from kernel.money import format_money
 
 
 def refundable_micros(payment: Payment) -> int:

@@ -20,7 +20,6 @@ from django.core.cache import cache
 from django.db import transaction
 from django.utils import timezone
 
-from base.money import format_money, to_micros
 from billing.choices import AccountKind, TransactionKind
 from billing.models import OperatorSettings, Payment, PaymentStatus
 from billing.notifications import rearm_low_balance
@@ -34,6 +33,7 @@ from billing.services.stripe_payments.config import (
     payment_method_types,
     to_minor,
 )
+from kernel.money import format_money, to_micros
 
 logger = logging.getLogger(__name__)
 

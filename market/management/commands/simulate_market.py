@@ -8,8 +8,8 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db.models import Sum
 
-from base.money import InvalidAmount, format_amount, format_price, to_micros
 from billing.models import Price
+from kernel.money import InvalidAmount, format_amount, format_price, to_micros
 from market.simulation import HOUR, ChipMarket, MarketRun, SpotJob, simulate
 from workers.models import ChipType, Node
 

@@ -10,7 +10,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from base.tokens import hash_token
-from workers.agent.state import STATE_FILE
+from hosts.agent.state import STATE_FILE
 from workers.models import EnrollmentToken, Node, Pool
 from workers.services.node_lifecycle import reset_node
 

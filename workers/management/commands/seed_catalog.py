@@ -5,9 +5,9 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
-from base.money import to_micros
 from billing.models import Price
-from workers.catalog import SEED_NODES, ZONE, chip_specs
+from kernel.catalog import SEED_NODES, ZONE, chip_specs
+from kernel.money import to_micros
 from workers.models import ChipType, Node, Pool
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
+from kernel.storage import StorageError
 from workers.services.storage import platform_store
 from workers.services.storage_usage import CATEGORIES, storage_usage
-from workers.storage import StorageError
 
 
 class Command(BaseCommand):

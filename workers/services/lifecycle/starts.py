@@ -8,14 +8,14 @@ from django.db import transaction
 from django.dispatch import Signal
 from django.utils import timezone
 
+from kernel.modelspecs import ModelSpec
+from kernel.planner import Plan
+from kernel.spec import JobSpec
 from workers.choices import JobEventKind, JobStatus
 from workers.models import Job
-from workers.modelspecs import ModelSpec
-from workers.planner import Plan
 from workers.services import migration
 from workers.services.events import record_event
 from workers.services.queue import next_plan_time
-from workers.spec import JobSpec
 
 # Sent after the commit of a transition that queued a job (keyword argument: job_id).
 job_queued = Signal()

@@ -1,5 +1,0 @@
-"""Local mode: embedded PostgreSQL/Redis and the `python -m portal.local` launcher behind `make run`.
-
-Nothing in this package imports Django, so it can start the stores before settings are loaded
-(the launcher and the pytest plugin both need the database URL before Django starts).
-"""
