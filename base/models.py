@@ -54,7 +54,7 @@ class AuditEntry(models.Model):
     )
     actor_name = models.CharField(max_length=150, blank=True, help_text="The actor's username when it acted.")
     action = models.CharField(max_length=64, db_index=True, help_text='What was done, e.g. "node.drain".')
-    target_type = models.CharField(max_length=100, blank=True, help_text='The row\'s model, e.g. "workers.node".')
+    target_type = models.CharField(max_length=100, blank=True, help_text='The row\'s model, e.g. "fleet.node".')
     target_id = models.CharField(max_length=64, blank=True)
     target_repr = models.CharField(max_length=200, blank=True, help_text="The row as it read when acted on.")
     details = models.JSONField(default=dict, blank=True, encoder=DjangoJSONEncoder)

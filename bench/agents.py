@@ -197,9 +197,10 @@ def enroll_fleet(size: int, tag: str) -> Fleet:
     """`size` simulated nodes enrolled through the service layer, with jobs of RANKS_PER_JOB ranks on them."""
     from django.contrib.auth import get_user_model
 
+    from fleet.choices import JobStatus
+    from fleet.models import Job, Pool
     from kernel.planner.types import Plan
-    from workers.choices import JobStatus
-    from workers.models import EnrollmentToken, Job, Pool
+    from workers.models import EnrollmentToken
     from workers.services.fleet import enroll_node
     from workers.services.placement import allocate
 
@@ -261,8 +262,8 @@ class Queuer(threading.Thread):
         from django.db import connection
         from django.utils import timezone
 
+        from fleet.models import Job
         from kernel.protocol import CommandType
-        from workers.models import Job
         from workers.services.commands import queue_for_node
 
         jobs = Job.objects.in_bulk(self.fleet.job_ids)
@@ -288,7 +289,8 @@ def count_after(fleet: Fleet, deadline_s: int) -> tuple[list[str], int]:
     from django.db import connection
     from django.utils import timezone
 
-    from workers.models import JobLogLine, Node
+    from fleet.models import Node
+    from workers.models import JobLogLine
 
     try:
         lines = list(JobLogLine.objects.filter(job_id__in=fleet.job_ids).values_list("line", flat=True))

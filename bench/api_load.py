@@ -74,12 +74,12 @@ def seed(users: int, jobs: int, ledger_rows: int, bids: int) -> list[str]:
     from django.utils import timezone
 
     from billing.services.credits import adjust_credit
+    from fleet.choices import JobStatus, MigrationReason, MigrationStatus
+    from fleet.models import ChipType, Job
     from kernel.money import to_micros
     from market.models import Bid, BidStatus
     from portal.models import ApiToken
-    from workers.choices import JobStatus
-    from workers.models import ChipType, Job, JobMigration
-    from workers.models.relocation import MigrationReason, MigrationStatus
+    from workers.models import JobMigration
 
     chips = list(ChipType.objects.order_by("sort_order"))
     now = timezone.now()

@@ -63,8 +63,8 @@ def populate(allocations: int, users: int, start: datetime, rng: random.Random) 
     from billing.choices import AccountKind, TransactionKind
     from billing.models import Entry, Price, Transaction
     from billing.services.ledger import platform_account, wallet_for
-    from workers.choices import AllocationMode, JobStatus
-    from workers.models import Allocation, ChipType, Job, Node
+    from fleet.choices import AllocationMode, JobStatus
+    from fleet.models import Allocation, ChipType, Job, Node
 
     User = get_user_model()
     people = User.objects.bulk_create([User(username=f"bench{i}", email=f"bench{i}@example.com") for i in range(users)])
@@ -122,8 +122,8 @@ def populate(allocations: int, users: int, start: datetime, rng: random.Random) 
 def expected_total(now: datetime) -> int:
     """Each allocation's cost up to its last whole second, with Fractions; summed after rounding each."""
     from billing.models import Price
-    from workers.choices import AllocationMode
-    from workers.models import Allocation
+    from fleet.choices import AllocationMode
+    from fleet.models import Allocation
 
     prices: dict[int, list] = {}
     for row in Price.objects.order_by("effective_at", "id").values_list(

@@ -97,8 +97,8 @@ def actuals(job_id: int) -> tuple[float, Decimal, str]:
     """(placement -> done seconds, charged, final status), once the meter has billed every allocation to its end."""
     from django.db.models import Min, Sum
 
+    from fleet.models import Allocation, Job
     from kernel.money import to_decimal
-    from workers.models import Allocation, Job
 
     job = Job.objects.get(pk=job_id)
     allocations = Allocation.objects.filter(job=job)
@@ -110,7 +110,7 @@ def actuals(job_id: int) -> tuple[float, Decimal, str]:
 def billed_to_the_end(job_id: int) -> bool:
     from django.db.models import F
 
-    from workers.models import Allocation
+    from fleet.models import Allocation
 
     allocations = Allocation.objects.filter(job_id=job_id)
     return (
@@ -122,7 +122,7 @@ def billed_to_the_end(job_id: int) -> bool:
 
 
 def run_job(client: httpx.Client, steps: int) -> dict:
-    from workers.models import Job
+    from fleet.models import Job
 
     spec = {"model": "llama-tiny", "max_steps": steps, "per_device_batch_size": 4, "max_budget": "28"}
     quote = client.post("/api/v1/quotes/", json=spec).raise_for_status().json()
@@ -202,8 +202,8 @@ def main() -> int:
 
         os.environ.setdefault("DJANGO_SECRET_KEY_FILE", str(data_dir / "secret_key"))
         django.setup()
-        from workers.choices import AgentStatus
-        from workers.models import Node
+        from fleet.choices import AgentStatus
+        from fleet.models import Node
 
         wait_for(lambda: Node.objects.filter(agent_status=AgentStatus.ONLINE).count() >= 4, "the demo agents", 300)
         rows = []

@@ -31,8 +31,8 @@ from billing.services.statements import (
     charges_for_everyone,
     parse_period,
 )
+from fleet.models import Allocation
 from kernel.money import format_price
-from workers.models import Allocation
 
 REVENUE_DAYS = 30
 RECENT_LIMIT = 50

@@ -30,9 +30,9 @@ from kombu.exceptions import OperationalError
 
 from billing.models import Charge, NotificationSettings, SentNotification
 from billing.services.ledger import balance_of
+from fleet.choices import JobStatus
+from fleet.models import Job
 from kernel.money import format_money
-from workers.choices import JobStatus
-from workers.models import Job
 
 logger = logging.getLogger(__name__)
 

@@ -86,6 +86,8 @@ AGENT_API_PREFIX = "/api/v1/agent"
 NODE_TOKEN_PREFIX = "svn_"
 ENROLLMENT_TOKEN_PREFIX = "sve_"
 MAX_POLL_WAIT_S = 25
+# What an agent keeps in its data directory (its node token among it); `ensure_demo_fleet` reads it too.
+AGENT_STATE_FILE = "agent-state.json"
 ADDRESS_AUTO = "auto"  # an enrollment's address: "use the address the platform sees me at"
 CONTROL_FILE = "control.json"
 STORAGE_GRANT_PREFIX = "svg_"

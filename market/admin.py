@@ -58,9 +58,7 @@ class BidAdmin(admin.ModelAdmin):
 
     @admin.display(description="Job", ordering="job_id")
     def job_link(self, bid: Bid) -> str:
-        return format_html(
-            '<a href="{}">Job {}</a>', reverse("admin:workers_job_change", args=[bid.job_id]), bid.job_id
-        )
+        return format_html('<a href="{}">Job {}</a>', reverse("admin:fleet_job_change", args=[bid.job_id]), bid.job_id)
 
     @admin.display(description="Max price /chip-h", ordering="max_price_per_hour")
     def max_price(self, bid: Bid) -> str:

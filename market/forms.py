@@ -6,10 +6,10 @@ from decimal import Decimal
 
 from django import forms
 
+from fleet.choices import JobStatus
+from fleet.models import ChipType, Job
 from kernel.money import to_micros
 from market.services.bids import BidRefused
-from workers.choices import JobStatus
-from workers.models import ChipType, Job
 
 # 13 digits: 7 whole (the maximum, 1000000, itself) and 6 decimals (micro-units).
 PRICE = {"max_digits": 13, "decimal_places": 6, "min_value": Decimal("0.000001"), "max_value": Decimal("1000000")}

@@ -36,8 +36,8 @@ class Bid(models.Model):
     """A job's standing offer for spot chips of one type: up to `chips` at up to `max_price_per_hour` each."""
 
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="bids")
-    job = models.ForeignKey("workers.Job", on_delete=models.PROTECT, related_name="bids")
-    chip_type = models.ForeignKey("workers.ChipType", on_delete=models.PROTECT, related_name="bids")
+    job = models.ForeignKey("fleet.Job", on_delete=models.PROTECT, related_name="bids")
+    chip_type = models.ForeignKey("fleet.ChipType", on_delete=models.PROTECT, related_name="bids")
     chips = models.PositiveSmallIntegerField()
     max_price_per_hour = models.BigIntegerField(help_text="micro-units per chip-hour")
     status = models.CharField(max_length=12, choices=BidStatus.choices, default=BidStatus.ACTIVE, db_index=True)
@@ -96,9 +96,9 @@ class SpotReservation(models.Model):
     """Spot chips a bid won that its job doesn't hold yet, over one span; billed like a spot allocation when it ends."""
 
     bid = models.ForeignKey(Bid, on_delete=models.PROTECT, related_name="reservations")
-    job = models.ForeignKey("workers.Job", on_delete=models.PROTECT, related_name="spot_reservations")
+    job = models.ForeignKey("fleet.Job", on_delete=models.PROTECT, related_name="spot_reservations")
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="spot_reservations")
-    chip_type = models.ForeignKey("workers.ChipType", on_delete=models.PROTECT, related_name="+")
+    chip_type = models.ForeignKey("fleet.ChipType", on_delete=models.PROTECT, related_name="+")
     chips = models.PositiveSmallIntegerField(help_text="Won chips the job did not hold over the span")
     started_at = models.DateTimeField()
     ended_at = models.DateTimeField(null=True, blank=True)

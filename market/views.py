@@ -23,6 +23,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from billing.models import SpotPrice
 from billing.services.pricing import current_offers
+from fleet.models import ChipType
 from kernel.money import format_amount, format_price
 from market.chart import price_ceiling
 from market.forms import BidChangeForm, BidForm
@@ -30,7 +31,6 @@ from market.models import Bid, BidStatus, MarketSettings
 from market.services.bids import BidRefused, cancel_bid, change_bid, place_bid
 from market.services.hints import bid_hint
 from market.services.moves import JobMove, move_of_cancel, move_of_change
-from workers.models import ChipType
 
 TEMPLATE = "market/bids.html"
 PAST_BIDS = 20

@@ -7,14 +7,14 @@ from datetime import datetime, timedelta
 
 from django import forms
 
+from fleet.choices import Policy, TrainingMode
+from fleet.models import ChipType, Dataset, UploadedModel
 from kernel.modelspecs import CATALOG, resolve_model
 from kernel.money import format_amount, format_price
 from kernel.spec import JobSpec
 from market.services.hints import default_bid
 from portal.models.tokens import DEFAULT_EXPIRY_DAYS, MAX_EXPIRY_DAYS, TokenScope
 from workers.api.job_serializers import JobSpecSerializer
-from workers.choices import Policy, TrainingMode
-from workers.models import ChipType, Dataset, UploadedModel
 
 
 class ApiTokenForm(forms.Form):

@@ -23,10 +23,10 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 from base import heartbeats
 from billing.models import BillingLine, SpotPrice
+from fleet.choices import AgentStatus, AllocationMode, JobStatus
+from fleet.models import Allocation, ChipType, Job, Node
 from kernel.money import MICROS_PER_UNIT
 from portal.metrics_access import may_scrape
-from workers.choices import AgentStatus, AllocationMode, JobStatus
-from workers.models import Allocation, ChipType, Job, Node
 
 logger = logging.getLogger(__name__)
 

@@ -44,6 +44,7 @@ INSTALLED_APPS = [
     "base",
     "portal",
     "billing",
+    "fleet",
     "workers",
     "market",
 ]
@@ -209,7 +210,7 @@ SPECTACULAR_SETTINGS = {
     # Several components have a `status` of their own choices; name each set after what it is.
     "ENUM_NAME_OVERRIDES": {
         "BidStatusEnum": "market.models.BidStatus",
-        "JobStatusEnum": "workers.choices.JobStatus",
+        "JobStatusEnum": "fleet.choices.JobStatus",
     },
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",

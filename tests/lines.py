@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.db.models import F
 
 from billing.models import BillingLine
-from workers.models import Allocation
+from fleet.models import Allocation
 
 
 def line_of(allocation: Allocation) -> BillingLine:

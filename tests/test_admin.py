@@ -12,8 +12,8 @@ from billing.choices import TransactionKind
 from billing.models import OperatorSettings, Price, Transaction
 from billing.services.credits import adjust_credit, grant_trial_credit
 from billing.services.ledger import balance_of
+from fleet.models import ChipType
 from tests.money_html import money
-from workers.models import ChipType
 
 pytestmark = pytest.mark.django_db
 

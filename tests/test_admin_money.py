@@ -13,9 +13,9 @@ from base.models import AuditEntry
 from billing.admin import PriceAdmin
 from billing.models import Price
 from billing.services.credits import adjust_credit, grant_trial_credit
+from fleet.choices import JobStatus
+from fleet.models import ChipType, Job
 from tests.money_html import money
-from workers.choices import JobStatus
-from workers.models import ChipType, Job
 
 pytestmark = pytest.mark.django_db
 
@@ -58,7 +58,7 @@ def test_balances_and_payments_show_as_yuan_to_the_cent_with_the_exact_amount_on
 
 def test_a_job_page_shows_its_budgets_as_yuan_not_micro_units(console, alice):
     job = make_job(alice)
-    page = console.get(f"/admin/workers/job/{job.pk}/change/").content.decode()
+    page = console.get(f"/admin/fleet/job/{job.pk}/change/").content.decode()
     assert "¥28.50/h" in page and money("¥9.88", "¥9.880288") in page and money("¥2.38", "¥2.375") in page
     assert "28500000" not in page and "9880288" not in page and "2375000" not in page
 
@@ -121,7 +121,7 @@ def test_a_jobs_plan_reads_as_chips_speed_and_yuan_not_a_raw_repr_in_micro_units
     }  # fmt: skip
     Job.objects.filter(pk=job.pk).update(plan=plan, quote=plan)
 
-    page = console.get(f"/admin/workers/job/{job.pk}/change/").content.decode()
+    page = console.get(f"/admin/fleet/job/{job.pk}/change/").content.decode()
 
     assert "40,000 tokens/s · ¥4.00/h" in page and money("¥0.10") in page
     assert "rank 0: rtx-4090 on gpu-host-1, micro-batch 3, on-demand (simulated)" in page
@@ -134,11 +134,11 @@ def test_a_jobs_plan_reads_as_chips_speed_and_yuan_not_a_raw_repr_in_micro_units
 
 def test_a_job_page_is_read_only_without_save_or_delete(console, alice):
     job = make_job(alice)
-    page = console.get(f"/admin/workers/job/{job.pk}/change/").content.decode()
+    page = console.get(f"/admin/fleet/job/{job.pk}/change/").content.decode()
     assert 'name="_save"' not in page and 'name="_continue"' not in page and "deletelink" not in page
     assert 'data-testid="cancel-job"' in page
-    assert console.post(f"/admin/workers/job/{job.pk}/change/", {"status": "succeeded"}).status_code == 403
-    assert console.post(f"/admin/workers/job/{job.pk}/delete/", {"post": "yes"}).status_code == 403
+    assert console.post(f"/admin/fleet/job/{job.pk}/change/", {"status": "succeeded"}).status_code == 403
+    assert console.post(f"/admin/fleet/job/{job.pk}/delete/", {"post": "yes"}).status_code == 403
     job.refresh_from_db()
     assert job.status == JobStatus.QUEUED
 
@@ -149,14 +149,14 @@ def test_cancel_selected_jobs_first_asks_why_then_cancels_them_through_the_lifec
     waiting, finished = make_job(alice), make_job(alice, JobStatus.SUCCEEDED)
     selected = {"action": "cancel_selected", "_selected_action": [waiting.pk, finished.pk]}
 
-    asked = console.post("/admin/workers/job/", selected)
+    asked = console.post("/admin/fleet/job/", selected)
 
     assert asked.status_code == 200 and 'data-testid="confirm-cancel"' in asked.content.decode()
     assert "Cancel 1 job" in asked.content.decode() and "already ended: left as it is" in asked.content.decode()
     waiting.refresh_from_db()
     assert waiting.status == JobStatus.QUEUED and not AuditEntry.objects.filter(action="job.cancel").exists()
 
-    response = console.post("/admin/workers/job/", {**selected, "reason": "Abusive workload"})
+    response = console.post("/admin/fleet/job/", {**selected, "reason": "Abusive workload"})
 
     assert response.status_code == 302
     waiting.refresh_from_db()
@@ -179,9 +179,9 @@ def test_cancel_selected_jobs_first_asks_why_then_cancels_them_through_the_lifec
 def test_the_operators_cancel_without_a_reason_is_refused_and_cancels_nothing(console, alice, reason):
     job = make_job(alice, JobStatus.RUNNING)
 
-    from_page = console.post(f"/admin/workers/job/{job.pk}/cancel/", {"reason": reason})
+    from_page = console.post(f"/admin/fleet/job/{job.pk}/cancel/", {"reason": reason})
     from_list = console.post(
-        "/admin/workers/job/", {"action": "cancel_selected", "_selected_action": [job.pk], "reason": reason}
+        "/admin/fleet/job/", {"action": "cancel_selected", "_selected_action": [job.pk], "reason": reason}
     )
 
     assert from_page.status_code == from_list.status_code == 400
@@ -193,29 +193,29 @@ def test_the_operators_cancel_without_a_reason_is_refused_and_cancels_nothing(co
 
 def test_the_cancel_button_asks_why_then_tells_a_running_jobs_ranks_to_stop(console, operator, alice):
     job = make_job(alice, JobStatus.RUNNING)
-    page = console.get(f"/admin/workers/job/{job.pk}/change/").content.decode()
-    assert f'href="/admin/workers/job/{job.pk}/cancel/"' in page
+    page = console.get(f"/admin/fleet/job/{job.pk}/change/").content.decode()
+    assert f'href="/admin/fleet/job/{job.pk}/cancel/"' in page
 
-    asked = console.get(f"/admin/workers/job/{job.pk}/cancel/")
+    asked = console.get(f"/admin/fleet/job/{job.pk}/cancel/")
 
     assert asked.status_code == 200 and 'name="reason"' in asked.content.decode()
     job.refresh_from_db()
     assert job.cancel_requested_at is None
 
-    response = console.post(f"/admin/workers/job/{job.pk}/cancel/", {"reason": "Node maintenance"})
+    response = console.post(f"/admin/fleet/job/{job.pk}/cancel/", {"reason": "Node maintenance"})
 
-    assert response.status_code == 302 and response["Location"] == f"/admin/workers/job/{job.pk}/change/"
+    assert response.status_code == 302 and response["Location"] == f"/admin/fleet/job/{job.pk}/change/"
     job.refresh_from_db()
     assert job.status == JobStatus.STOPPING and job.cancel_requested_at is not None
     assert job.status_reason == "Cancelled by the operator: Node maintenance"
     assert AuditEntry.objects.filter(action="job.cancel", target_id=str(job.pk), actor=operator).count() == 1
-    page = console.get(f"/admin/workers/job/{job.pk}/change/").content.decode()
+    page = console.get(f"/admin/fleet/job/{job.pk}/change/").content.decode()
     assert 'data-testid="cancel-job"' not in page  # already being cancelled
 
 
 def test_the_owner_sees_the_operators_reason_on_the_job_page(console, client, alice):
     job = make_job(alice, JobStatus.RUNNING)
-    console.post(f"/admin/workers/job/{job.pk}/cancel/", {"reason": "Node maintenance"})
+    console.post(f"/admin/fleet/job/{job.pk}/cancel/", {"reason": "Node maintenance"})
     client.force_login(alice)
 
     page = client.get(f"/jobs/{job.pk}/").content.decode()
@@ -228,6 +228,6 @@ def test_staff_without_the_job_permission_cannot_cancel(client, django_user_mode
     staff.user_permissions.add(Permission.objects.get(codename="view_job"))
     client.force_login(staff)
     job = make_job(alice)
-    assert client.post(f"/admin/workers/job/{job.pk}/cancel/").status_code == 403
+    assert client.post(f"/admin/fleet/job/{job.pk}/cancel/").status_code == 403
     job.refresh_from_db()
     assert job.status == JobStatus.QUEUED and not AuditEntry.objects.filter(action="job.cancel").exists()

@@ -13,12 +13,12 @@ from billing.choices import AccountKind, TransactionKind
 from billing.models import OperatorSettings
 from billing.services.holds import HoldRefused, check_hold
 from billing.services.ledger import InsufficientFunds, platform_account, transfer, wallet_for
+from fleet.choices import JobStatus
+from fleet.models import ChipType, Job
 from market.services.bids import BidRefused, place_bid
 from tests.compute.conftest import enroll  # noqa: F401 - a fixture
 from tests.conftest import token_client
 from tests.test_training_pages import LAUNCH, bring_online, no_scheduling, quote_html, storage  # noqa: F401
-from workers.choices import JobStatus
-from workers.models import ChipType, Job
 
 pytestmark = pytest.mark.django_db
 

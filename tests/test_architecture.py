@@ -258,7 +258,7 @@ def node_admin_forms():
     from django.contrib.auth.models import AnonymousUser
     from django.test import RequestFactory
 
-    from workers.models import Node
+    from fleet.models import Node
 
     class Operator(AnonymousUser):  # every permission, no database
         is_active = is_staff = is_superuser = True

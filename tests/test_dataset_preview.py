@@ -12,11 +12,11 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
+from fleet.models import Dataset, UploadedModel
 from kernel.chat_templates import RenderLimits
 from kernel.storage.trees import upload_tree
 from tests.conftest import token_client
 from tests.hfmodels import CHAT_TEMPLATE, make_tokenizer, tiny_config
-from workers.models import Dataset, UploadedModel
 from workers.services.storage import platform_store
 
 pytestmark = pytest.mark.django_db

@@ -11,8 +11,8 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from billing.services.ledger import balance_of
+from fleet.models import Job
 from kernel.money import format_price
-from workers.models import Job
 
 pytestmark = pytest.mark.django_db
 

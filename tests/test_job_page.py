@@ -17,11 +17,12 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
+from fleet.choices import AgentStatus, JobEventKind, JobStatus
+from fleet.models import Allocation, Job, Node
 from tests.conftest import token_client
 from tests.lines import bill_as_charged
 from tests.stored import own_store_url, stored_checkpoint
-from workers.choices import AgentStatus, JobEventKind, JobStatus
-from workers.models import Allocation, Job, JobEvent, JobLogLine, Node
+from workers.models import JobEvent, JobLogLine
 from workers.services.artifacts import Artifact, group_artifacts
 from workers.services.events import READ_BATCH, record_event, timeline
 from workers.services.job_logs import PAGE_LINES

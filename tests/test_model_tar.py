@@ -8,10 +8,10 @@ import tarfile
 
 import pytest
 
+from fleet.choices import JobStatus
+from fleet.models import Job
 from kernel.storage import StorageError
 from tests.stored import own_store_url, stored_checkpoint
-from workers.choices import JobStatus
-from workers.models import Job
 from workers.services.model_download import ModelNotReady, model_download
 from workers.services.storage import platform_store
 

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from billing.services.meter import owed
 from billing.services.pricing import PriceBook
+from fleet.choices import AllocationMode
 from kernel.money import MICROSECONDS_PER_HOUR, cost_of_integral, cost_over, round_micros, seconds_covered
-from workers.choices import AllocationMode
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 prices = st.integers(0, 10**9)  # up to ¥1,000 a chip-hour

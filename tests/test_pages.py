@@ -16,11 +16,11 @@ from django.utils import timezone
 from base.tokens import hash_token
 from billing.services.credits import adjust_credit, grant_trial_credit
 from billing.services.pricing import current_offers, reference_chip
+from fleet.choices import AgentStatus
+from fleet.models import ChipType, Node
 from kernel.money import format_money
 from portal.models.tokens import ApiToken, TokenScope
 from tests.money_html import money
-from workers.choices import AgentStatus
-from workers.models import ChipType, Node
 
 pytestmark = pytest.mark.django_db
 
@@ -232,8 +232,8 @@ def test_revoking_with_htmx_swaps_only_the_row(alice_client, alice):
 def test_the_dashboard_says_when_a_job_was_stopped_for_credit(client, alice):
     from django.utils import timezone
 
-    from workers.choices import JobStatus
-    from workers.models import Job
+    from fleet.choices import JobStatus
+    from fleet.models import Job
 
     job = Job.objects.create(
         owner=alice,

@@ -13,10 +13,10 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
+from fleet.choices import AgentStatus
+from fleet.models import Node
 from kernel.planner import objective_value
 from kernel.spec import JobSpec
-from workers.choices import AgentStatus
-from workers.models import Node
 from workers.services.planning import policy_alternatives
 
 pytestmark = pytest.mark.django_db

@@ -13,13 +13,13 @@ from django.utils import timezone
 
 from base.prepared import PreparedPage, PreparedQuery
 from billing.services.credits import adjust_credit
+from fleet.choices import AllocationMode, JobStatus, MigrationReason, MigrationStatus
+from fleet.models import Allocation, ChipType, Job
 from kernel.money import to_micros
 from market.models import Bid, BidStatus
 from tests.compute.conftest import enroll  # noqa: F401 - a fixture
 from tests.conftest import token_client
-from workers.choices import AllocationMode, JobStatus
-from workers.models import Allocation, ChipType, Job, JobMigration
-from workers.models.relocation import MigrationReason, MigrationStatus
+from workers.models import JobMigration
 
 pytestmark = pytest.mark.django_db
 

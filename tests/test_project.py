@@ -12,8 +12,8 @@ import pytest
 from django.core.management import call_command
 
 from billing.models import Price
+from fleet.models import ChipType, Node, Pool
 from portal.celery import app
-from workers.models import ChipType, Node, Pool
 
 
 @pytest.mark.django_db

@@ -8,9 +8,9 @@ import pytest
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
+from fleet.models import Dataset, UploadedModel
 from kernel.storage.trees import read_manifest
 from tests.stored import own_store_url
-from workers.models import Dataset, UploadedModel
 from workers.services.storage import platform_store
 
 BEFORE = ("workers", "0014_node_address_observed")

@@ -12,10 +12,11 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from django.urls import reverse
 
+from fleet.models import Dataset, Job
 from kernel.storage import StorageError
 from tests.conftest import token_client
 from tests.stored import keys, own_store_url, stored_checkpoint
-from workers.models import Dataset, Job, JobCheckpoint
+from workers.models import JobCheckpoint
 from workers.services import storage_quota
 from workers.services.datasets import DatasetRejected, store_dataset
 from workers.services.storage import platform_store

@@ -11,11 +11,11 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.files.uploadhandler import MemoryFileUploadHandler, TemporaryFileUploadHandler
 from django.urls import reverse
 
+from fleet.choices import JobStatus
+from fleet.models import Dataset, Job
 from kernel.storage.trees import read_manifest
 from tests.conftest import token_client
 from tests.stored import keys, own_store_url
-from workers.choices import JobStatus
-from workers.models import Dataset, Job
 from workers.services.storage import platform_store
 
 pytestmark = pytest.mark.django_db

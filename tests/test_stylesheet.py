@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from fleet.choices import JobStatus, MigrationStatus
 from market.models import BidStatus
-from workers.choices import JobStatus
-from workers.models import MigrationStatus
 
 STYLESHEET = Path(__file__).resolve().parents[1] / "static" / "css" / "starverse.css"
 AA = 4.5

@@ -8,10 +8,10 @@ import re
 import pytest
 from django.urls import reverse
 
+from fleet.choices import JobStatus
+from fleet.models import Job
 from market.services.hints import default_bid
 from tests.test_training_pages import LAUNCH, fleet, no_scheduling, quote_html, storage  # noqa: F401 - fixtures
-from workers.choices import JobStatus
-from workers.models import Job
 
 pytestmark = pytest.mark.django_db
 

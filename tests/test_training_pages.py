@@ -11,9 +11,10 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 from django.utils import timezone
 
+from fleet.choices import AgentStatus, JobEventKind, JobStatus
+from fleet.models import Allocation, Dataset, Job, Node
 from tests.stored import downloaded, own_store_url, stored_checkpoint
-from workers.choices import AgentStatus, JobEventKind, JobStatus
-from workers.models import Allocation, Dataset, Job, JobLogLine, JobMetric, Node
+from workers.models import JobLogLine, JobMetric
 from workers.services.events import record_event
 
 pytestmark = pytest.mark.django_db

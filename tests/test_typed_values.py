@@ -9,11 +9,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fleet.models import Job
 from kernel.planner import Plan, PlanningError, ThroughputModel, plan
 from kernel.spec import JobSpec
 from tests.planner.fleets import fleets, priced_chips, requests
 from workers.api.job_serializers import format_plan
-from workers.models import Job
 
 
 @st.composite

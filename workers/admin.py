@@ -15,11 +15,12 @@ from django.utils.html import format_html
 from base.admin import AuditedChangesMixin
 from base.audit import record
 from billing.models import Price
+from fleet.choices import AgentStatus
+from fleet.models import ChipType, Node, Pool
 from kernel.money import format_price
 from market.models import MarketSettings
-from workers import admin_jobs  # noqa: F401  (jobs: registered there, /admin/workers/job/)
-from workers.choices import AgentStatus
-from workers.models import ChipType, EnrollmentToken, Node, Pool
+from workers import admin_jobs  # noqa: F401  (jobs: registered there, /admin/fleet/job/)
+from workers.models import EnrollmentToken
 from workers.services import node_lifecycle
 from workers.services.node_lifecycle import NodeChange
 

@@ -24,13 +24,13 @@ from base.admin import ReadOnlyMixin
 from base.audit import record
 from base.formatting import format_duration
 from base.templatetags.money import money_html
+from fleet.choices import JobStatus
+from fleet.models import Allocation, Job
 from kernel.money import format_money, format_price
 from kernel.planner import Plan
-from workers.choices import JobStatus
-from workers.models import Allocation, Job
 from workers.services import lifecycle
 
-CONFIRMATION = "admin/workers/job/cancel_confirmation.html"
+CONFIRMATION = "admin/fleet/job/cancel_confirmation.html"
 
 
 class AllocationInline(ReadOnlyMixin, admin.TabularInline):
@@ -108,7 +108,7 @@ class JobAdmin(admin.ModelAdmin):
     readonly_fields = fields
     inlines = [AllocationInline]
     actions = ["cancel_selected"]
-    change_form_template = "admin/workers/job/change_form.html"
+    change_form_template = "admin/fleet/job/change_form.html"
 
     def has_add_permission(self, request) -> bool:
         return False
@@ -121,7 +121,7 @@ class JobAdmin(admin.ModelAdmin):
 
     def has_cancel_permission(self, request, obj=None) -> bool:
         """Whoever may change jobs may cancel them; the page stays read-only for everyone."""
-        return request.user.has_perm("workers.change_job")
+        return request.user.has_perm("fleet.change_job")
 
     @admin.display(description="Budget per hour")
     def budget_per_hour(self, job: Job) -> str:
@@ -160,7 +160,7 @@ class JobAdmin(admin.ModelAdmin):
 
     def get_urls(self):
         cancel = self.admin_site.admin_view(self.cancel_view)
-        return [path("<int:pk>/cancel/", cancel, name="workers_job_cancel"), *super().get_urls()]
+        return [path("<int:pk>/cancel/", cancel, name="fleet_job_cancel"), *super().get_urls()]
 
     def cancel_view(self, request: HttpRequest, pk: int) -> HttpResponse:
         """The Cancel button on a job's page: the page asking why (GET), then the cancel (POST) and back."""
@@ -171,7 +171,7 @@ class JobAdmin(admin.ModelAdmin):
         if not form.is_valid():
             return self._confirmation(request, [job], form, status=400 if request.method == "POST" else 200)
         self._cancel(request, job, form.cleaned_data["reason"])
-        return HttpResponseRedirect(reverse("admin:workers_job_change", args=[pk]))
+        return HttpResponseRedirect(reverse("admin:fleet_job_change", args=[pk]))
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
         job = Job.objects.filter(pk=object_id).only("status", "cancel_requested_at").first()

@@ -22,7 +22,7 @@ class PriceQuerySet(models.QuerySet):
 class Price(models.Model):
     """On-demand price and spot floor per chip-hour for one chip type, from `effective_at` on."""
 
-    chip_type = models.ForeignKey("workers.ChipType", on_delete=models.PROTECT, related_name="prices")
+    chip_type = models.ForeignKey("fleet.ChipType", on_delete=models.PROTECT, related_name="prices")
     on_demand_per_hour = models.BigIntegerField(help_text="micro-units per chip-hour")
     spot_floor_per_hour = models.BigIntegerField(help_text="micro-units per chip-hour")
     effective_at = models.DateTimeField(default=timezone.now, db_index=True)
@@ -75,7 +75,7 @@ class SpotPrice(models.Model):
     cost at any moment (billing.services.pricing.PriceBook) is read from this history.
     """
 
-    chip_type = models.ForeignKey("workers.ChipType", on_delete=models.PROTECT, related_name="spot_prices")
+    chip_type = models.ForeignKey("fleet.ChipType", on_delete=models.PROTECT, related_name="spot_prices")
     at = models.DateTimeField()
     price_per_hour = models.BigIntegerField(help_text="micro-units per chip-hour")
     floor_per_hour = models.BigIntegerField()

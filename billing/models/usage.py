@@ -26,9 +26,9 @@ class BillingLine(models.Model):
     """
 
     job = models.ForeignKey(
-        "workers.Job", on_delete=models.PROTECT, related_name="billing_lines", db_index=False
+        "fleet.Job", on_delete=models.PROTECT, related_name="billing_lines", db_index=False
     )  # the unique (job, chip type, mode) index serves lookups by job
-    chip_type = models.ForeignKey("workers.ChipType", on_delete=models.PROTECT, related_name="+", db_index=False)
+    chip_type = models.ForeignKey("fleet.ChipType", on_delete=models.PROTECT, related_name="+", db_index=False)
     mode = models.CharField(max_length=12)
     billed_through = models.DateTimeField(help_text="When the meter last billed the line (or its first start).")
     charged_total = models.BigIntegerField(default=0, help_text="What the line's wallet paid, in micro-units.")
@@ -61,14 +61,14 @@ class Charge(models.Model):
     # transaction (billing migrations 0006, 0010). Deleting what a charge names is still refused by
     # the database: a job's allocations protect it, and transactions are never deleted.
     allocation = models.ForeignKey(
-        "workers.Allocation", on_delete=models.PROTECT, related_name="charges", null=True, blank=True, db_index=False
+        "fleet.Allocation", on_delete=models.PROTECT, related_name="charges", null=True, blank=True, db_index=False
     )
-    job = models.ForeignKey("workers.Job", on_delete=models.PROTECT, related_name="charges", db_constraint=False)
+    job = models.ForeignKey("fleet.Job", on_delete=models.PROTECT, related_name="charges", db_constraint=False)
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="charges", db_constraint=False, db_index=False
     )
     chip_type = models.ForeignKey(
-        "workers.ChipType", on_delete=models.PROTECT, related_name="+", db_constraint=False, db_index=False
+        "fleet.ChipType", on_delete=models.PROTECT, related_name="+", db_constraint=False, db_index=False
     )
     mode = models.CharField(max_length=12)
     chips = models.PositiveIntegerField(help_text="Chips of the line's allocations this row charges for.")

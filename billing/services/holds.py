@@ -25,9 +25,9 @@ from django.utils import timezone
 from billing.models import BillingLine, OperatorSettings
 from billing.services.ledger import balance_of
 from billing.services.pricing import PriceBook
+from fleet.choices import JobStatus
+from fleet.models import Allocation, Job
 from kernel.money import cost_over, format_money, format_money_needed
-from workers.choices import JobStatus
-from workers.models import Allocation, Job
 
 STOPPABLE = {JobStatus.PROVISIONING, JobStatus.RUNNING, JobStatus.MIGRATING}
 CREDIT_LOCK = zlib.crc32(b"starverse-credit") & 0x7FFFFFFF  # advisory lock keys are 32-bit signed

@@ -22,7 +22,7 @@ from django.db.models import QuerySet
 
 from billing.choices import AccountKind, TransactionKind
 from billing.models import Charge
-from workers.models import Job
+from fleet.models import Job
 
 METER = "meter"
 HOUR = timedelta(hours=1)

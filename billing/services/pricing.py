@@ -22,9 +22,9 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from billing.models import Price, SpotPrice
+from fleet.choices import AgentStatus, AllocationMode
+from fleet.models import REFERENCE_CHIP, Allocation, ChipType
 from kernel.money import MICROSECOND, round_micros
-from workers.choices import AgentStatus, AllocationMode
-from workers.models import REFERENCE_CHIP, Allocation, ChipType
 
 
 def spot_price(floor: int, clearing: int | None) -> int:

@@ -24,8 +24,8 @@ from django.db.models import QuerySet, Sum
 from billing.models import BillingLine, Charge
 from billing.services.meter import SECOND, billing_mark, owed
 from billing.services.pricing import PriceBook
+from fleet.models import Allocation
 from kernel.money import format_amount
-from workers.models import Allocation
 
 Key = tuple[int, int, str]  # job, chip type, mode
 

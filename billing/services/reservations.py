@@ -25,8 +25,8 @@ from billing.models import Account, Transaction
 from billing.services.ledger import Leg, lock_wallets, platform_account, post_transaction
 from billing.services.meter import SECOND, billing_mark, owed
 from billing.services.pricing import PriceBook
+from fleet.choices import AllocationMode
 from kernel.money import format_amount
-from workers.choices import AllocationMode
 
 logger = logging.getLogger(__name__)
 

@@ -20,8 +20,8 @@ from billing.choices import AccountKind, TransactionKind
 from billing.models import BillingLine, Charge, Entry
 from billing.services.ledger import balance_of
 from billing.services.pricing import PriceBook
+from fleet.models import Allocation
 from kernel.money import seconds_covered
-from workers.models import Allocation
 
 
 class StatementError(ValueError):

@@ -14,7 +14,8 @@ import tempfile
 import threading
 from pathlib import Path
 
-STATE_FILE = "agent-state.json"
+from kernel.protocol import AGENT_STATE_FILE
+
 MAX_EXECUTED_IDS = 5000
 
 
@@ -39,7 +40,7 @@ class AgentState:
 
     def __init__(self, data_dir: Path) -> None:
         Path(data_dir).mkdir(mode=0o700, parents=True, exist_ok=True)
-        self.path = Path(data_dir) / STATE_FILE
+        self.path = Path(data_dir) / AGENT_STATE_FILE
         self._lock = threading.RLock()
         self._data: dict = {
             "node_token": None,

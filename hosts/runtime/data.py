@@ -4,9 +4,9 @@ Every sample is a function of its global index alone, so any rank can build any 
 resume on another mix (other world size, other micro-batches) continues from the recorded
 number of samples consumed without repeating or skipping one. Nothing is downloaded.
 
-A dataset file is read as records (hosts.runtime.record_files: text, {"text"}, chat, prompt/completion),
+A dataset file is read as records (kernel.datasets.files: text, {"text"}, chat, prompt/completion),
 each tokenized with the model's own tokenizer into ids and a loss mask (assistant and completion
-tokens only: hosts.runtime.tokens), and packed into windows (hosts.runtime.records).
+tokens only: kernel.datasets.tokens), and packed into windows (hosts.runtime.records).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from hosts.runtime.datasets import local_path
+from kernel.datasets.validation import local_path
 from kernel.modelspecs import ModelSpec
 
 SYNTHETIC = "synthetic"
@@ -65,7 +65,9 @@ def open_data(
     The eval set is `eval_dataset`, or a deterministic held-out `eval_fraction` of the dataset's records
     (which training then never sees).
     """
-    from hosts.runtime import record_files, records, tokens
+    from hosts.runtime import records
+    from kernel.datasets import files as record_files
+    from kernel.datasets import tokens
 
     tokenizer = tokens.load_tokenizer(tokenizer_path, spec.vocab_size)
     held_out = None
@@ -97,7 +99,8 @@ EVAL_SYNTHETIC_SAMPLES, EVAL_SYNTHETIC_FROM = 16, 1 << 40
 
 def _examples(rows: list[dict], kind: str, tokenizer, seq_len: int) -> list[tuple[list[int], list[bool]]]:
     """Eval records, each tokenized on its own (hosts.runtime.records.eval_examples)."""
-    from hosts.runtime import records, tokens
+    from hosts.runtime import records
+    from kernel.datasets import tokens
 
     return records.eval_examples([tokens.encode_record(r, kind, tokenizer) for r in rows], seq_len)
 

@@ -1,7 +1,7 @@
 """Encoded dataset records into training windows and evaluation examples, and the held-out split.
 
-Reading and checking a dataset file is hosts.runtime.record_files; turning a record into token ids and
-a loss mask, hosts.runtime.tokens. No torch: the platform imports this beside them.
+Reading and checking a dataset file is kernel.datasets.files; turning a record into token ids and
+a loss mask, kernel.datasets.tokens. No torch: the platform imports this beside them.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from hosts.runtime.record_files import DatasetError
-from hosts.runtime.tokens import Encoded
+from kernel.datasets.files import DatasetError
+from kernel.datasets.tokens import Encoded
 
 
 def pack(encoded: Iterable[Encoded], seq_len: int) -> tuple[np.ndarray, np.ndarray]:

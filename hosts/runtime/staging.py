@@ -25,21 +25,9 @@ from pathlib import Path
 from kernel.protocol import PLATFORM_URL_ENV, RankLaunch
 from kernel.storage import StorageError, Store, store_from_environment
 from kernel.storage.cache import DEFAULT_CAP_BYTES, StagingCache
+from kernel.storage.locations import is_stored, key_of
 
-STORED = "store:"
 CACHE_DIR_ENV, CACHE_BYTES_ENV = "STARVERSE_CACHE_DIR", "STARVERSE_CACHE_BYTES"
-
-
-def is_stored(value: str | None) -> bool:
-    return bool(value) and value.startswith(STORED)
-
-
-def key_of(value: str) -> str:
-    return value[len(STORED) :].strip("/")
-
-
-def stored(key: str) -> str:
-    return STORED + key
 
 
 @dataclass(frozen=True)

@@ -10,11 +10,11 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from base.api.docs import errors
+from fleet.models import ChipType
 from kernel.money import InvalidAmount, to_micros
 from market.advice import DEFAULT_DAYS
 from market.api.serializers import PRICE, AdviceSerializer
 from market.services.hints import BidHint, bid_hint
-from workers.models import ChipType
 
 MAX_ADVICE_DAYS = 90
 

@@ -9,8 +9,8 @@ from rest_framework.exceptions import ValidationError
 
 from base.api.docs import errors
 from billing.models import SpotPrice
+from fleet.models import ChipType
 from market.api.serializers import SpotPriceSerializer
-from workers.models import ChipType
 
 
 @extend_schema(

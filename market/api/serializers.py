@@ -9,8 +9,8 @@ from rest_framework import serializers
 from base.api.fields import MoneyField, MoneyInputField
 from base.api.serializers import FieldsBuiltOnce
 from billing.models import SpotPrice
+from fleet.models import ChipType, Job
 from market.models import Bid
-from workers.models import ChipType, Job
 
 PRICE = {"max_value": Decimal("1000000")}
 CONFIRM_HELP = (

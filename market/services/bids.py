@@ -16,6 +16,7 @@ from django.utils import timezone
 from billing.models import OperatorSettings
 from billing.services.holds import lock_credit
 from billing.services.ledger import balance_of
+from fleet.models import Allocation, ChipType, Job, Node
 from kernel.money import format_amount, format_money, format_price
 from market.models import Bid, BidStatus
 from market.services.clearing import request_clearing
@@ -24,7 +25,6 @@ from market.services.demand import chip_limit
 from market.services.locks import lock_bid, lock_job_bids
 from market.services.market_state import floor_of
 from market.services.reservations import end_bid_reservations, end_job_reservations
-from workers.models import Allocation, ChipType, Job, Node
 
 
 class BidRefused(Exception):

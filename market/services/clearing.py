@@ -31,6 +31,8 @@ from django.utils import timezone
 
 from base.deadlocks import retry_on_deadlock
 from billing.services.pricing import record_spot_price
+from fleet.choices import MigrationReason
+from fleet.models import ChipType
 from kernel.money import format_amount
 from market import auction
 from market.models import Bid, BidStatus, MarketSettings
@@ -39,7 +41,6 @@ from market.services.locks import lock_chip_type_bids
 from market.services.market_state import floor_of, on_demand_waiting, spot_capacity, spot_holdings
 from market.services.reservations import end_bid_reservations, sync_reservations
 from market.signals import SpotLoss, spot_chips_lost
-from workers.models import ChipType, MigrationReason
 
 logger = logging.getLogger(__name__)
 

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 from billing.models import OperatorSettings
 from billing.services.holds import hold_needed
+from fleet.choices import JobStatus
+from fleet.models import Job
 from market.models import Bid
-from workers.choices import JobStatus
-from workers.models import Job
 
 WAITING = (JobStatus.QUEUED, JobStatus.PLANNING)
 

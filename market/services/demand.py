@@ -20,10 +20,10 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+from fleet.choices import JobStatus
+from fleet.models import ChipType, Job
 from kernel import planner
 from kernel.modelspecs import ModelSpec, UnknownModel, resolve_model
-from workers.choices import JobStatus
-from workers.models import ChipType, Job
 
 PLACED = {JobStatus.PROVISIONING, JobStatus.RUNNING}
 WAITING = {JobStatus.QUEUED, JobStatus.PLANNING, JobStatus.MIGRATING}

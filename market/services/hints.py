@@ -13,9 +13,9 @@ from django.utils import timezone
 
 from billing.models import SpotPrice
 from billing.services.pricing import ChipOffer, current_offers
+from fleet.models import ChipType, Node
 from kernel.money import format_price
 from market.advice import DEFAULT_DAYS, BidAdvice, PricePoint, advice_curve, bid_advice
-from workers.models import ChipType, Node
 
 # The most clearings read for one chip type's advice; a row is kept only when the market changed.
 MAX_HISTORY_ROWS = 50_000

@@ -23,8 +23,8 @@ from collections.abc import Iterable
 
 from django.db import connection
 
+from fleet.models import Job
 from market.models import Bid
-from workers.models import Job
 
 # FOR KEY SHARE: the clearing only needs its bidders' jobs to stay while it writes rows referencing
 # them. It waits for a job's FOR UPDATE holder (a placement, a lifecycle transition), but not for

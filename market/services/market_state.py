@@ -8,9 +8,9 @@ from datetime import datetime
 from django.db.models import Sum
 
 from billing.models import Price
+from fleet.choices import AgentStatus, AllocationMode, JobStatus
+from fleet.models import Allocation, ChipType, Job, Node
 from market.models import Bid
-from workers.choices import AgentStatus, AllocationMode, JobStatus
-from workers.models import Allocation, ChipType, Job, Node
 
 
 def spot_nodes(chip_type_id: int):

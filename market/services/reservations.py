@@ -22,10 +22,10 @@ from datetime import datetime
 from django.db import transaction
 
 from billing.services.reservations import ReservedSpan, charge_reserved_spans
+from fleet.models import Job
 from market.models import Bid, SpotReservation
 from market.services.locks import lock_job_bids
 from market.signals import spot_chips_won
-from workers.models import Job
 
 
 def sync_reservations(bids: list[Bid], holdings: dict[int, int], now: datetime) -> None:

@@ -8,9 +8,9 @@ from django.utils.html import format_html, format_html_join
 
 from base.templatetags.money import money_html
 from billing.services.statements import job_charged
+from fleet.models import ChipType
 from market.models import Bid
 from market.services.bids import cancelled_chip_types
-from workers.models import ChipType
 
 register = template.Library()
 

@@ -7,9 +7,9 @@ from rest_framework import serializers
 from base.api.fields import MoneyField
 from base.api.serializers import FieldsBuiltOnce
 from billing.models import Entry
+from fleet.models import Pool
 from portal.models import ApiToken, TokenScope
 from portal.models.tokens import DEFAULT_EXPIRY_DAYS, MAX_EXPIRY_DAYS
-from workers.models import Pool
 
 
 class ChipSerializer(serializers.Serializer):

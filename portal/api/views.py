@@ -22,13 +22,13 @@ from billing.choices import AccountKind
 from billing.models import Entry
 from billing.services.ledger import balance_of
 from billing.services.pricing import current_offers, reference_chip
+from fleet.models import Pool
 from portal.api import serializers
 from portal.api.authentication import forget_token
 from portal.api.sign_in import sign_in
 from portal.api.throttling import ScopedThrottle
 from portal.models import ApiToken
 from portal.models.tokens import DEFAULT_EXPIRY_DAYS
-from workers.models import Pool
 
 
 class ChipListView(APIView):

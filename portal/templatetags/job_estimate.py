@@ -17,8 +17,9 @@ from django.utils import timezone
 
 from base.formatting import format_duration
 from billing.services.statements import job_charged
+from fleet.models import Allocation, Job
 from kernel.money import cost_over, format_estimate
-from workers.models import Allocation, Job, JobMetric
+from workers.models import JobMetric
 
 register = template.Library()
 

@@ -15,12 +15,12 @@ from django.views.decorators.http import require_POST
 from base.formatting import format_duration
 from billing.services.ledger import balance_of
 from billing.services.statements import spend_rate
+from fleet.choices import JobStatus
+from fleet.models import Job
 from kernel.money import format_money
 from portal.forms import ApiTokenForm
 from portal.models.tokens import ApiToken
 from portal.views.billing import ledger_context
-from workers.choices import JobStatus
-from workers.models import Job
 from workers.services.storage_quota import storage_use
 
 

@@ -9,8 +9,8 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.csrf import csrf_exempt, csrf_protect
 
 from base.uploads import refused_while_streaming
+from fleet.models import Dataset
 from portal.forms import DatasetUploadForm
-from workers.models import Dataset
 from workers.services.datasets import (
     BYTE_LEVEL,
     PREVIEW_RECORDS,

@@ -14,8 +14,8 @@ from django.utils.http import urlencode
 from django.utils.safestring import SafeString
 
 from base.formatting import highlight
+from fleet.models import Job
 from kernel.logtext import noise_flags
-from workers.models import Job
 from workers.services import job_logs
 
 

@@ -27,14 +27,14 @@ from django_htmx.http import HttpResponseClientRedirect
 
 from base.formatting import format_duration, format_rate
 from billing.services.statements import charged_of_job
+from fleet.choices import AllocationMode, JobStatus, TrainingMode
+from fleet.models import ChipType, Job
 from kernel.money import format_price, to_decimal
 from kernel.storage import StorageError
 from portal.views.job_log_view import log_context, log_groups, log_query
 from portal.views.training import summarize_plan
 from workers.api.job_serializers import JobSpecSerializer
 from workers.api.stored_files import stored_file_response
-from workers.choices import AllocationMode, JobStatus, TrainingMode
-from workers.models import ChipType, Job
 from workers.services import job_logs, metrics
 from workers.services.artifacts import group_artifacts, list_artifacts, stored_artifact
 from workers.services.events import timeline

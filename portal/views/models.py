@@ -13,8 +13,8 @@ from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
 from base.uploads import refused_while_streaming
+from fleet.models import UploadedModel
 from kernel.modelspecs import CATALOG
-from workers.models import UploadedModel
 from workers.services.models import (
     ModelFileError,
     ModelInUse,

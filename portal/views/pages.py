@@ -9,8 +9,8 @@ from django.shortcuts import render
 
 from billing.models import OperatorSettings
 from billing.services.pricing import ChipOffer, current_offers, reference_chip
+from fleet.models import ChipType
 from kernel.money import format_money, format_price
-from workers.models import ChipType
 
 
 @dataclass(frozen=True)

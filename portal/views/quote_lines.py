@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from billing.services.pricing import ChipOffer
+from fleet.choices import AllocationMode
 from kernel import planner
 from kernel.money import format_price
 from kernel.spec import JobSpec
-from workers.choices import AllocationMode
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from base.formatting import format_chip_counts
+from fleet.choices import Policy
 from kernel import planner
 from kernel.money import format_estimate
 from kernel.spec import JobSpec
-from workers.choices import Policy
 from workers.services.planning import policy_alternatives
 
 # What each policy minimises, in the words the rows use.

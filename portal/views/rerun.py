@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 
+from fleet.choices import TrainingMode
+from fleet.models import Job
 from kernel.money import format_amount
 from portal.forms import chip_field
-from workers.choices import TrainingMode
-from workers.models import Job
 
 
 def form_initial(job: Job) -> dict:

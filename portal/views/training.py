@@ -15,6 +15,8 @@ from django.views.decorators.http import require_POST
 from base.formatting import cost_phrase, format_duration, format_rate, quote_accuracy, speed_phrase
 from billing.services.ledger import balance_of
 from billing.services.pricing import current_offers
+from fleet.choices import AllocationMode
+from fleet.models import ChipType, Job
 from kernel import planner
 from kernel.money import format_estimate, format_money, seconds_covered
 from kernel.spec import JobSpec
@@ -23,8 +25,6 @@ from portal.forms import TrainingForm
 from portal.views.quote_lines import on_demand_note, quote_lines
 from portal.views.quote_policies import policy_rows
 from portal.views.rerun import form_initial
-from workers.choices import AllocationMode
-from workers.models import ChipType, Job
 from workers.services.fleet import free_chips, schedulable_nodes
 from workers.services.launch import LaunchRefused, fleet_refusal, launch
 from workers.services.planning import quote

@@ -19,12 +19,13 @@ import uvicorn
 from django.utils import timezone
 
 from base.outage import forget_outages
+from fleet.choices import AgentStatus, JobStatus
+from fleet.models import Job, Node, Pool
 from kernel.planner.types import Plan
 from kernel.protocol import AGENT_API_PREFIX, CommandType
 from launcher.processes import platform_processes
 from workers.agent_service.app import AgentService
-from workers.choices import AgentStatus, JobStatus
-from workers.models import EnrollmentToken, Job, JobLogLine, Node, Pool
+from workers.models import EnrollmentToken, JobLogLine
 from workers.services import channel
 from workers.services.commands import queue_for_node
 from workers.services.fleet import enroll_node

@@ -11,8 +11,7 @@ import sys
 
 import pytest
 
-from hosts.agent.state import STATE_FILE
-from kernel.protocol import ReportKind
+from kernel.protocol import AGENT_STATE_FILE, ReportKind
 
 from .conftest import FAKE_RANK, launch, wait_for
 from .fake_platform import ENROLLMENT_TOKEN
@@ -32,7 +31,7 @@ def test_enrolls_once_and_persists_the_token(platform, start_agent, agent_config
     assert (body["spot_eligible"], body["address"]) == (True, "10.0.0.7")
     assert body["agent_version"]
 
-    path = agent_config.data_dir / STATE_FILE
+    path = agent_config.data_dir / AGENT_STATE_FILE
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     saved = json.loads(path.read_text())
     assert saved["node_token"] in platform.tokens
@@ -57,7 +56,7 @@ def test_a_changed_host_re_enrolls_with_its_node_token_not_the_enrollment_token(
     first = start_agent(simulate="rtx-4090:2")
     wait_for(lambda: platform.polls, what="first poll")
     first.stop()
-    old = json.loads((agent_config.data_dir / STATE_FILE).read_text())["node_token"]
+    old = json.loads((agent_config.data_dir / AGENT_STATE_FILE).read_text())["node_token"]
 
     second = start_agent(simulate="rtx-4090:1", enrollment_token=None)  # a chip was removed
     wait_for(lambda: len(platform.enrollments) == 2, what="the re-enrollment")
@@ -66,7 +65,7 @@ def test_a_changed_host_re_enrolls_with_its_node_token_not_the_enrollment_token(
     second.stop()
     renewal = platform.enrollments[1]
     assert renewal["node_token"] == old and "enrollment_token" not in renewal and renewal["chips"] == 1
-    saved = json.loads((agent_config.data_dir / STATE_FILE).read_text())
+    saved = json.loads((agent_config.data_dir / AGENT_STATE_FILE).read_text())
     assert saved["node_token"] != old and saved["node_token"] in platform.tokens
 
 
@@ -80,7 +79,7 @@ def test_enrolls_again_when_the_token_is_refused(platform, start_agent, agent_co
     polls = len(platform.polls)
     wait_for(lambda: len(platform.polls) > polls, what="poll with the new token")
     running.stop()
-    saved = json.loads((agent_config.data_dir / STATE_FILE).read_text())
+    saved = json.loads((agent_config.data_dir / AGENT_STATE_FILE).read_text())
     assert saved["node_token"] != old and saved["node_token"] in platform.tokens
 
 
@@ -114,7 +113,7 @@ def test_cli_with_environment_variables(platform, tmp_path):
     assert done.returncode == 0, done.stderr
     [body] = platform.enrollments
     assert (body["hostname"], body["chip_type"], body["chips"]) == ("cli-node", "tpu-v5e", 4)
-    assert (tmp_path / "cli" / STATE_FILE).exists()
+    assert (tmp_path / "cli" / AGENT_STATE_FILE).exists()
 
 
 def test_cli_refuses_to_start_without_a_token(tmp_path):

@@ -8,8 +8,9 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from fleet.models import Pool
 from portal.models import ApiToken, TokenScope
-from workers.models import EnrollmentToken, Pool
+from workers.models import EnrollmentToken
 from workers.services.fleet import enroll_node
 
 

@@ -11,11 +11,11 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from billing.models import Entry
+from fleet.models import ChipType, Dataset, Job, UploadedModel
 from market.models import Bid
 from portal.models import ApiToken
 from tests.automation.conftest import client_with
 from tests.conftest import JOB_SPEC as SPEC
-from workers.models import ChipType, Dataset, Job, UploadedModel
 
 pytestmark = pytest.mark.django_db
 

@@ -16,14 +16,14 @@ from django.urls import reverse
 from django.utils import timezone
 
 from billing.services.credits import adjust_credit
+from fleet.choices import JobStatus, MigrationReason
+from fleet.models import ChipType, Job
 from kernel.money import to_micros
 from market.models import Bid, BidStatus
 from portal.api.pagination import BoundedPageNumberPagination
 from portal.models import ApiToken
 from tests.automation.conftest import client_with
-from workers.choices import JobStatus
-from workers.models import ChipType, Job, JobMigration
-from workers.models.relocation import MigrationReason
+from workers.models import JobMigration
 
 pytestmark = pytest.mark.django_db
 

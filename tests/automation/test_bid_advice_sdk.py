@@ -10,12 +10,13 @@ import starverse
 from django.utils import timezone
 
 from billing.models import SpotPrice
+from fleet.choices import JobStatus
+from fleet.models import ChipType, Job, Pool
 from market.models import Bid, BidStatus
 from market.services.bids import place_bid
 from tests.automation.test_cli import starverse as run_starverse
 from tests.compute.test_spot_migration import spot_job
-from workers.choices import JobStatus
-from workers.models import ChipType, EnrollmentToken, Job, Pool
+from workers.models import EnrollmentToken
 from workers.services.fleet import enroll_node
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("tasks_run_inline")]

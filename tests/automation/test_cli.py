@@ -17,10 +17,11 @@ from starverse.cli import common
 from starverse.client import Client
 from starverse.config import config_path
 
+from fleet.choices import JobStatus
+from fleet.models import Job
 from tests.conftest import PASSWORD
 from tests.two_factor import recovery_code, turn_on_totp
-from workers.choices import JobStatus
-from workers.models import Job, JobLogLine
+from workers.models import JobLogLine
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

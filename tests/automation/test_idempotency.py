@@ -13,9 +13,10 @@ from django.utils import timezone
 
 from base.models import IdempotentRequest
 from billing.services.stripe_payments.topups import TopupIntent
+from fleet.choices import JobEventKind, JobStatus
+from fleet.models import Job
 from tests.conftest import JOB_SPEC as SPEC
-from workers.choices import JobEventKind, JobStatus
-from workers.models import Job, JobEvent
+from workers.models import JobEvent
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -27,8 +27,8 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
+from fleet.models import Dataset, Job
 from tests.conftest import JOB_SPEC as SPEC
-from workers.models import Dataset, Job
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -10,8 +10,8 @@ import starverse
 from starverse import errors
 from starverse.config import config_path, load_config, save_config
 
+from fleet.models import Job
 from tests.conftest import JOB_SPEC as SPEC
-from workers.models import Job
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

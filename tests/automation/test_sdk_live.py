@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 
+from fleet.choices import AgentStatus, JobStatus
+from fleet.models import Job, Node
 from tests.e2e.stack import REPO, platform_stack, wait_until
-from workers.choices import AgentStatus, JobStatus
-from workers.models import Job, Node
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

@@ -12,11 +12,11 @@ from test_meter import T0, exact_cost, fund, open_allocation
 
 from billing.models import BillingLine
 from billing.services.meter import run_meter
+from fleet.choices import AllocationMode, JobStatus
+from fleet.models import Allocation
 from tests.compute.conftest import enroll, planning_job  # noqa: F401 - fixtures
 from tests.lines import line_of
 from tests.migrating import latest, migrate
-from workers.choices import AllocationMode, JobStatus
-from workers.models import Allocation
 
 BEFORE = ("billing", "0010_charge_per_billing_line")
 

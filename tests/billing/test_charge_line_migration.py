@@ -14,9 +14,9 @@ from test_meter import T0, fund, open_allocation
 from billing.choices import AccountKind, TransactionKind
 from billing.models import Charge
 from billing.services.ledger import platform_account, transfer, wallet_for
+from fleet.choices import JobStatus
 from tests.compute.conftest import enroll, planning_job  # noqa: F401 - fixtures
 from tests.migrating import latest, migrate
-from workers.choices import JobStatus
 
 BEFORE = ("billing", "0009_notification_settings")
 

@@ -13,11 +13,12 @@ from billing.services.holds import HoldRefused, check_hold
 from billing.services.ledger import balance_of
 from billing.services.meter import run_meter
 from billing.signals import credit_shortfall
+from fleet.choices import JobStatus
+from fleet.models import Allocation, Job
 from kernel.protocol import CommandType
 from tests.compute.conftest import enroll, hand_plan, planning_job  # noqa: F401 - fixtures
 from tests.conftest import JOB_SPEC, token_client
-from workers.choices import JobStatus
-from workers.models import AgentCommand, Allocation, Job
+from workers.models import AgentCommand
 from workers.receivers import stop_job_short_of_credit
 from workers.services import lifecycle, monitor, reports
 from workers.services.placement import allocate

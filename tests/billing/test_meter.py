@@ -18,10 +18,10 @@ from billing.models import Charge, Price, Transaction
 from billing.services.credits import adjust_credit
 from billing.services.ledger import balance_of, wallet_for
 from billing.services.meter import charge_allocation, charge_allocations, run_meter
+from fleet.choices import AllocationMode, JobStatus
+from fleet.models import Allocation
 from tests.compute.conftest import enroll, hand_plan, planning_job  # noqa: F401 - fixtures
 from tests.lines import line_of
-from workers.choices import AllocationMode, JobStatus
-from workers.models import Allocation
 from workers.services.allocations import release
 from workers.services.placement import allocate
 

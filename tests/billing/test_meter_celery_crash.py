@@ -40,12 +40,12 @@ from billing.services.credits import adjust_credit
 from billing.services.ledger import audit_ledger, balance_of, platform_account, wallet_for
 from billing.services.meter import billing_mark, charge_allocations
 from billing.services.reconciliation import differences
+from fleet.choices import AllocationMode, JobStatus
+from fleet.models import Allocation, Job
 from portal.celery import app as celery_app
 from tests.compute.conftest import enroll  # noqa: F401 - fixture
 from tests.e2e.stack import REPO, wait_until
 from tests.e2e.stack import test_database_url as database_url
-from workers.choices import AllocationMode, JobStatus
-from workers.models import Allocation, Job
 
 FUNDS = 10**12
 QUEUE_DEPTH = 3  # tasks waiting: enough to tick back to back, few enough that a requeued task runs soon

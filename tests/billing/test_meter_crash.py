@@ -18,11 +18,11 @@ from billing.models import Charge
 from billing.services.ledger import audit_ledger, balance_of
 from billing.services.meter import SECOND, billing_mark, charge_allocations
 from billing.services.reconciliation import differences
+from fleet.choices import JobStatus
+from fleet.models import Allocation
 from tests.compute.conftest import enroll, planning_job  # noqa: F401 - fixtures
 from tests.e2e.stack import REPO
 from tests.e2e.stack import test_database_url as database_url
-from workers.choices import JobStatus
-from workers.models import Allocation
 
 METER_LOOP = """
 import django, time

@@ -14,10 +14,10 @@ from test_meter import fund, open_allocation
 
 from billing.models import BillingLine, Charge
 from billing.services.meter import run_meter
+from fleet.choices import JobStatus
+from fleet.models import Allocation
 from tests.compute.conftest import enroll, planning_job  # noqa: F401 - fixtures
 from tests.lines import line_of
-from workers.choices import JobStatus
-from workers.models import Allocation
 
 pytestmark = pytest.mark.django_db
 

@@ -20,10 +20,10 @@ from billing.services.ledger import audit_ledger, balance_of, platform_account, 
 from billing.services.meter import charge_allocations, due_lines, owed, run_meter
 from billing.services.meter.columns import PriceLines, to_us
 from billing.services.pricing import PriceBook
+from fleet.choices import AllocationMode, JobStatus
+from fleet.models import Allocation, Job
 from tests.compute.conftest import enroll, planning_job  # noqa: F401 - fixtures
 from tests.lines import line_of
-from workers.choices import AllocationMode, JobStatus
-from workers.models import Allocation, Job
 
 pytestmark = pytest.mark.django_db
 

@@ -15,9 +15,9 @@ from billing.models import NotificationSettings
 from billing.notifications import save_settings, send_job_end_email
 from billing.services.ledger import balance_of
 from billing.services.meter import run_meter
+from fleet.choices import JobStatus
 from portal.celery import app as celery_app
 from tests.compute.conftest import enroll, planning_job  # noqa: F401 - fixtures
-from workers.choices import JobStatus
 from workers.services import lifecycle
 
 pytestmark = pytest.mark.django_db

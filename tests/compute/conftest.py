@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 from rest_framework.test import APIClient
 
+from fleet.choices import JobStatus
+from fleet.models import Job, Pool
 from kernel.planner import Plan
-from workers.choices import JobStatus
-from workers.models import EnrollmentToken, Job, Pool
+from workers.models import EnrollmentToken
 from workers.services.fleet import enroll_node
 
 

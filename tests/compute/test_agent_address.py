@@ -11,9 +11,10 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 from rest_framework.test import APIClient
 
+from fleet.models import Node, Pool
 from tests.compute.conftest import hand_plan
 from workers.api.client_address import trusted_proxies
-from workers.models import AgentCommand, EnrollmentToken, Node, Pool
+from workers.models import AgentCommand, EnrollmentToken
 from workers.services.placement import allocate
 
 pytestmark = pytest.mark.django_db

@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 from rest_framework.test import APIClient
 
+from fleet.choices import AgentStatus, CommandStatus, JobStatus
+from fleet.models import Job, Node, Pool
 from portal.models import ApiToken
 from tests.compute.conftest import hand_plan
-from workers.choices import AgentStatus, CommandStatus, JobStatus
-from workers.models import AgentCommand, EnrollmentToken, Job, JobLogLine, JobMetric, Node, Pool
+from workers.models import AgentCommand, EnrollmentToken, JobLogLine, JobMetric
 from workers.services import channel
 from workers.services.monitor import reconcile
 from workers.services.node_lifecycle import record_heartbeat

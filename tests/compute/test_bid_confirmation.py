@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import pytest
 
+from fleet.choices import JobStatus
+from fleet.models import ChipType, Job
 from market.models import Bid, BidStatus
 from market.services.bids import place_bid
 from tests.compute.test_spot_migration import spot_job
 from tests.conftest import token_client
-from workers.choices import JobStatus
-from workers.models import ChipType, Job
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("tasks_run_inline")]
 

@@ -6,10 +6,10 @@ import pytest
 from rest_framework.test import APIClient
 
 from billing.models import SpotPrice
+from fleet.models import ChipType, Job
 from market.models import Bid
 from market.services.clearing import clear_chip_type
 from tests.conftest import token_client
-from workers.models import ChipType, Job
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the market clears after each commit
 

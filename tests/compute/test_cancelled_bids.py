@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import pytest
 
+from fleet.choices import AllocationMode, JobStatus
+from fleet.models import ChipType, Job
 from market.models import Bid, BidStatus
 from market.services.bids import cancel_bid, place_bid
 from market.services.moves import move_of_cancel
 from tests.compute.test_spot_migration import _t, metric, report, spot_job
 from tests.conftest import token_client
-from workers.choices import AllocationMode, JobStatus
-from workers.models import ChipType, Job
 from workers.services.scheduling import schedule
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("tasks_run_inline")]

@@ -6,11 +6,11 @@ import re
 
 import pytest
 
+from fleet.choices import JobEventKind, JobStatus
 from market.models import Bid
 from market.services.bids import cancel_bid
 from tests.compute.test_cancelled_bids import checkpoint_and_leave
 from tests.compute.test_spot_migration import metric, report, spot_job
-from workers.choices import JobEventKind, JobStatus
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("tasks_run_inline")]
 

@@ -18,11 +18,11 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from fleet.choices import JobStatus, MigrationReason
+from fleet.models import Job, Node
 from kernel.spec import JobSpec
 from tests.compute.conftest import hand_plan
 from tests.compute.transition_tables import NEW, Transition, diagram_transitions, section, table_transitions
-from workers.choices import JobStatus
-from workers.models import Job, MigrationReason, Node
 from workers.services import lifecycle
 from workers.services.placement import allocate
 from workers.services.reports import accept_report

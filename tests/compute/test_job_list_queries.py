@@ -2,8 +2,8 @@
 
 import pytest
 
+from fleet.models import Job
 from tests.conftest import token_client
-from workers.models import Job
 
 pytestmark = pytest.mark.django_db
 

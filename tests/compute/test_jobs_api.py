@@ -5,11 +5,12 @@ from __future__ import annotations
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
+from fleet.choices import JobStatus
+from fleet.models import Dataset, Job
 from tests.compute.conftest import hand_plan
 from tests.conftest import JOB_SPEC, token_client
 from tests.stored import own_store_url, stored_checkpoint
-from workers.choices import JobStatus
-from workers.models import Dataset, Job, JobEvent, JobLogLine, JobMetric
+from workers.models import JobEvent, JobLogLine, JobMetric
 from workers.services.placement import allocate
 from workers.services.storage import platform_store
 

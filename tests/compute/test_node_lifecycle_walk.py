@@ -14,9 +14,9 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from fleet.choices import AgentStatus
+from fleet.models import Node, Pool
 from tests.compute.transition_tables import NEW, Transition, section, table_transitions
-from workers.choices import AgentStatus
-from workers.models import Node, Pool
 from workers.services import node_lifecycle
 
 pytestmark = pytest.mark.django_db

@@ -15,9 +15,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from fleet.choices import JobStatus, MigrationReason
+from fleet.models import Allocation, Job
 from tests.compute.conftest import hand_plan
-from workers.choices import JobStatus
-from workers.models import Allocation, Job, MigrationReason
 from workers.services.lifecycle import reclaim
 from workers.services.monitor import reconcile
 from workers.services.placement import allocate

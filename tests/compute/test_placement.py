@@ -10,9 +10,10 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
+from fleet.choices import AgentStatus, JobStatus
+from fleet.models import Allocation, Job, Node
 from tests.compute.conftest import hand_plan
-from workers.choices import AgentStatus, JobStatus
-from workers.models import AgentCommand, Allocation, Job, Node
+from workers.models import AgentCommand
 from workers.services.lifecycle import cancel as cancel_job
 from workers.services.monitor import reconcile
 from workers.services.placement import CapacityChanged, allocate, master_port

@@ -7,10 +7,11 @@ from datetime import timedelta
 from django.urls import reverse
 from django.utils import timezone
 
+from fleet.choices import JobStatus
+from fleet.models import Job
 from tests.compute.conftest import hand_plan
 from tests.lines import bill_as_charged
-from workers.choices import JobStatus
-from workers.models import Job, JobMetric
+from workers.models import JobMetric
 from workers.services.allocations import release
 from workers.services.placement import allocate
 

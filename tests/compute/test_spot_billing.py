@@ -10,9 +10,9 @@ from django.utils import timezone
 from billing.models import Price, SpotPrice
 from billing.services.meter import charge_allocations
 from billing.services.pricing import PriceBook
+from fleet.choices import AllocationMode
+from fleet.models import Allocation, ChipType, Job
 from tests.lines import line_charged
-from workers.choices import AllocationMode
-from workers.models import Allocation, ChipType, Job
 
 pytestmark = pytest.mark.django_db
 

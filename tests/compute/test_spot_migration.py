@@ -15,12 +15,13 @@ from django.utils import timezone
 from billing.choices import TransactionKind
 from billing.models import SpotPrice, Transaction
 from billing.services.ledger import balance_of
+from fleet.choices import AllocationMode, JobStatus
+from fleet.models import Allocation, ChipType, Job, Node
 from kernel.spec import JobSpec
 from market.models import Bid, BidStatus
 from market.services.clearing import clear_chip_type
 from market.signals import spot_chips_lost
-from workers.choices import AllocationMode, JobStatus
-from workers.models import AgentCommand, Allocation, ChipType, Job, Node
+from workers.models import AgentCommand
 from workers.receivers import move_jobs_off_lost_spot_chips
 from workers.services.lifecycle import submit as submit_job
 from workers.services.monitor import reconcile

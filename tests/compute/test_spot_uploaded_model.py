@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import pytest
 
+from fleet.choices import AllocationMode, JobStatus
+from fleet.models import Job, UploadedModel
 from kernel.modelfiles import hfconfig
 from kernel.modelspecs import CATALOG
 from market.models import Bid
 from market.services.bids import change_bid
 from market.services.clearing import clear_chip_type
 from tests.conftest import token_client
-from workers.choices import AllocationMode, JobStatus
-from workers.models import Job, UploadedModel
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("tasks_run_inline")]
 

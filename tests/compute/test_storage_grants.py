@@ -15,12 +15,12 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from fleet.choices import JobStatus
 from hosts.agent.commands import launch_from_dict
 from kernel.storage import grants
 from kernel.storage.grants import GrantRefused, GrantStore
 from tests.compute.conftest import hand_plan
 from tests.stored import grants_answered_here, keys, own_store_url
-from workers.choices import JobStatus
 from workers.services import lifecycle
 from workers.services.datasets import store_dataset
 from workers.services.placement import allocate

@@ -7,9 +7,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from fleet.choices import JobStatus
 from kernel.spec import JobSpec
 from tests.compute.conftest import hand_plan
-from workers.choices import JobStatus
 from workers.models import JobMetric, MeasuredThroughput, NodeThroughput
 from workers.services.placement import allocate
 from workers.services.planning import quote, throughput_model

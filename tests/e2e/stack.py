@@ -19,10 +19,11 @@ from pathlib import Path
 
 from django.db import connection
 
+from fleet.models import Pool
 from kernel.protocol import is_storage_credential
 from portal.celery import app as celery_app
 from portal.task_routes import planning_queue
-from workers.models import EnrollmentToken, Pool
+from workers.models import EnrollmentToken
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -11,9 +11,9 @@ from django.utils import timezone
 from playwright.sync_api import Page, expect
 
 from billing.models import SpotPrice
+from fleet.choices import JobStatus
+from fleet.models import ChipType, Job
 from tests.conftest import PASSWORD
-from workers.choices import JobStatus
-from workers.models import ChipType, Job
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

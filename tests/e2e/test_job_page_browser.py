@@ -12,11 +12,12 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import Browser, Page, expect
 
+from fleet.choices import JobEventKind, JobStatus
+from fleet.models import Job
 from tests.conftest import PASSWORD
 from tests.stored import own_store_url, stored_checkpoint
 from tests.test_training_pages import PLAN
-from workers.choices import JobEventKind, JobStatus
-from workers.models import Job, JobEvent, JobLogLine
+from workers.models import JobEvent, JobLogLine
 from workers.services.events import record_event
 from workers.services.job_logs import PAGE_LINES
 

@@ -21,13 +21,16 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.management import call_command
 from starverse import cli
 
-from hosts.runtime import record_files, records, tokens
+from fleet.choices import AgentStatus, JobStatus, MigrationReason
+from fleet.models import Job, Node
+from hosts.runtime import records
+from kernel.datasets import files as record_files
+from kernel.datasets import tokens
 from portal.models import ApiToken
 from tests.conftest import token_client
 from tests.e2e.stack import platform_stack, wait_until
 from tests.hfmodels import chat_records, make_model_dir
-from workers.choices import AgentStatus, JobStatus
-from workers.models import Job, JobMigration, MigrationReason, Node
+from workers.models import JobMigration
 from workers.services import lifecycle
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.django_db(transaction=True)]

@@ -23,13 +23,14 @@ from playwright.sync_api import Browser, BrowserContext, Page, expect
 
 from billing.models import SpotPrice
 from billing.services.ledger import balance_of
+from fleet.choices import AgentStatus, JobEventKind, JobStatus
+from fleet.models import Allocation, ChipType, Dataset, Job, Node
 from kernel.money import format_price
 from market.models import Bid
 from portal.models.tokens import ApiToken
 from tests.lines import bill_as_charged
 from tests.stored import own_store_url
-from workers.choices import AgentStatus, JobEventKind, JobStatus
-from workers.models import Allocation, ChipType, Dataset, Job, JobLogLine, JobMetric, Node
+from workers.models import JobLogLine, JobMetric
 from workers.services.events import record_event
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]

@@ -13,7 +13,7 @@ import pytest
 from django.core.management import call_command
 from playwright.sync_api import Page, expect
 
-from workers.models import ChipType
+from fleet.models import ChipType
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

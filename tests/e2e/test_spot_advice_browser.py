@@ -14,10 +14,10 @@ from django.core.management import call_command
 from django.utils import timezone
 from playwright.sync_api import Browser, Page, expect
 
+from fleet.choices import AgentStatus, AllocationMode
+from fleet.models import Allocation, ChipType, Node
 from market.models import Bid, BidStatus
 from tests.e2e.test_spot_pages_browser import log_in, price_history, running_job
-from workers.choices import AgentStatus, AllocationMode
-from workers.models import Allocation, ChipType, Node
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

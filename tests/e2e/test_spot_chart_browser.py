@@ -11,7 +11,7 @@ from django.utils import timezone
 from playwright.sync_api import Page, expect
 
 from billing.models import SpotPrice
-from workers.models import ChipType
+from fleet.models import ChipType
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

@@ -12,10 +12,11 @@ from django.utils import timezone
 from playwright.sync_api import Page, expect
 
 from billing.models import SpotPrice
+from fleet.choices import AgentStatus, JobStatus, MigrationReason, MigrationStatus
+from fleet.models import ChipType, Job, Node
 from market.models import Bid, BidStatus
 from tests.conftest import PASSWORD
-from workers.choices import AgentStatus, JobStatus
-from workers.models import ChipType, Job, JobMigration, MigrationReason, MigrationStatus, Node
+from workers.models import JobMigration
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

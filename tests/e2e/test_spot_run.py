@@ -19,12 +19,13 @@ from django.core.management import call_command
 from django.db.models import Max, Min
 
 from billing.models import SpotPrice, Transaction
+from fleet.choices import AgentStatus, AllocationMode, JobStatus
+from fleet.models import Job, Node
 from market.models import Bid
 from tests.conftest import token_client
 from tests.e2e.stack import platform_stack, wait_until
 from tests.hfmodels import make_model_dir
-from workers.choices import AgentStatus, AllocationMode, JobStatus
-from workers.models import Job, JobMetric, JobMigration, Node
+from workers.models import JobMetric, JobMigration
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

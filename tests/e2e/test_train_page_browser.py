@@ -14,8 +14,8 @@ from django.utils import timezone
 from playwright.sync_api import Browser, Page, expect
 
 from billing.models import SpotPrice
-from workers.choices import AgentStatus
-from workers.models import ChipType, Node
+from fleet.choices import AgentStatus
+from fleet.models import ChipType, Node
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

@@ -8,10 +8,10 @@ import re
 import pytest
 from django.core.management import call_command
 
+from fleet.choices import AgentStatus, JobStatus
+from fleet.models import Job, Node
 from tests.conftest import PASSWORD
 from tests.e2e.stack import platform_stack, wait_until
-from workers.choices import AgentStatus, JobStatus
-from workers.models import Job, Node
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

@@ -12,11 +12,12 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.management import call_command
 
+from fleet.choices import AgentStatus, JobStatus
+from fleet.models import Job, Node
 from kernel.storage.trees import read_manifest
 from tests.conftest import token_client
 from tests.e2e.stack import platform_stack, wait_until
-from workers.choices import AgentStatus, JobStatus
-from workers.models import Job, JobMetric, Node
+from workers.models import JobMetric
 from workers.services.fleet import free_chips
 from workers.services.storage import platform_store
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import expect
 
+from fleet.choices import AgentStatus
+from fleet.models import Node
 from tests.e2e.test_responsive_layout import SIZES, open_page, overflow, site  # noqa: F401 - fixtures
-from workers.choices import AgentStatus
-from workers.models import Node
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

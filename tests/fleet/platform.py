@@ -22,10 +22,11 @@ from pathlib import Path
 import httpx
 from django.db import connection
 
+from fleet.models import Pool
 from kernel.protocol import is_storage_credential
 from portal.task_routes import planning_queue
 from tests.fleet.netns import BridgeNetwork, Host
-from workers.models import EnrollmentToken, Pool
+from workers.models import EnrollmentToken
 
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 90

@@ -27,14 +27,15 @@ from django.core.management import call_command
 
 from billing.models import Transaction
 from billing.services.credits import adjust_credit
+from fleet.choices import AgentStatus, JobStatus, MigrationReason
+from fleet.models import Job, Node
 from kernel.money import to_micros
 from launcher.s3 import EmbeddedS3
 from portal.celery import app as celery_app
 from portal.models import ApiToken
 from tests.fleet.netns import bridged_hosts
 from tests.fleet.platform import FleetPlatform, free_port, wait_until
-from workers.choices import AgentStatus, JobStatus
-from workers.models import AgentCommand, Job, JobMetric, JobMigration, MigrationReason, Node
+from workers.models import AgentCommand, JobMetric, JobMigration
 from workers.services import lifecycle
 
 pytestmark = pytest.mark.slow

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from fleet.choices import AllocationMode, JobStatus
 from tests.hardening.spot_helpers import online_node, spot_job
-from workers.choices import AllocationMode, JobStatus
 from workers.services.scheduling import schedule
 
 

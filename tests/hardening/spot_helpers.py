@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from django.utils import timezone
 
+from fleet.choices import AgentStatus
+from fleet.models import Job, Node, Pool
 from kernel.money import to_micros
 from kernel.spec import JobSpec
-from workers.choices import AgentStatus
-from workers.models import Job, Node, Pool
 from workers.services.lifecycle import submit as submit_job
 
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 import pytest
 from rest_framework.test import APIClient
 
+from fleet.choices import CommandStatus, JobStatus, MigrationReason
+from fleet.models import Job
 from tests.compute.conftest import enroll, hand_plan, planning_job  # noqa: F401 - fixtures
-from workers.choices import CommandStatus, JobStatus
-from workers.models import AgentCommand, Job, JobMigration, MigrationReason, RankExit
+from workers.models import AgentCommand, JobMigration, RankExit
 from workers.services.placement import allocate
 
 pytestmark = pytest.mark.django_db

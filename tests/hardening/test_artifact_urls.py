@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
+from fleet.models import Job
 from kernel.storage.trees import upload_files
 from portal.models import ApiToken
 from tests.stored import downloaded, own_store_url, stored_checkpoint
-from workers.models import Job
 from workers.services.storage import platform_store
 
 pytestmark = pytest.mark.django_db

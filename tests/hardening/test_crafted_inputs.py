@@ -15,10 +15,10 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 
+from fleet.models import Dataset, Job
 from hosts.agent.output import capped_lines
 from tests.automation import conftest as automation
 from tests.conftest import JOB_SPEC
-from workers.models import Dataset, Job
 
 # The automation tests' fixtures: a user's raw API token, a small enrolled fleet.
 token_for = automation.token_for

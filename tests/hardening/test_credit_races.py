@@ -18,14 +18,14 @@ from django.db import connection
 from billing.models import OperatorSettings
 from billing.services.holds import HoldRefused
 from billing.services.ledger import balance_of
+from fleet.choices import JobStatus
+from fleet.models import ChipType, Job
 from kernel.money import to_micros
 from market.models import Bid, MarketSettings
 from market.services.bids import BidRefused, place_bid
 from market.services.commitments import commitments
 from tests.compute.conftest import hand_plan
 from tests.hardening.spot_helpers import job_spec, launch_fields, online_node
-from workers.choices import JobStatus
-from workers.models import ChipType, Job
 from workers.services.launch import LaunchRefused, launch
 from workers.services.placement import allocate
 

@@ -25,12 +25,12 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from base.outage import database_last_unreachable, forget_database_outage, note_database_error
+from fleet.choices import AgentStatus
+from fleet.models import Job, Node
 from tests.agent.test_async_service import RunningService
 from tests.compute.conftest import enroll  # noqa: F401 - fixture
 from tests.conftest import JOB_SPEC, token_client
 from tests.tcp_proxy import DatabaseProxy, database_behind_a_proxy
-from workers.choices import AgentStatus
-from workers.models import Job, Node
 from workers.services.monitor import reconcile
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -19,10 +19,11 @@ from django.core.management import call_command
 from django.db.models import Max
 
 from billing.models import Transaction
+from fleet.choices import AgentStatus
+from fleet.models import Job, Node
 from tests.conftest import token_client
 from tests.e2e.stack import platform_stack, wait_until
-from workers.choices import AgentStatus
-from workers.models import Job, JobMetric, JobMigration, Node
+from workers.models import JobMetric, JobMigration
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

@@ -24,11 +24,11 @@ from drf_spectacular.generators import SchemaGenerator
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from fleet.models import ChipType, Dataset, Job
 from market.models import Bid
 from portal.models import ApiToken
 from tests.automation import conftest as automation
 from tests.conftest import PASSWORD
-from workers.models import ChipType, Dataset, Job
 
 # The automation tests' fixtures: a user's raw API token, a small enrolled fleet.
 token_for = automation.token_for

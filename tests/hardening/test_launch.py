@@ -11,10 +11,10 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
+from fleet.choices import JobStatus
+from fleet.models import Job
 from tests.conftest import JOB_SPEC, token_client
 from tests.hardening.spot_helpers import launch_fields, online_node
-from workers.choices import JobStatus
-from workers.models import Job
 from workers.services import monitor
 from workers.services.launch import LaunchRefused, launch
 from workers.services.scheduling import schedule

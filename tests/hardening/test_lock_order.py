@@ -21,14 +21,14 @@ from django.utils import timezone
 
 from base.deadlocks import retry_on_deadlock
 from billing.services.ledger import balance_of
+from fleet.choices import JobStatus
+from fleet.models import ChipType, Job, Node
 from kernel.planner import Plan
 from market.models import Bid, SpotReservation
 from market.services import clearing as clearing_module
 from market.services.clearing import clear_chip_type
 from tests.hardening.spot_helpers import job_spec, online_node
 from tests.locking import Worker, wait_for, waits_on_a_lock
-from workers.choices import JobStatus
-from workers.models import ChipType, Job, Node
 from workers.services import lifecycle
 from workers.services.placement import allocate
 

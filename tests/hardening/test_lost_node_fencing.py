@@ -12,10 +12,11 @@ from rest_framework.test import APIClient
 
 from billing.models import Price, Transaction
 from billing.services.ledger import balance_of
+from fleet.choices import AgentStatus, JobStatus
+from fleet.models import Job, Node, Pool
 from kernel.money import round_micros
 from tests.compute.conftest import hand_plan
-from workers.choices import AgentStatus, JobStatus
-from workers.models import AgentCommand, EnrollmentToken, Job, JobMetric, Node, Pool
+from workers.models import AgentCommand, EnrollmentToken, JobMetric
 from workers.services import lifecycle
 from workers.services.fleet import enroll_node
 from workers.services.monitor import reconcile

@@ -23,11 +23,12 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from base.tokens import hash_token
+from fleet.choices import AgentStatus, JobStatus
+from fleet.models import Job, Node, Pool
 from launcher.processes import demo_fleet_processes
 from tests.compute.conftest import hand_plan
 from tests.e2e.stack import Stack
-from workers.choices import AgentStatus, JobStatus
-from workers.models import AgentCommand, EnrollmentToken, Job, Node, Pool
+from workers.models import AgentCommand, EnrollmentToken
 from workers.services.fleet import EnrollmentError, enroll_node
 from workers.services.placement import allocate
 
@@ -110,7 +111,7 @@ def test_an_operators_reset_lets_the_next_enrollment_take_the_host_and_moves_its
     node_token, _, job = running_node
     node = Node.objects.get(hostname="gpu-1")
     client.force_login(operator)
-    response = client.post("/admin/workers/node/", {"action": "reset_node", "_selected_action": [node.pk]}, follow=True)
+    response = client.post("/admin/fleet/node/", {"action": "reset_node", "_selected_action": [node.pk]}, follow=True)
     assert response.status_code == 200 and "reset" in response.content.decode()
 
     assert as_node(node_token).post(POLL, {}, format="json").status_code == 401

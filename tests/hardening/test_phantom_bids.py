@@ -18,14 +18,15 @@ from django.utils import timezone
 from billing.models import SpotPrice
 from billing.services.ledger import balance_of
 from billing.services.meter import charge_allocations
+from fleet.choices import AllocationMode, JobStatus
+from fleet.models import Allocation, ChipType, Job
 from market.models import Bid, BidStatus
 from market.services.bids import change_bid, place_bid
 from market.services.clearing import clear_chip_type, take_up_seconds
 from tests.conftest import token_client
 from tests.hardening.spot_helpers import job_spec, online_node, spot_job
 from tests.lines import line_charged
-from workers.choices import AllocationMode, JobStatus
-from workers.models import AgentCommand, Allocation, ChipType, Job
+from workers.models import AgentCommand
 from workers.services.lifecycle import resume as continue_migration
 from workers.services.scheduling import schedule, schedule_waiting_jobs
 

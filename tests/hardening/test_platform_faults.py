@@ -29,12 +29,13 @@ from django.utils import timezone
 from billing.services.ledger import audit_ledger
 from billing.services.meter import billing_mark
 from billing.services.reconciliation import differences
+from fleet.choices import AgentStatus, JobStatus, MigrationReason
+from fleet.models import Allocation, Job, Node
 from launcher.stores import free_port
 from portal.models import ApiToken
 from tests.e2e.stack import REPO, wait_until
 from tests.e2e.stack import test_database_url as database_url
-from workers.choices import AgentStatus, JobStatus
-from workers.models import Allocation, Job, JobMigration, MigrationReason, Node
+from workers.models import JobMigration
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

@@ -19,12 +19,12 @@ from django.urls import reverse
 from django.utils import timezone
 
 from billing.services.holds import hold_needed
+from fleet.choices import JobStatus
+from fleet.models import Allocation, Job
 from launcher.processes import platform_processes
 from portal.celery import app as celery_app
 from tests.conftest import JOB_SPEC, token_client
 from tests.hardening.spot_helpers import job_spec, online_node
-from workers.choices import JobStatus
-from workers.models import Allocation, Job
 from workers.services import scheduling
 from workers.services.allocations import release
 from workers.services.monitor import reconcile

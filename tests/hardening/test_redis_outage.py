@@ -28,14 +28,15 @@ from rest_framework.test import APIClient
 from base.outage import forget_outages
 from billing.models import StripeEvent
 from billing.services.ledger import balance_of
+from fleet.choices import JobStatus
+from fleet.models import Job
 from launcher.stores import EmbeddedRedis, free_port
 from portal.celery import app as celery_app
 from portal.outage import ServiceUnavailableMiddleware
 from tests.compute.conftest import enroll  # noqa: F401 - fixture
 from tests.conftest import JOB_SPEC, PASSWORD, token_client
 from tests.payments import deliver, events_for, localstripe, paid_intent, stripe_on  # noqa: F401 - fixtures
-from workers.choices import JobStatus
-from workers.models import AgentCommand, Job
+from workers.models import AgentCommand
 from workers.services import channel
 
 FAST_S = 2.5  # "about two seconds", with room for a shared, busy CPU

@@ -24,6 +24,8 @@ from billing.services.credits import adjust_credit
 from billing.services.ledger import balance_of
 from billing.services.meter import charge_allocations
 from billing.services.reservations import ReservedSpan, charge_reserved_spans
+from fleet.choices import JobStatus
+from fleet.models import ChipType, Job
 from kernel.money import cost_of_integral, to_micros
 from market.models import Bid, BidStatus, SpotReservation
 from market.services.bids import cancel_bid, place_bid
@@ -32,8 +34,6 @@ from market.services.reservations import end_bid_reservations
 from tests.conftest import token_client
 from tests.hardening.spot_helpers import job_spec, spot_job
 from tests.lines import line_charged
-from workers.choices import JobStatus
-from workers.models import ChipType, Job
 from workers.services.lifecycle import resume as continue_migration
 from workers.services.scheduling import schedule
 

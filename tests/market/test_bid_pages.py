@@ -12,9 +12,10 @@ from django.urls import reverse
 from django.utils import timezone
 
 from billing.models import SpotPrice
+from fleet.choices import AgentStatus, JobStatus, MigrationReason, MigrationStatus
+from fleet.models import ChipType, Job, Node
 from market.models import Bid, BidStatus
-from workers.choices import AgentStatus, JobStatus
-from workers.models import ChipType, Job, JobMigration, MigrationReason, MigrationStatus, Node
+from workers.models import JobMigration
 
 pytestmark = pytest.mark.django_db
 

@@ -9,9 +9,10 @@ from django.contrib.messages import get_messages
 from django.utils import timezone
 
 from billing.models import SpotPrice
+from fleet.choices import AgentStatus, JobStatus, MigrationReason
+from fleet.models import Allocation, ChipType, Job, Node
 from market.models import Bid, BidStatus, MarketSettings
-from workers.choices import AgentStatus, JobStatus
-from workers.models import AgentCommand, Allocation, ChipType, Job, JobMigration, MigrationReason, Node
+from workers.models import AgentCommand, JobMigration
 
 pytestmark = pytest.mark.django_db
 
@@ -59,7 +60,7 @@ def running_job(owner, node: Node, chips: int = 4) -> Job:
 
 def act(console, action: str, *nodes: Node):
     return console.post(
-        "/admin/workers/node/",
+        "/admin/fleet/node/",
         {"action": action, "_selected_action": [node.pk for node in nodes]},
         follow=True,
     )
@@ -175,8 +176,8 @@ def test_bids_are_listed_with_their_prices_in_currency_and_filter_by_status(cons
     cancelled = make_bid(alice, status=BidStatus.CANCELLED)
     html = console.get("/admin/market/bid/", {"status__exact": "active"}).content.decode()
     assert "¥1.25" in html and "¥0.70" in html
-    assert f"/admin/workers/job/{active.job_id}/change/" in html
-    assert f"/admin/workers/job/{cancelled.job_id}/change/" not in html
+    assert f"/admin/fleet/job/{active.job_id}/change/" in html
+    assert f"/admin/fleet/job/{cancelled.job_id}/change/" not in html
 
 
 def test_a_bid_is_read_only_in_the_console(console, alice):

@@ -11,8 +11,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from billing.models import SpotPrice
+from fleet.models import ChipType
 from market.chart import price_ceiling
-from workers.models import ChipType
 
 HOUR = 3600.0
 DAY = 24 * HOUR

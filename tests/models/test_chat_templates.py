@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from hosts.runtime.tokens import chat_prefixes
 from kernel.chat_templates import RenderLimits, TemplateRefused, render_chats
+from kernel.datasets.tokens import chat_prefixes
 from tests.hfmodels import CHAT_TEMPLATE, make_tokenizer
 
 CHAT = [

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from fleet.choices import JobStatus
+from fleet.models import Job, UploadedModel
 from kernel.storage.trees import MANIFEST, read_manifest
 from portal.models import TokenScope
 from tests.conftest import token_client
 from tests.models.conftest import copy_model, member, pack, tar_with
 from tests.stored import keys, own_store_url
-from workers.choices import JobStatus
-from workers.models import Job, UploadedModel
 from workers.services.storage import platform_store
 
 pytestmark = pytest.mark.django_db

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 from django.test import Client
 
+from fleet.choices import JobStatus
+from fleet.models import Job, UploadedModel
 from tests.models.conftest import member, pack, tar_with
 from tests.stored import keys, own_store_url
-from workers.choices import JobStatus
-from workers.models import Job, UploadedModel
 
 pytestmark = pytest.mark.django_db
 

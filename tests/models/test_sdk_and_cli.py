@@ -11,10 +11,10 @@ import starverse
 from starverse import cli
 from starverse.training import Cluster, Plan
 
+from fleet.models import UploadedModel
 from tests.automation import conftest as automation
 from tests.models.conftest import copy_model, pack
 from tests.stored import own_store_url
-from workers.models import UploadedModel
 
 token_for = automation.token_for  # a raw API token for a user
 

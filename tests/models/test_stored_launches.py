@@ -10,13 +10,14 @@ from pathlib import Path
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
+from fleet.choices import JobStatus
+from fleet.models import Job, Node, Pool
 from hosts.agent.commands import launch_from_dict
 from hosts.runtime import staging
 from tests.compute.conftest import hand_plan
 from tests.models.test_resolve_model_source import REVISION, cache_repo, upload_of
 from tests.stored import grants_answered_here, keys, own_store_url
-from workers.choices import JobStatus
-from workers.models import EnrollmentToken, Job, Node, Pool
+from workers.models import EnrollmentToken
 from workers.services.datasets import store_dataset
 from workers.services.fleet import enroll_node
 from workers.services.models import store_model

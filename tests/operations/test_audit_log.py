@@ -10,10 +10,11 @@ from django.utils import timezone
 from base.models import AuditEntry
 from billing.models import Transaction
 from billing.services.credits import grant_trial_credit
+from fleet.choices import AgentStatus
+from fleet.models import ChipType, Job, Node, Pool
 from market.models import Bid, BidStatus, MarketSettings
 from portal.models import ApiToken
-from workers.choices import AgentStatus
-from workers.models import ChipType, EnrollmentToken, Job, Node, Pool
+from workers.models import EnrollmentToken
 
 pytestmark = pytest.mark.django_db
 
@@ -97,11 +98,11 @@ def test_a_reversal_is_recorded_against_the_transaction_it_reverses(console, ope
 
 def test_draining_and_returning_a_node_are_recorded_per_node(console, operator):
     node = online_node()
-    select(console, "/admin/workers/node/", "drain", node)
-    select(console, "/admin/workers/node/", "drain", node)  # already draining: nothing happens, nothing recorded
+    select(console, "/admin/fleet/node/", "drain", node)
+    select(console, "/admin/fleet/node/", "drain", node)  # already draining: nothing happens, nothing recorded
     entry = assert_entry("node.drain", operator, node)
     assert entry.details == {"before": {"agent_status": "online"}, "after": {"agent_status": "draining"}}
-    select(console, "/admin/workers/node/", "return_to_service", node)
+    select(console, "/admin/fleet/node/", "return_to_service", node)
     entry = assert_entry("node.return_to_service", operator, node)
     assert entry.details == {"before": {"agent_status": "draining"}, "after": {"agent_status": "online"}}
 
@@ -109,7 +110,7 @@ def test_draining_and_returning_a_node_are_recorded_per_node(console, operator):
 def test_reclaiming_a_node_for_maintenance_is_recorded_with_its_notice(console, operator):
     MarketSettings.objects.update_or_create(pk=1, defaults={"notice_seconds": 45})
     node = online_node()
-    select(console, "/admin/workers/node/", "reclaim_for_maintenance", node)
+    select(console, "/admin/fleet/node/", "reclaim_for_maintenance", node)
     entry = assert_entry("node.reclaim", operator, node)
     assert entry.details["notice_seconds"] == 45
     assert entry.details["jobs_moved"] == []
@@ -119,13 +120,13 @@ def test_reclaiming_a_node_for_maintenance_is_recorded_with_its_notice(console, 
 def test_a_refused_reclaim_records_nothing(console):
     node = online_node()
     Node.objects.filter(pk=node.pk).update(agent_status=AgentStatus.LOST)
-    select(console, "/admin/workers/node/", "reclaim_for_maintenance", node)
+    select(console, "/admin/fleet/node/", "reclaim_for_maintenance", node)
     assert not AuditEntry.objects.exists()
 
 
 def test_resetting_a_node_is_recorded(console, operator):
     node = online_node()
-    select(console, "/admin/workers/node/", "reset_node", node)
+    select(console, "/admin/fleet/node/", "reset_node", node)
     entry = assert_entry("node.reset", operator, node)
     assert entry.details == {"before": {"agent_status": "online"}, "after": {"agent_status": "lost"}}
 
@@ -224,7 +225,7 @@ def test_cancelling_a_bid_is_recorded(console, operator, alice):
 
 
 def test_the_audit_log_is_readable_but_not_editable_or_deletable(console, operator):
-    select(console, "/admin/workers/node/", "drain", online_node())
+    select(console, "/admin/fleet/node/", "drain", online_node())
     entry = only_entry("node.drain")
     listing = console.get("/admin/base/auditentry/")
     assert listing.status_code == 200
@@ -243,7 +244,7 @@ def test_the_audit_log_is_readable_but_not_editable_or_deletable(console, operat
 def test_an_entry_keeps_the_actors_name_after_the_account_is_deleted(client, catalog, django_user_model):
     staff = django_user_model.objects.create_superuser(username="night-shift", email="n@example.com", password="x")
     client.force_login(staff)
-    select(client, "/admin/workers/node/", "drain", online_node("tpu-v5e"))
+    select(client, "/admin/fleet/node/", "drain", online_node("tpu-v5e"))
     client.logout()
     staff.delete()
     entry = only_entry("node.drain")

@@ -11,9 +11,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from base import heartbeats
 from billing.models import BillingLine, SpotPrice
+from fleet.choices import AgentStatus, AllocationMode, JobStatus
+from fleet.models import Allocation, ChipType, Job, Node
 from portal.metrics_access import parse_networks
-from workers.choices import AgentStatus, AllocationMode, JobStatus
-from workers.models import Allocation, ChipType, Job, Node
 
 pytestmark = pytest.mark.django_db
 

@@ -9,9 +9,10 @@ from django.conf import settings
 from django.utils import timezone
 
 from billing.models import OperatorSettings
+from fleet.choices import JobStatus
+from fleet.models import Job
 from portal.celery import app as celery_app
-from workers.choices import JobStatus
-from workers.models import Job, JobEvent, JobLogLine, JobMetric
+from workers.models import JobEvent, JobLogLine, JobMetric
 from workers.services.retention import prune_job_telemetry
 
 pytestmark = pytest.mark.django_db

@@ -13,13 +13,14 @@ from pathlib import Path
 
 import pytest
 
+from fleet.models import Pool
 from portal.models import ApiToken
 from tests.e2e.stack import test_database_url as database_url
 from tests.hfmodels import make_model_dir
 from tests.models.conftest import pack
 from tests.packaging.meta_oracle import meta_shapes
 from tests.packaging.pyproject_extras import installed_by
-from workers.models import EnrollmentToken, Pool
+from workers.models import EnrollmentToken
 from workers.services.fleet import enroll_node
 
 HERE = Path(__file__).resolve().parent

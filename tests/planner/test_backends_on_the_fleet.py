@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from fleet.choices import JobStatus
+from fleet.models import Job, Node, Pool
 from kernel.spec import JobSpec
 from tests.conftest import JOB_SPEC, token_client
-from workers.choices import JobStatus
-from workers.models import EnrollmentToken, Job, Node, Pool
+from workers.models import EnrollmentToken
 from workers.services import planning
 from workers.services.fleet import enroll_node
 from workers.services.placement import rank_launches

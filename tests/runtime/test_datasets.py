@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from hosts.runtime.data import SyntheticCorpus, open_corpus, shard
-from hosts.runtime.datasets import DatasetError, validate_dataset_file
+from kernel.datasets.validation import DatasetError, validate_dataset_file
 from kernel.modelspecs import resolve_model
 
 LIMIT = 1 << 20
@@ -104,7 +104,7 @@ def test_a_missing_file_is_refused(tmp_path):
 
 
 def test_validation_does_not_import_torch():
-    code = "import sys; import hosts.runtime.datasets; assert 'torch' not in sys.modules"
+    code = "import sys; import kernel.datasets.validation; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

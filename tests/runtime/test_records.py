@@ -10,9 +10,9 @@ import sys
 import numpy as np
 import pytest
 
-from hosts.runtime.record_files import DatasetError, first_records, read_records
 from hosts.runtime.records import eval_examples, pack, split_holdout
-from hosts.runtime.tokens import ByteTokenizer, encode_record, load_tokenizer
+from kernel.datasets.files import DatasetError, first_records, read_records
+from kernel.datasets.tokens import ByteTokenizer, encode_record, load_tokenizer
 from tests.hfmodels import chat_records, make_tokenizer
 
 VOCAB = 300
@@ -294,7 +294,7 @@ def test_the_held_out_split_keeps_a_record_on_each_side():
 
 def test_records_import_neither_torch_nor_transformers():
     code = (
-        "import sys; import hosts.runtime.records, hosts.runtime.tokens, hosts.runtime.datasets; "
+        "import sys; import hosts.runtime.records, kernel.datasets.tokens, kernel.datasets.validation; "
         "assert not {'torch', 'transformers'} & set(sys.modules)"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

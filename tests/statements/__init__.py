@@ -8,9 +8,9 @@ from billing.choices import AccountKind, TransactionKind
 from billing.models import Charge, Payment, PaymentStatus, Refund
 from billing.services.credits import adjust_credit
 from billing.services.ledger import platform_account, transfer, wallet_for
+from fleet.choices import AllocationMode, JobStatus
+from fleet.models import Allocation, ChipType, Job, Node
 from kernel.money import to_micros
-from workers.choices import AllocationMode, JobStatus
-from workers.models import Allocation, ChipType, Job, Node
 
 
 def at(text: str) -> datetime:

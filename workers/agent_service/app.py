@@ -23,6 +23,7 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError, close_old_connections, connection
 
 from base.outage import RETRY_AFTER_S, UNAVAILABLE_CODE, note_database_error
+from fleet.models import Node
 from kernel.protocol import AGENT_API_PREFIX, NODE_TOKEN_PREFIX
 from workers.agent_service.http import HttpError, Request, read_request, send_json
 from workers.agent_service.wakeups import WakeHub
@@ -33,7 +34,6 @@ from workers.api.agent_serializers import (
     StorageRequestSerializer,
 )
 from workers.api.client_address import seen_address
-from workers.models import Node
 from workers.services import agent_endpoints, channel
 from workers.services.heartbeats import HeartbeatBatch
 from workers.services.node_tokens import NodeTokenCache

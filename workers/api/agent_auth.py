@@ -5,8 +5,8 @@ from __future__ import annotations
 from rest_framework import authentication, exceptions
 from rest_framework.permissions import BasePermission
 
+from fleet.models import Node
 from kernel.protocol import NODE_TOKEN_PREFIX
-from workers.models import Node
 from workers.services.fleet import authenticate_node
 
 

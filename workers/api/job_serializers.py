@@ -12,13 +12,14 @@ from rest_framework import serializers
 from base.api.fields import MoneyField, MoneyInputField
 from base.api.serializers import FieldsBuiltOnce
 from billing.services.statements import job_charged
+from fleet.choices import Policy, TrainingMode
+from fleet.models import ChipType, Dataset, Job
 from kernel.logtext import is_library_noise
 from kernel.modelfiles.hfconfig import lora_settings
 from kernel.money import format_amount, to_micros
 from kernel.planner import Plan
 from kernel.spec import JobSpec
-from workers.choices import Policy, TrainingMode
-from workers.models import ChipType, Dataset, Job, JobEval, JobEvent, JobLogLine, JobMigration
+from workers.models import JobEval, JobEvent, JobLogLine, JobMigration
 from workers.services.models import ModelUnavailable, resolve_model_source
 
 MONEY_KEYS = ("price_per_hour", "price_per_million_tokens", "total_cost")

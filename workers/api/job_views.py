@@ -26,13 +26,14 @@ from base.api.parsers import StrictFormParser, StrictMultiPartParser
 from base.api.validation import refuse_unknown_fields
 from base.prepared import PreparedPage, PreparedQuery, prefetched
 from billing.services.statements import charged_of_job
+from fleet.models import Dataset, Job
 from kernel import planner
 from kernel.spec import JobSpec
 from kernel.storage import StorageError
 from workers.api import job_docs as docs
 from workers.api import job_serializers as s
 from workers.api.stored_files import StorageDown, stored_file_response
-from workers.models import Dataset, Job, JobMigration
+from workers.models import JobMigration
 from workers.services import job_logs
 from workers.services.artifacts import list_artifacts, stored_artifact
 from workers.services.datasets import (

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
+from fleet.models import UploadedModel
 from kernel.modelspecs import CATALOG, spec_from_config
-from workers.models import UploadedModel
 from workers.services.models import ModelSource
 
 

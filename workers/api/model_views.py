@@ -10,9 +10,9 @@ from rest_framework.response import Response
 from base.api.docs import READ_ERRORS, WRITE_ERRORS, ErrorSerializer, errors
 from base.api.errors import RequestTooLarge
 from base.api.parsers import StrictFormParser, StrictMultiPartParser
+from fleet.models import UploadedModel
 from workers.api import model_serializers as s
 from workers.api.stored_files import StorageDown
-from workers.models import UploadedModel
 from workers.services.models import (
     MODEL_REFERENCE,
     ModelFileError,

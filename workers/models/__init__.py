@@ -1,11 +1,10 @@
+"""The control app's own rows: agent commands and enrollment, checkpoints, moves, and what jobs report.
+The shared rows it acts on (jobs, nodes, ...) live in fleet.models."""
+
 from workers.models.agents import AgentCommand, EnrollmentToken, new_node_token
 from workers.models.checkpoints import JobCheckpoint
-from workers.models.fleet import REFERENCE_CHIP, ChipType, Node, Pool
-from workers.models.hfmodels import UploadedModel
-from workers.models.jobs import (
-    Allocation,
-    Dataset,
-    Job,
+from workers.models.relocation import JobMigration
+from workers.models.reports import (
     JobEval,
     JobEvent,
     JobLogLine,
@@ -14,29 +13,18 @@ from workers.models.jobs import (
     NodeThroughput,
     RankExit,
 )
-from workers.models.relocation import JobMigration, MigrationReason, MigrationStatus
 
 __all__ = [
-    "REFERENCE_CHIP",
     "AgentCommand",
-    "Allocation",
-    "ChipType",
-    "Dataset",
     "EnrollmentToken",
-    "Job",
     "JobCheckpoint",
     "JobEval",
     "JobEvent",
     "JobLogLine",
-    "JobMigration",
     "JobMetric",
+    "JobMigration",
     "MeasuredThroughput",
     "NodeThroughput",
-    "MigrationReason",
-    "MigrationStatus",
-    "Node",
-    "Pool",
     "RankExit",
-    "UploadedModel",
     "new_node_token",
 ]

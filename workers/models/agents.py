@@ -11,8 +11,8 @@ from django.db import models
 from django.utils import timezone
 
 from base.tokens import hash_token
+from fleet.choices import CommandStatus
 from kernel.protocol import ENROLLMENT_TOKEN_PREFIX, NODE_TOKEN_PREFIX
-from workers.choices import CommandStatus
 
 
 def new_node_token() -> str:
@@ -29,7 +29,7 @@ def default_token_expiry() -> datetime:
 class EnrollmentToken(models.Model):
     """A secret an operator hands to a compute host so its agent can join one pool."""
 
-    pool = models.ForeignKey("workers.Pool", on_delete=models.CASCADE, related_name="enrollment_tokens")
+    pool = models.ForeignKey("fleet.Pool", on_delete=models.CASCADE, related_name="enrollment_tokens")
     name = models.CharField(max_length=80, default="enrollment token")
     prefix = models.CharField(max_length=12, editable=False)
     token_hash = models.CharField(max_length=64, unique=True, editable=False)
@@ -111,8 +111,8 @@ class EnrollmentToken(models.Model):
 class AgentCommand(models.Model):
     """An order for one node's agent, re-sent on every poll until the agent acks it."""
 
-    node = models.ForeignKey("workers.Node", on_delete=models.CASCADE, related_name="commands")
-    job = models.ForeignKey("workers.Job", on_delete=models.CASCADE, related_name="commands")
+    node = models.ForeignKey("fleet.Node", on_delete=models.CASCADE, related_name="commands")
+    job = models.ForeignKey("fleet.Job", on_delete=models.CASCADE, related_name="commands")
     epoch = models.PositiveIntegerField()
     type = models.CharField(max_length=16)
     payload = models.JSONField(default=dict)

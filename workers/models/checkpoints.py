@@ -13,7 +13,7 @@ class JobCheckpoint(models.Model):
     The row goes when pruning deletes the tree.
     """
 
-    job = models.ForeignKey("workers.Job", on_delete=models.CASCADE, related_name="checkpoints")
+    job = models.ForeignKey("fleet.Job", on_delete=models.CASCADE, related_name="checkpoints")
     epoch = models.PositiveIntegerField()
     step = models.PositiveIntegerField()
     key = models.CharField(max_length=255)

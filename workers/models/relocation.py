@@ -4,31 +4,14 @@ from __future__ import annotations
 
 from django.db import models
 
+from fleet.choices import MigrationReason, MigrationStatus
 from kernel.money import format_amount
-
-
-class MigrationReason(models.TextChoices):
-    OUTBID = "outbid", "Outbid on the spot market"
-    ON_DEMAND = "on_demand", "Chips needed for on-demand work"
-    BID_CANCELLED = "bid_cancelled", "Bid cancelled"
-    MAINTENANCE = "maintenance", "Node reclaimed by the operator"
-    LOST_NODE = "lost_node", "Node lost (no heartbeat)"
-
-
-class MigrationStatus(models.TextChoices):
-    NOTICE = "notice", "Checkpointing"
-    WAITING = "waiting", "Waiting for chips"
-    RESUMING = "resuming", "Resuming"
-    RESUMED = "resumed", "Resumed"
-    # The ranks trained the last step and saved the model before the notice reached them: no move needed.
-    FINISHED = "finished", "Finished before moving"
-    ABANDONED = "abandoned", "Abandoned"
 
 
 class JobMigration(models.Model):
     """One move of a running job: why, when the notice came, the checkpoint it resumed from, and the refund."""
 
-    job = models.ForeignKey("workers.Job", on_delete=models.PROTECT, related_name="migrations")
+    job = models.ForeignKey("fleet.Job", on_delete=models.PROTECT, related_name="migrations")
     reason = models.CharField(max_length=16, choices=MigrationReason.choices)
     detail = models.TextField(blank=True)
     status = models.CharField(max_length=12, choices=MigrationStatus.choices, default=MigrationStatus.NOTICE)

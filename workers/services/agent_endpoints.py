@@ -14,9 +14,10 @@ from collections.abc import Callable
 from django.conf import settings
 from django.utils import timezone
 
+from fleet.choices import CommandStatus
+from fleet.models import Node
 from kernel.protocol import STORAGE_GRANT_PREFIX
-from workers.choices import CommandStatus
-from workers.models import AgentCommand, Node
+from workers.models import AgentCommand
 from workers.services import storage_grants
 from workers.services.fleet import EnrollmentError, enroll_node
 from workers.services.reports import ReportRejected, StaleEpoch, accept_report

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from django.utils import timezone
 
 from billing.services.meter import charge_allocations
-from workers.models import Allocation, Job, Node
+from fleet.models import Allocation, Job, Node
 from workers.services.queue import wake_waiting_jobs
 
 

@@ -13,10 +13,10 @@ import logging
 import re
 from dataclasses import dataclass, field
 
-from hosts.runtime.staging import is_stored, key_of
+from fleet.models import Job
 from kernel.storage import StorageError, check_key
+from kernel.storage.locations import is_stored, key_of
 from kernel.storage.trees import MANIFEST, read_manifest
-from workers.models import Job
 from workers.services.placement import checkpoint_prefix
 from workers.services.storage import platform_store
 

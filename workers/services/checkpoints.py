@@ -21,10 +21,11 @@ from django.conf import settings
 from django.db.models import Count, Q
 from django.utils import timezone
 
-from hosts.runtime.staging import is_stored, key_of
+from fleet.models import Job
 from kernel.storage import StorageError, Store
+from kernel.storage.locations import is_stored, key_of
 from kernel.storage.trees import MANIFEST, delete_tree, read_manifest
-from workers.models import Job, JobCheckpoint
+from workers.models import JobCheckpoint
 from workers.services.storage import platform_store
 
 logger = logging.getLogger(__name__)

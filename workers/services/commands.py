@@ -11,9 +11,10 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
+from fleet.choices import CommandStatus
+from fleet.models import Allocation, Job
 from kernel.protocol import CommandType
-from workers.choices import CommandStatus
-from workers.models import AgentCommand, Allocation, Job
+from workers.models import AgentCommand
 from workers.services import channel
 
 

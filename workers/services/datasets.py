@@ -16,14 +16,14 @@ from django.db import transaction
 from django.db.models import ProtectedError
 
 from base.uploads import UploadLimit
-from hosts.runtime.datasets import DatasetError, validate_dataset_file
-from hosts.runtime.record_files import CHAT, first_records
-from hosts.runtime.tokens import ByteTokenizer, Renderer, chat_prefixes, encode_record, load_tokenizer
+from fleet.choices import DatasetKind
+from fleet.models import Dataset, UploadedModel
 from kernel.chat_templates import Rendered, TemplateRefused, render_chats
+from kernel.datasets.files import CHAT, first_records
+from kernel.datasets.tokens import ByteTokenizer, Renderer, chat_prefixes, encode_record, load_tokenizer
+from kernel.datasets.validation import DatasetError, validate_dataset_file
 from kernel.storage import StorageError
 from kernel.storage.trees import upload_tree
-from workers.choices import DatasetKind
-from workers.models import Dataset, UploadedModel
 from workers.services.redaction import redact
 from workers.services.storage import StorageUnavailable, delete_stored_tree, platform_store, staged_tree
 from workers.services.storage_quota import QuotaExceeded, check_room, recorded

@@ -14,8 +14,9 @@ from datetime import datetime
 from django.db.models import Count, Min, Q
 from django.utils import timezone
 
-from workers.choices import JobEventKind
-from workers.models import Job, JobEvent
+from fleet.choices import JobEventKind
+from fleet.models import Job
+from workers.models import JobEvent
 
 TIMELINE_LIMIT = 50
 READ_BATCH = 200  # events read per query while folding: a flood of checkpoints takes a few reads, not one each

@@ -13,8 +13,9 @@ from django.db.models import F, Sum
 from django.utils import timezone
 
 from base.tokens import hash_token
-from workers.choices import AgentStatus
-from workers.models import Allocation, EnrollmentToken, Node, new_node_token
+from fleet.choices import AgentStatus
+from fleet.models import Allocation, Node
+from workers.models import EnrollmentToken, new_node_token
 from workers.services import node_lifecycle
 
 

@@ -23,8 +23,8 @@ from django.db import DatabaseError
 from django.utils import timezone
 
 from base.outage import note_database_error
-from workers.choices import AgentStatus
-from workers.models import Node
+from fleet.choices import AgentStatus
+from fleet.models import Node
 from workers.services.node_lifecycle import record_heartbeat, record_heartbeats
 
 logger = logging.getLogger(__name__)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from workers.models import Job, JobLogLine
+from fleet.models import Job
+from workers.models import JobLogLine
 
 MAX_SEARCH = 200  # characters: enough for any real line fragment, and a bound on the LIKE pattern
 PAGE_LINES = 200  # a page of the job page's log view

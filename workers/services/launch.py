@@ -17,11 +17,11 @@ from django.db import transaction
 
 from billing.models import OperatorSettings
 from billing.services.holds import HoldRefused, check_hold, hold_needed, lock_credit
+from fleet.models import Job
 from kernel import planner
 from kernel.money import cost_over, format_money
 from kernel.spec import JobSpec
 from market.services.commitments import WAITING, commitments
-from workers.models import Job
 from workers.services.lifecycle import submit
 from workers.services.models import ModelUnavailable, lock_for_launch
 from workers.services.planning import fleet_chips, fleet_quote, model_spec, quote

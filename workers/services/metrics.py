@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from workers.models import Job, JobMetric
+from fleet.models import Job
+from workers.models import JobMetric
 
 METRIC_ROWS = 20_000
 

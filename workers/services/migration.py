@@ -19,9 +19,10 @@ from datetime import datetime, timedelta
 from django.db.models import Max
 
 from billing.services.insurance import insurance_amount, pay_insurance
+from fleet.choices import JobEventKind, MigrationReason, MigrationStatus
+from fleet.models import Allocation, Job
 from kernel.money import format_money
-from workers.choices import JobEventKind
-from workers.models import Allocation, Job, JobMetric, JobMigration, MigrationReason, MigrationStatus
+from workers.models import JobMetric, JobMigration
 from workers.services.events import record_event
 
 

@@ -14,12 +14,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from billing.services.statements import job_charged
-from hosts.runtime.staging import is_stored, key_of
+from fleet.choices import TrainingMode
+from fleet.models import Job, UploadedModel
 from kernel.money import format_money
 from kernel.storage import StorageError, Store
+from kernel.storage.locations import is_stored, key_of
 from kernel.storage.trees import FileEntry, Manifest, read_manifest
-from workers.choices import TrainingMode
-from workers.models import Job, UploadedModel
 from workers.services.placement import checkpoint_prefix
 from workers.services.storage import platform_store
 

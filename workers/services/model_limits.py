@@ -9,12 +9,12 @@ even that could never be placed, so it is refused before its weights are read.
 
 from __future__ import annotations
 
+from fleet.models import ChipType
 from kernel.catalog import CHIP_TYPES
 from kernel.modelfiles.errors import ModelFileError
 from kernel.modelspecs import LORA, spec_from_config
 from kernel.planner import DEFAULT_MAX_RANKS
 from kernel.planner.memory import GIB, WEIGHT_BYTES, fits_chip
-from workers.models import ChipType
 
 SEQ_LEN_FLOOR = 512  # one short sample is all the rule asks of a rank's activations
 

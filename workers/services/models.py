@@ -26,6 +26,8 @@ from django.conf import settings
 from django.db import transaction
 
 from base.uploads import UploadLimit
+from fleet.choices import JobStatus
+from fleet.models import Job, UploadedModel
 from kernel.modelfiles import hfconfig
 from kernel.modelfiles.archives import Limits, extract_archive
 from kernel.modelfiles.checks import check_model_dir
@@ -35,8 +37,6 @@ from kernel.modelfiles.loaders import refuse_unneeded_files
 from kernel.modelspecs import CATALOG
 from kernel.storage import StorageError
 from kernel.storage.trees import read_manifest, upload_files, upload_tree, write_manifest
-from workers.choices import JobStatus
-from workers.models import Job, UploadedModel
 from workers.services.model_limits import check_fleet_can_train
 from workers.services.storage import StorageUnavailable, delete_stored_tree, platform_store
 from workers.services.storage_quota import QuotaExceeded, check_room, recorded

@@ -11,8 +11,9 @@ from django.db.models import F
 from django.utils import timezone
 
 from billing.services.holds import credit_stops
-from workers.choices import JobStatus
-from workers.models import Job, Node, RankExit
+from fleet.choices import JobStatus
+from fleet.models import Job, Node
+from workers.models import RankExit
 from workers.services import lifecycle, node_lifecycle
 from workers.services.migration import overdue_notices
 from workers.services.reports import crash_reason

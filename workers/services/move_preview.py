@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import replace
 
+from fleet.choices import AllocationMode
+from fleet.models import Allocation, ChipType, Job
 from kernel import planner
 from market.signals import MoveDestination
-from workers.choices import AllocationMode
-from workers.models import Allocation, ChipType, Job
 from workers.services import spot
 from workers.services.planning import quote
 

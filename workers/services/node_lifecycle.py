@@ -29,8 +29,9 @@ from django.db.models import Case, F, Value, When
 from django.utils import timezone
 
 from base.outage import database_last_unreachable
-from workers.choices import AgentStatus, CommandStatus, JobStatus
-from workers.models import AgentCommand, Allocation, MigrationReason, Node
+from fleet.choices import AgentStatus, CommandStatus, JobStatus, MigrationReason
+from fleet.models import Allocation, Node
+from workers.models import AgentCommand
 from workers.services import lifecycle
 
 logger = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 
 from base.tokens import hash_token
-from workers.models import Node
+from fleet.models import Node
 
 # What a poll or a report reads of its node (the rest is loaded if ever touched): node_lifecycle.record_heartbeat's,
 # restarts.move_jobs_of_vanished_ranks' and reports.accept_report's fields.

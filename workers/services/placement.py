@@ -19,18 +19,18 @@ from django.utils import timezone
 
 from base.deadlocks import retry_on_deadlock
 from billing.services.holds import HoldRefused, check_hold, lock_credit
-from hosts.runtime.staging import stored
+from fleet.choices import AllocationMode, JobStatus
+from fleet.models import Allocation, Job, Node
 from kernel.modelfiles.hfconfig import lora_settings
 from kernel.modelspecs import LORA
 from kernel.planner import Plan, Rank
 from kernel.protocol import CommandType, RankLaunch
 from kernel.spec import JobSpec
 from kernel.storage import StorageError
+from kernel.storage.locations import stored
 from market.services.commitments import commitments
 from market.services.locks import lock_job_bids
 from market.services.reservations import end_job_reservations
-from workers.choices import AllocationMode, JobStatus
-from workers.models import Allocation, Job, Node
 from workers.services import commands, lifecycle, spot
 from workers.services.checkpoints import job_checkpoints, own_checkpoint_key
 from workers.services.fleet import free_chips

@@ -10,12 +10,12 @@ from dataclasses import replace
 from django.conf import settings
 
 from billing.services.pricing import current_offers
+from fleet.choices import AgentStatus
+from fleet.models import Node
 from kernel import planner
 from kernel.modelfiles.hfconfig import lora_settings
 from kernel.modelspecs import LORA, ModelSpec, spec_from_config
 from kernel.spec import JobSpec
-from workers.choices import AgentStatus
-from workers.models import Node
 from workers.services import spot
 from workers.services.fleet import free_chips, schedulable_nodes
 from workers.services.models import ModelSource, resolve_model_source

@@ -17,8 +17,8 @@ from django.core.cache import cache
 from django.db.models import Q
 from django.utils import timezone
 
-from workers.choices import AgentStatus, JobStatus
-from workers.models import Job, Node
+from fleet.choices import AgentStatus, JobStatus
+from fleet.models import Job, Node
 
 FLEET_KEY = "planning:online-fleet"
 

@@ -11,9 +11,10 @@ from datetime import UTC, datetime
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from fleet.choices import JobEventKind, JobStatus
+from fleet.models import Allocation, Job, Node
 from kernel.protocol import ReportKind
-from workers.choices import JobEventKind, JobStatus
-from workers.models import Allocation, Job, JobEval, JobLogLine, JobMetric, Node, RankExit
+from workers.models import JobEval, JobLogLine, JobMetric, RankExit
 from workers.services import lifecycle
 from workers.services.allocations import release_leaving_chips
 from workers.services.checkpoints import job_checkpoints, own_checkpoint_key, record_checkpoint

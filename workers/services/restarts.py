@@ -15,9 +15,10 @@ from datetime import datetime
 
 from django.utils import timezone
 
+from fleet.choices import CommandStatus, JobStatus, MigrationReason
+from fleet.models import Allocation, Node
 from kernel.protocol import CommandType
-from workers.choices import CommandStatus, JobStatus
-from workers.models import AgentCommand, Allocation, MigrationReason, Node, RankExit
+from workers.models import AgentCommand, RankExit
 from workers.services import lifecycle
 
 logger = logging.getLogger(__name__)

@@ -19,7 +19,8 @@ from django.db.models import Exists, Model, OuterRef
 from django.utils import timezone
 
 from billing.models import OperatorSettings
-from workers.models import Job, JobLogLine, JobMetric
+from fleet.models import Job
+from workers.models import JobLogLine, JobMetric
 
 BATCH = 5000
 PRUNED = {"log_lines": JobLogLine, "metrics": JobMetric}

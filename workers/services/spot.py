@@ -21,13 +21,13 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from billing.services.pricing import current_offers
+from fleet.choices import AllocationMode
+from fleet.models import Allocation, ChipType, Job, Node
 from kernel import planner
 from kernel.spec import JobSpec
 from market.services.bids import cancelled_chip_types, lapsed_chip_types, sync_job_bids
 from market.services.clearing import request_clearing
 from market.services.market_state import bid_prices_by_job, reserved_for_waiting_bids
-from workers.choices import AllocationMode
-from workers.models import Allocation, ChipType, Job, Node
 from workers.services.fleet import free_chips, schedulable_nodes
 
 

@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.core import signing
 
-from hosts.runtime.staging import is_stored, key_of
+from fleet.choices import JobStatus
+from fleet.models import Allocation, Job, Node
 from kernel.protocol import STORAGE_GRANT_PREFIX, RankLaunch
 from kernel.storage import StorageError, check_key
-from workers.choices import JobStatus
-from workers.models import Allocation, Job, Node
+from kernel.storage.locations import is_stored, key_of
 from workers.services.checkpoints import job_checkpoints
 from workers.services.storage import platform_store
 

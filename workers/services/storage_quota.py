@@ -21,7 +21,8 @@ from django.db import connection, transaction
 from django.db.models import Sum
 from django.template.defaultfilters import filesizeformat
 
-from workers.models import Dataset, JobCheckpoint, UploadedModel
+from fleet.models import Dataset, UploadedModel
+from workers.models import JobCheckpoint
 
 T = TypeVar("T")
 QUOTA_LOCK = zlib.crc32(b"starverse-storage-quota") & 0x7FFFFFFF  # advisory lock keys are 32-bit signed

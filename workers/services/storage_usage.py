@@ -7,8 +7,8 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from fleet.models import Dataset, Job, UploadedModel
 from kernel.storage import Store
-from workers.models import Dataset, Job, UploadedModel
 
 CATEGORIES = ("datasets", "models", "checkpoints")
 JOB_FOLDER = re.compile(r"^job-([0-9]{1,18})$")

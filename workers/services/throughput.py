@@ -11,8 +11,9 @@ from django.db import transaction
 from django.db.models import Avg, F, Max, Min
 from django.utils import timezone
 
+from fleet.models import Allocation, Job
 from kernel.planner.throughput import NodeMeasure
-from workers.models import Allocation, Job, JobMetric, MeasuredThroughput, NodeThroughput
+from workers.models import JobMetric, MeasuredThroughput, NodeThroughput
 
 # Weight of a new run against the history (exponential moving average).
 NEW_RUN_WEIGHT = 0.5

@@ -8,7 +8,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from billing.services.reconciliation import differences as differences_found
-from workers.models import Allocation
+from fleet.models import Allocation
 
 
 class Command(BaseCommand):

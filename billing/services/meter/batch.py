@@ -6,7 +6,7 @@ import numpy as np
 from django.db import connection
 
 from billing.services.meter.columns import Allocations, Lines, column_cursor, columns_of, int_array
-from workers.choices import AllocationMode
+from fleet.choices import AllocationMode
 
 # An allocation still to bill: open, or ended and not yet folded into its line (folding it in sets
 # its billed_through to its last whole second, which is after ended_at - 1 s).

@@ -13,8 +13,8 @@ import numpy as np
 
 from billing.services.meter.columns import US, Allocations, Lines, PriceLines, from_us, to_us
 from billing.services.pricing import PriceBook
+from fleet.choices import AllocationMode
 from kernel.money import cost_of_integral
-from workers.choices import AllocationMode
 
 SECOND = timedelta(seconds=1)
 

@@ -9,9 +9,9 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db.models import Sum
 
 from billing.models import Price
+from fleet.models import ChipType, Node
 from kernel.money import InvalidAmount, format_amount, format_price, to_micros
 from market.simulation import HOUR, ChipMarket, MarketRun, SpotJob, simulate
-from workers.models import ChipType, Node
 
 # Chips assumed for a chip type that has no spot-eligible node yet, so the command says
 # something useful on a freshly seeded catalog; the output says when it was assumed.

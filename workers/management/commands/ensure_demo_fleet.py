@@ -10,8 +10,9 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from base.tokens import hash_token
-from hosts.agent.state import STATE_FILE
-from workers.models import EnrollmentToken, Node, Pool
+from fleet.models import Node, Pool
+from kernel.protocol import AGENT_STATE_FILE
+from workers.models import EnrollmentToken
 from workers.services.node_lifecycle import reset_node
 
 # hostname, chip type, chips, spot-eligible: three chip types, small enough for a 2-core laptop.
@@ -68,7 +69,7 @@ def _usable(raw: str) -> bool:
 def _saved_token_hash(agent_dir: Path) -> str | None:
     """The hash of the node token the agent saved, if any."""
     try:
-        token = json.loads((agent_dir / STATE_FILE).read_text()).get("node_token")
+        token = json.loads((agent_dir / AGENT_STATE_FILE).read_text()).get("node_token")
     except (OSError, ValueError):
         return None
     return hash_token(token) if token else None

@@ -6,9 +6,9 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 
 from billing.models import Price
+from fleet.models import ChipType, Node, Pool
 from kernel.catalog import SEED_NODES, ZONE, chip_specs
 from kernel.money import to_micros
-from workers.models import ChipType, Node, Pool
 
 
 class Command(BaseCommand):

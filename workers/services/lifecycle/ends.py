@@ -15,10 +15,11 @@ from django.utils import timezone
 
 from billing.notifications import credit_stop_requested as credit_stop_requested_email
 from billing.notifications import job_ended
+from fleet.choices import JobEventKind, JobStatus
+from fleet.models import Job
 from kernel.protocol import CommandType
 from market.services.bids import close_job_bids
-from workers.choices import JobEventKind, JobStatus
-from workers.models import Job, JobEvent
+from workers.models import JobEvent
 from workers.services import allocations, commands, migration
 from workers.services.events import record_event
 from workers.services.lifecycle.starts import WAITING

@@ -8,8 +8,9 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
-from workers.choices import JobEventKind, JobStatus
-from workers.models import Allocation, Job, JobMigration, MigrationReason, Node
+from fleet.choices import JobEventKind, JobStatus, MigrationReason
+from fleet.models import Allocation, Job, Node
+from workers.models import JobMigration
 from workers.services import allocations, migration
 from workers.services.events import record_event
 from workers.services.lifecycle.ends import fence, finish, stop_ranks

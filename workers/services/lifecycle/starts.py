@@ -8,11 +8,11 @@ from django.db import transaction
 from django.dispatch import Signal
 from django.utils import timezone
 
+from fleet.choices import JobEventKind, JobStatus
+from fleet.models import Job
 from kernel.modelspecs import ModelSpec
 from kernel.planner import Plan
 from kernel.spec import JobSpec
-from workers.choices import JobEventKind, JobStatus
-from workers.models import Job
 from workers.services import migration
 from workers.services.events import record_event
 from workers.services.queue import next_plan_time

@@ -2,7 +2,7 @@
 
 The platform calls `validate_dataset_file` when a user uploads a dataset, so this module must
 import nothing heavy. Parsing and the record kinds (text, jsonl, chat, completion) live in
-hosts.runtime.record_files; this module adds the upload's entry point and dataset references.
+kernel.datasets.files; this module adds the upload's entry point and dataset references.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from hosts.runtime.record_files import DatasetError, count_records
+from kernel.datasets.files import DatasetError, count_records
 
 __all__ = ["DatasetError", "local_path", "validate_dataset_file"]
 

@@ -8,7 +8,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q, Sum
 
-from workers.choices import AgentStatus, ChipFamily, SoftwareStack
+from fleet.choices import AgentStatus, ChipFamily, SoftwareStack
 
 # The unit of work on the pricing page: one RTX 4090-hour of delivered bf16 compute.
 REFERENCE_CHIP = "rtx-4090"
@@ -34,6 +34,7 @@ class ChipType(models.Model):
     sort_order = models.PositiveSmallIntegerField(default=0)
 
     class Meta:
+        db_table = "workers_chiptype"  # its table from before the move
         ordering = ["sort_order", "slug"]
         constraints = [
             models.CheckConstraint(condition=Q(bf16_tflops__gt=0), name="chip_tflops_positive"),
@@ -56,6 +57,7 @@ class Pool(models.Model):
     name = models.SlugField(max_length=80, unique=True)
 
     class Meta:
+        db_table = "workers_pool"  # its table from before the move
         ordering = ["chip_type__sort_order", "zone"]
         constraints = [models.UniqueConstraint(fields=["chip_type", "zone"], name="one_pool_per_chip_and_zone")]
 
@@ -97,6 +99,7 @@ class Node(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
+        db_table = "workers_node"  # its table from before the move
         ordering = ["pool", "hostname"]
         constraints = [models.CheckConstraint(condition=Q(chips__gte=1), name="node_has_chips")]
 

@@ -1,4 +1,4 @@
-"""Training jobs, the chips they hold (allocations), and what they report."""
+"""Training jobs and the chips they hold (allocations)."""
 
 from __future__ import annotations
 
@@ -6,47 +6,9 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from fleet.choices import AllocationMode, JobEventKind, JobStatus, Policy, TrainingMode
+from fleet.fields import PlanField
 from kernel.money import format_amount
-from workers.choices import AllocationMode, DatasetKind, JobEventKind, JobStatus, Policy, TrainingMode
-from workers.models.fields import PlanField
-
-
-class Dataset(models.Model):
-    """A user's uploaded text or JSONL corpus, validated at upload and kept in object storage.
-
-    The file is a tree of one file, `<store_prefix>/<file_name>` (datasets/<owner id>/<uuid>/data.txt or
-    data.jsonl: the suffix keeps the kind the upload was read as), with its manifest beside it.
-    """
-
-    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="datasets")
-    name = models.CharField(max_length=120)
-    kind = models.CharField(max_length=16, choices=DatasetKind.choices)
-    store_prefix = models.CharField(max_length=255, unique=True, help_text="The dataset's tree in object storage")
-    file_name = models.CharField(max_length=40, help_text="The file in the tree: data.txt or data.jsonl")
-    sha256 = models.CharField(max_length=64)
-    size_bytes = models.PositiveBigIntegerField()
-    samples = models.PositiveIntegerField()
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        ordering = ["-created_at"]
-
-    def __str__(self) -> str:
-        return self.name
-
-    @property
-    def reference(self) -> str:
-        return f"upload:{self.pk}"
-
-    @property
-    def key(self) -> str:
-        """The file's storage key."""
-        return f"{self.store_prefix}/{self.file_name}"
-
-    @property
-    def location(self) -> str:
-        """How a launch names the file: store:<key> (hosts/runtime/staging.py)."""
-        return f"store:{self.key}"
 
 
 class Job(models.Model):
@@ -56,7 +18,9 @@ class Job(models.Model):
     name = models.CharField(max_length=120, blank=True)
     model_name = models.CharField(max_length=200)  # a catalog name, model:<id>, or a cached Hub id
     dataset = models.CharField(max_length=120, default="synthetic")
-    dataset_upload = models.ForeignKey(Dataset, null=True, blank=True, on_delete=models.PROTECT, related_name="jobs")
+    dataset_upload = models.ForeignKey(
+        "fleet.Dataset", null=True, blank=True, on_delete=models.PROTECT, related_name="jobs"
+    )
     per_device_batch_size = models.PositiveIntegerField()
     max_steps = models.PositiveIntegerField()
     policy = models.CharField(max_length=20, choices=Policy.choices, default=Policy.COST_PERFORMANCE)
@@ -80,7 +44,7 @@ class Job(models.Model):
     model_spec = models.JSONField(null=True, blank=True, editable=False)
     # Held-out loss: an eval dataset of the owner's, or a fraction of the training records; every N steps.
     eval_dataset_upload = models.ForeignKey(
-        Dataset, null=True, blank=True, on_delete=models.PROTECT, related_name="eval_jobs"
+        "fleet.Dataset", null=True, blank=True, on_delete=models.PROTECT, related_name="eval_jobs"
     )
     eval_fraction = models.FloatField(default=0)
     eval_every = models.PositiveIntegerField(default=0)
@@ -117,6 +81,7 @@ class Job(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
+        db_table = "workers_job"  # its table from before the move
         ordering = ["-created_at", "-id"]
         constraints = [
             models.CheckConstraint(condition=Q(max_budget_per_hour__gt=0), name="job_budget_positive"),
@@ -161,8 +126,8 @@ class Allocation(models.Model):
     """Chips of one node held by one job from `started_at` until `ended_at`."""
 
     job = models.ForeignKey(Job, on_delete=models.PROTECT, related_name="allocations")
-    node = models.ForeignKey("workers.Node", on_delete=models.PROTECT, related_name="allocations")
-    chip_type = models.ForeignKey("workers.ChipType", on_delete=models.PROTECT, related_name="+")
+    node = models.ForeignKey("fleet.Node", on_delete=models.PROTECT, related_name="allocations")
+    chip_type = models.ForeignKey("fleet.ChipType", on_delete=models.PROTECT, related_name="+")
     chips = models.PositiveSmallIntegerField()
     mode = models.CharField(max_length=12, choices=AllocationMode.choices, default=AllocationMode.ON_DEMAND)
     epoch = models.PositiveIntegerField()
@@ -182,6 +147,7 @@ class Allocation(models.Model):
     objects = AllocationQuerySet.as_manager()
 
     class Meta:
+        db_table = "workers_allocation"  # its table from before the move
         ordering = ["started_at", "id"]
         constraints = [
             models.CheckConstraint(condition=Q(chips__gte=1), name="allocation_has_chips"),
@@ -194,139 +160,3 @@ class Allocation(models.Model):
 
     def __str__(self) -> str:
         return f"{self.chips}× {self.chip_type_id} on {self.node_id} for job {self.job_id}"
-
-
-class JobEvent(models.Model):
-    """A step in a job's life, shown on its timeline."""
-
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
-    kind = models.CharField(max_length=20, choices=JobEventKind.choices)
-    message = models.TextField(blank=True)
-    data = models.JSONField(default=dict, blank=True)
-    epoch = models.PositiveIntegerField(default=0)
-    created_at = models.DateTimeField(db_index=True)
-
-    class Meta:
-        ordering = ["created_at", "id"]
-
-    def __str__(self) -> str:
-        return f"{self.kind}: {self.message}"
-
-
-class JobMetric(models.Model):
-    """One rank's numbers for one step."""
-
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="metrics")
-    epoch = models.PositiveIntegerField()
-    rank = models.PositiveSmallIntegerField()
-    step = models.PositiveIntegerField()
-    loss = models.FloatField(null=True)  # None: the step's batch had no target tokens
-    tokens_per_s = models.FloatField()
-    step_time_s = models.FloatField(default=0)
-    samples_seen = models.PositiveBigIntegerField(default=0)
-    memory_mb = models.FloatField(default=0)
-    chip_type = models.CharField(max_length=40, blank=True)
-    created_at = models.DateTimeField()
-
-    class Meta:
-        ordering = ["step", "rank"]
-        constraints = [
-            models.UniqueConstraint(fields=["job", "epoch", "rank", "step"], name="one_metric_per_rank_step")
-        ]
-
-    def __str__(self) -> str:
-        return f"job {self.job_id} rank {self.rank} step {self.step}: loss {self.loss}"
-
-
-class JobEval(models.Model):
-    """The held-out loss after a step: mean cross-entropy over the eval records' target tokens."""
-
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="evals")
-    epoch = models.PositiveIntegerField()
-    step = models.PositiveIntegerField()
-    eval_loss = models.FloatField()
-    eval_tokens = models.PositiveBigIntegerField()
-    created_at = models.DateTimeField()
-
-    class Meta:
-        ordering = ["step"]
-        constraints = [models.UniqueConstraint(fields=["job", "step"], name="one_eval_per_job_step")]
-
-    def __str__(self) -> str:
-        return f"job {self.job_id} step {self.step}: eval loss {self.eval_loss:.4f}"
-
-
-class JobLogLine(models.Model):
-    """A line a rank printed."""
-
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="log_lines")
-    epoch = models.PositiveIntegerField()
-    rank = models.PositiveSmallIntegerField()
-    line = models.TextField()
-    created_at = models.DateTimeField(db_index=True)
-
-    class Meta:
-        ordering = ["created_at", "id"]
-
-    def __str__(self) -> str:
-        return f"job {self.job_id} rank {self.rank}: {self.line[:80]}"
-
-
-class MeasuredThroughput(models.Model):
-    """What the platform has measured a chip type do on a model (tokens/s per chip)."""
-
-    model_name = models.CharField(max_length=200)  # a catalog name, model:<id>, or a cached Hub id
-    chip_type = models.ForeignKey("workers.ChipType", on_delete=models.CASCADE, related_name="+")
-    simulated = models.BooleanField(default=False)
-    tokens_per_s = models.FloatField()
-    samples = models.PositiveIntegerField(default=0)
-    updated_at = models.DateTimeField(auto_now=True)
-
-    class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["model_name", "chip_type", "simulated"], name="one_measure_per_model_chip")
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.model_name} on {self.chip_type_id}: {self.tokens_per_s:.0f} tokens/s"
-
-
-class NodeThroughput(models.Model):
-    """What one node has delivered on one model: the per-rank speed of its ranks inside a whole
-    job (the wait for slower peers and the collectives included, and the host's CPU limits when it
-    simulates chips), and the seconds a job spent starting there before its first step and
-    finishing after its last. Quotes use it in place of the chip's modelled speed once it exists."""
-
-    node = models.ForeignKey("workers.Node", on_delete=models.CASCADE, related_name="measured")
-    model_name = models.CharField(max_length=200)
-    tokens_per_s = models.FloatField(help_text="Per rank in a run's steady steps; the median of the recent runs")
-    overhead_s = models.FloatField(
-        default=0, help_text="Start-up before the first step plus finishing after the last; median of the recent runs"
-    )
-    spread = models.FloatField(default=0, help_text="Mean of |estimate − run| / run over the recent runs")
-    recent = models.JSONField(default=list, help_text="The last runs: [tokens/s per rank, overhead s, run s]")
-    samples = models.PositiveIntegerField(default=0)
-    updated_at = models.DateTimeField(auto_now=True)
-
-    class Meta:
-        constraints = [models.UniqueConstraint(fields=["node", "model_name"], name="one_measure_per_node_model")]
-
-    def __str__(self) -> str:
-        return f"{self.model_name} on node {self.node_id}: {self.tokens_per_s:.0f} tokens/s per rank"
-
-
-class RankExit(models.Model):
-    """How one rank of one placement ended."""
-
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="rank_exits")
-    epoch = models.PositiveIntegerField()
-    rank = models.PositiveSmallIntegerField()
-    code = models.IntegerField()
-    error = models.TextField(blank=True)
-    created_at = models.DateTimeField()
-
-    class Meta:
-        constraints = [models.UniqueConstraint(fields=["job", "epoch", "rank"], name="one_exit_per_rank")]
-
-    def __str__(self) -> str:
-        return f"job {self.job_id} epoch {self.epoch} rank {self.rank} exited {self.code}"

@@ -79,7 +79,7 @@ class CommandStatus(models.TextChoices):
 
 
 class DatasetKind(models.TextChoices):
-    """The record kinds of hosts.runtime.record_files."""
+    """The record kinds of kernel.datasets.files."""
 
     TEXT = "text", "Plain text"
     JSONL = "jsonl", "JSON lines"
@@ -90,3 +90,21 @@ class DatasetKind(models.TextChoices):
 class TrainingMode(models.TextChoices):
     FULL = "full", "Full fine-tuning"
     LORA = "lora", "LoRA adapter"
+
+
+class MigrationReason(models.TextChoices):
+    OUTBID = "outbid", "Outbid on the spot market"
+    ON_DEMAND = "on_demand", "Chips needed for on-demand work"
+    BID_CANCELLED = "bid_cancelled", "Bid cancelled"
+    MAINTENANCE = "maintenance", "Node reclaimed by the operator"
+    LOST_NODE = "lost_node", "Node lost (no heartbeat)"
+
+
+class MigrationStatus(models.TextChoices):
+    NOTICE = "notice", "Checkpointing"
+    WAITING = "waiting", "Waiting for chips"
+    RESUMING = "resuming", "Resuming"
+    RESUMED = "resumed", "Resumed"
+    # The ranks trained the last step and saved the model before the notice reached them: no move needed.
+    FINISHED = "finished", "Finished before moving"
+    ABANDONED = "abandoned", "Abandoned"

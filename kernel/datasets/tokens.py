@@ -4,7 +4,7 @@ Each record becomes token ids and a loss mask (True: a token the model is traine
 token of a text, the completion of a prompt, the assistant turns of a chat. The platform validates
 uploads and previews tokenization with this module, so it imports no torch, and transformers only
 inside the functions that load or use a model's tokenizer. Reading the records is
-hosts.runtime.record_files; packing them into windows, hosts.runtime.records.
+kernel.datasets.files; packing them into windows, hosts.runtime.records.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from hosts.runtime.record_files import CHAT, COMPLETION, JSONL, KINDS, TEXT, DatasetError
+from kernel.datasets.files import CHAT, COMPLETION, JSONL, KINDS, TEXT, DatasetError
 
 Encoded = tuple[list[int], list[bool]]
 Span = tuple[int, int]
