@@ -40,7 +40,7 @@ from launcher.stores import EmbeddedPostgres, EmbeddedRedis
 from launcher.stripe import configure_test_mode
 from launcher.supervisor import Output, RestartPolicy, Supervisor, command_children
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 SETUP_COMMANDS = (
     ("migrate", "--noinput"),
     ("collectstatic", "--noinput", "--verbosity", "0"),

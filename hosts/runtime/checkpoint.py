@@ -47,6 +47,7 @@ from hosts.runtime.engine import Placement
 from hosts.runtime.hfmodel import ModelSource, spec_from_dict
 from kernel.modelspecs import ModelSpec
 from kernel.protocol import RankLaunch
+from kernel.storage import locations
 from kernel.storage.base import join
 from kernel.storage.trees import local_files, read_manifest, upload_files, upload_tree, write_manifest
 
@@ -90,7 +91,7 @@ def layout(zero_stage: int) -> str:
 def save(engine, launch: RankLaunch, placement: Placement, state: TrainState, export: bool) -> tuple[str, float]:
     """Collective: write step-<state.step> atomically; returns (path or `store:` key, seconds)."""
     started = time.perf_counter()
-    stored = staging.is_stored(launch.checkpoint_dir)
+    stored = locations.is_stored(launch.checkpoint_dir)
     root = Path(launch.run_dir) / "checkpoints" if stored else Path(launch.checkpoint_dir)
     final = root / f"step-{state.step}"
     tmp = root / f".tmp-{final.name}-e{launch.epoch}"
@@ -110,9 +111,9 @@ def save(engine, launch: RankLaunch, placement: Placement, state: TrainState, ex
     weights = full_fp32_state_dict(engine) if export else None
     dist.barrier()
     if stored:
-        key = join(staging.key_of(launch.checkpoint_dir), final.name)
+        key = join(locations.key_of(launch.checkpoint_dir), final.name)
         _upload(engine, launch, placement, state, weights, tmp, key)
-        return staging.stored(key), time.perf_counter() - started
+        return locations.stored(key), time.perf_counter() - started
     if placement.rank == 0:
         _finish_locally(engine, launch, placement, state, weights, tmp)
         _fsync_tree(tmp)
@@ -159,8 +160,8 @@ def plan_resume(launch: RankLaunch, placement: Placement) -> ResumePlan | None:
     if not launch.resume_from:
         return None
     key = storage = None
-    if staging.is_stored(launch.resume_from):
-        key, storage = staging.key_of(launch.resume_from), staging.host_storage(launch)
+    if locations.is_stored(launch.resume_from):
+        key, storage = locations.key_of(launch.resume_from), staging.host_storage(launch)
         step_dir = Path(launch.run_dir) / "resume" / key.rsplit("/", 1)[-1]
         _stage(storage, key, step_dir, lambda name: name == META)
     else:

@@ -32,6 +32,7 @@ from hosts.runtime.hfmodel import ModelSource, spec_from_dict, token_loss_sum
 from hosts.runtime.pacing import Pacer
 from hosts.runtime.progress import ProgressLog, progress_line
 from kernel.protocol import RankLaunch
+from kernel.storage import locations
 
 
 def scaled_loss(loss_sum: torch.Tensor, world_size: int, global_loss_tokens: int) -> torch.Tensor:
@@ -231,7 +232,7 @@ def run(launch: RankLaunch, events: EventStream) -> TrainState:
         clock.mark("load")
         resumed = f"resumed {plan.mode} from {plan.step_dir} at step {state.step}" if plan else "fresh start"
         _log(f"rank {placement.rank}/{placement.world_size} on {placement.device}: {resumed}; {clock}")
-        resumed = (staging.stored(plan.key) if plan.key else plan.step_dir) if plan else None
+        resumed = (locations.stored(plan.key) if plan.key else plan.step_dir) if plan else None
         return Trainer(launch, placement, engine, state, events=events, data=data, resumed=resumed).run()
     finally:
         dist.destroy_process_group()
