@@ -201,7 +201,7 @@ def enroll_fleet(size: int, tag: str) -> Fleet:
     from fleet.models import Job, Pool
     from kernel.planner.types import Plan
     from workers.models import EnrollmentToken
-    from workers.services.fleet import enroll_node
+    from workers.services.enrollment import enroll_node
     from workers.services.placement import allocate
 
     pool = Pool.objects.get(chip_type__slug="rtx-4090")

@@ -25,7 +25,7 @@ from portal.forms import TrainingForm
 from portal.views.quote_lines import on_demand_note, quote_lines
 from portal.views.quote_policies import policy_rows
 from portal.views.rerun import form_initial
-from workers.services.fleet import free_chips, schedulable_nodes
+from workers.services.capacity import free_chips, schedulable_nodes
 from workers.services.launch import LaunchRefused, fleet_refusal, launch
 from workers.services.planning import quote
 

@@ -28,7 +28,7 @@ from workers.agent_service.app import AgentService
 from workers.models import EnrollmentToken, JobLogLine
 from workers.services import channel
 from workers.services.commands import queue_for_node
-from workers.services.fleet import enroll_node
+from workers.services.enrollment import enroll_node
 from workers.services.heartbeats import HeartbeatBatch
 from workers.services.placement import allocate
 

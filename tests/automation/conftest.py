@@ -11,7 +11,7 @@ from rest_framework.test import APIClient
 from fleet.models import Pool
 from portal.models import ApiToken, TokenScope
 from workers.models import EnrollmentToken
-from workers.services.fleet import enroll_node
+from workers.services.enrollment import enroll_node
 
 
 def client_with(token: str) -> APIClient:

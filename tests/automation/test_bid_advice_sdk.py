@@ -17,7 +17,7 @@ from market.services.bids import place_bid
 from tests.automation.test_cli import starverse as run_starverse
 from tests.compute.test_spot_migration import spot_job
 from workers.models import EnrollmentToken
-from workers.services.fleet import enroll_node
+from workers.services.enrollment import enroll_node
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("tasks_run_inline")]
 

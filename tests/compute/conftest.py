@@ -9,7 +9,7 @@ from fleet.choices import JobStatus
 from fleet.models import Job, Pool
 from kernel.planner import Plan
 from workers.models import EnrollmentToken
-from workers.services.fleet import enroll_node
+from workers.services.enrollment import enroll_node
 
 
 @pytest.fixture

@@ -62,7 +62,7 @@ def reset(fleet: Fleet) -> Node:
 
 
 def on_the_locked_row(call: Callable, node: Node, fleet: Fleet) -> None:
-    """enroll and renew as fleet.enroll_node calls them: on the locked row, saved with the enrollment."""
+    """enroll and renew as enrollment.enroll_node calls them: on the locked row, saved with the enrollment."""
     node = Node.objects.select_for_update().get(pk=node.pk) if node.pk else node
     call(node, fleet.now)
     node.save()

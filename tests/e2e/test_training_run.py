@@ -18,7 +18,7 @@ from kernel.storage.trees import read_manifest
 from tests.conftest import token_client
 from tests.e2e.stack import platform_stack, wait_until
 from workers.models import JobMetric
-from workers.services.fleet import free_chips
+from workers.services.capacity import free_chips
 from workers.services.storage import platform_store
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.django_db(transaction=True)]

@@ -18,7 +18,7 @@ from kernel.money import round_micros
 from tests.compute.conftest import hand_plan
 from workers.models import AgentCommand, EnrollmentToken, JobMetric
 from workers.services import lifecycle
-from workers.services.fleet import enroll_node
+from workers.services.enrollment import enroll_node
 from workers.services.monitor import reconcile
 from workers.services.node_lifecycle import record_heartbeat
 from workers.services.placement import allocate

@@ -29,7 +29,7 @@ from launcher.processes import demo_fleet_processes
 from tests.compute.conftest import hand_plan
 from tests.e2e.stack import Stack
 from workers.models import AgentCommand, EnrollmentToken
-from workers.services.fleet import EnrollmentError, enroll_node
+from workers.services.enrollment import EnrollmentError, enroll_node
 from workers.services.placement import allocate
 
 ENROLL = "/api/v1/agent/enroll/"

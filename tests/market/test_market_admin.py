@@ -128,7 +128,7 @@ def test_an_offline_node_is_neither_reclaimed_nor_drained(console):
 
 
 def test_draining_a_node_lets_its_running_jobs_finish_and_places_nothing_new_on_it(console, alice, fund):
-    from workers.services.fleet import schedulable_nodes
+    from workers.services.capacity import schedulable_nodes
 
     fund(alice)
     node = online(Node.objects.order_by("pk").first().hostname)

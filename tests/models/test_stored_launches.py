@@ -19,7 +19,7 @@ from tests.models.test_resolve_model_source import REVISION, cache_repo, upload_
 from tests.stored import grants_answered_here, keys, own_store_url
 from workers.models import EnrollmentToken
 from workers.services.datasets import store_dataset
-from workers.services.fleet import enroll_node
+from workers.services.enrollment import enroll_node
 from workers.services.models import store_model
 from workers.services.placement import allocate, rank_launches
 

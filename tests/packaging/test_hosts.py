@@ -21,7 +21,7 @@ from tests.models.conftest import pack
 from tests.packaging.meta_oracle import meta_shapes
 from tests.packaging.pyproject_extras import installed_by
 from workers.models import EnrollmentToken
-from workers.services.fleet import enroll_node
+from workers.services.enrollment import enroll_node
 
 HERE = Path(__file__).resolve().parent
 REPOSITORY = HERE.parents[1]

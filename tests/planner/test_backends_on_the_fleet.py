@@ -10,7 +10,7 @@ from kernel.spec import JobSpec
 from tests.conftest import JOB_SPEC, token_client
 from workers.models import EnrollmentToken
 from workers.services import planning
-from workers.services.fleet import enroll_node
+from workers.services.enrollment import enroll_node
 from workers.services.placement import rank_launches
 
 pytestmark = pytest.mark.django_db

@@ -7,7 +7,7 @@ from rest_framework.permissions import BasePermission
 
 from fleet.models import Node
 from kernel.protocol import NODE_TOKEN_PREFIX
-from workers.services.fleet import authenticate_node
+from workers.services.enrollment import authenticate_node
 
 
 class NodePrincipal:

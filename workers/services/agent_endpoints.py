@@ -19,7 +19,7 @@ from fleet.models import Node
 from kernel.protocol import STORAGE_GRANT_PREFIX
 from workers.models import AgentCommand
 from workers.services import storage_grants
-from workers.services.fleet import EnrollmentError, enroll_node
+from workers.services.enrollment import EnrollmentError, enroll_node
 from workers.services.reports import ReportRejected, StaleEpoch, accept_report
 from workers.services.restarts import move_jobs_of_vanished_ranks
 

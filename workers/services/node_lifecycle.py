@@ -60,7 +60,7 @@ class NodeChange:
 def enroll(node: Node, now: datetime) -> None:
     """A host enrolled with an enrollment token (new, seeded, or taken over after a reset) is online.
 
-    Call inside fleet.enroll_node's transaction, which locked the hostname's row (the row may not
+    Call inside enrollment.enroll_node's transaction, which locked the hostname's row (the row may not
     exist yet) and saves the node with the rest of the enrollment.
     """
     node.agent_status, node.last_heartbeat_at, node.enrolled_at = AgentStatus.ONLINE, now, now
@@ -68,7 +68,7 @@ def enroll(node: Node, now: datetime) -> None:
 
 def renew(node: Node, now: datetime) -> None:
     """Its own agent re-enrolled the host (with its node token): for its status, a heartbeat.
-    Call as `enroll`, inside fleet.enroll_node's transaction."""
+    Call as `enroll`, inside enrollment.enroll_node's transaction."""
     node.last_heartbeat_at = now
     node.agent_status = heartbeat_status(node.agent_status)
 

@@ -62,5 +62,5 @@ class NodeTokenCache:
 
 
 def _node_for_polls(token_hash: str) -> Node | None:
-    """fleet.authenticate_node for the hot path: the POLL_FIELDS only, on the token's unique index."""
+    """enrollment.authenticate_node for the hot path: the POLL_FIELDS only, on the token's unique index."""
     return Node.objects.only(*POLL_FIELDS).filter(token_hash=token_hash).first()

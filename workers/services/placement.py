@@ -32,8 +32,8 @@ from market.services.commitments import commitments
 from market.services.locks import lock_job_bids
 from market.services.reservations import end_job_reservations
 from workers.services import commands, lifecycle, spot
+from workers.services.capacity import free_chips
 from workers.services.checkpoints import job_checkpoints, own_checkpoint_key
-from workers.services.fleet import free_chips
 from workers.services.models import ModelUnavailable, resolve_model_source, store_hub_snapshot
 from workers.services.planning import model_spec
 from workers.services.storage_grants import issue_grant

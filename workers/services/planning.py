@@ -17,7 +17,7 @@ from kernel.modelfiles.hfconfig import lora_settings
 from kernel.modelspecs import LORA, ModelSpec, spec_from_config
 from kernel.spec import JobSpec
 from workers.services import spot
-from workers.services.fleet import free_chips, schedulable_nodes
+from workers.services.capacity import free_chips, schedulable_nodes
 from workers.services.models import ModelSource, resolve_model_source
 from workers.services.throughput import measured_history, measured_on_nodes
 

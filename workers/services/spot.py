@@ -28,7 +28,7 @@ from kernel.spec import JobSpec
 from market.services.bids import cancelled_chip_types, lapsed_chip_types, sync_job_bids
 from market.services.clearing import request_clearing
 from market.services.market_state import bid_prices_by_job, reserved_for_waiting_bids
-from workers.services.fleet import free_chips, schedulable_nodes
+from workers.services.capacity import free_chips, schedulable_nodes
 
 
 def replan_spec(job: Job) -> JobSpec:

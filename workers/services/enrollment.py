@@ -1,4 +1,4 @@
-"""Nodes joining (enrollment and its credentials) and which chips are free.
+"""Nodes joining: enrollment with a token of the pool, renewal with the node token, and authentication.
 
 A node's status changes only in workers.services.node_lifecycle: enrollment calls it for that.
 """
@@ -9,12 +9,11 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import transaction
-from django.db.models import F, Sum
+from django.db.models import F
 from django.utils import timezone
 
 from base.tokens import hash_token
-from fleet.choices import AgentStatus
-from fleet.models import Allocation, Node
+from fleet.models import Node
 from workers.models import EnrollmentToken, new_node_token
 from workers.services import node_lifecycle
 
@@ -149,21 +148,3 @@ def _check_chips(declared: int, approved: int, whose: str) -> None:
 
 def authenticate_node(raw: str) -> Node | None:
     return Node.objects.select_related("pool__chip_type").filter(token_hash=hash_token(raw)).first()
-
-
-def used_chips(node_ids, now=None) -> dict[int, int]:
-    """Chips held per node: by open allocations, and by reclaimed ones still inside their notice."""
-    holding = Allocation.objects.holding(now or timezone.now()).filter(node_id__in=node_ids)
-    rows = holding.values("node_id").annotate(used=Sum("chips"))
-    return {row["node_id"]: row["used"] for row in rows}
-
-
-def schedulable_nodes():
-    """Nodes whose agent is online (enrolled, heartbeating, not draining)."""
-    return Node.objects.filter(agent_status=AgentStatus.ONLINE).select_related("pool__chip_type")
-
-
-def free_chips(nodes) -> dict[int, int]:
-    nodes = list(nodes)
-    used = used_chips([node.pk for node in nodes])
-    return {node.pk: node.chips - used.get(node.pk, 0) for node in nodes}
