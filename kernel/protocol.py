@@ -143,7 +143,48 @@ class RankLaunch:
     eval_fraction: float = 0.0  # else hold out this fraction of the dataset's records for eval
     eval_every: int = 0  # steps between evals (0: only at the end); needs an eval set
     storage_grant: str | None = None  # the capability for this placement's storage (section 4), or None
+    island: dict | None = None  # IslandLaunch.as_dict() when the run has islands (rank and world are the island's)
     extra: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+SYNC_STEP = "step"  # gradients averaged across islands every step: one flat world
+SYNC_DILOCO = "diloco"  # H inner steps per island, then an outer Nesterov step on the averaged deltas
+SYNC_MODES = (SYNC_STEP, SYNC_DILOCO)
+
+
+@dataclass
+class IslandLaunch:
+    """A rank's island: its place in the run and how the islands keep in step (hosts/runtime/islands/).
+
+    Inside an island, RankLaunch's rank, world_size, master_addr/port and micro_batches are the
+    island's own DeepSpeed world. Across islands only each island's rank 0 (its leader) talks, to
+    the job's torchft Lighthouse, over gloo.
+    """
+
+    index: int  # this island's number in the run: its place in every step's global batch
+    batches: dict  # {island index (str): samples per step} for the islands planned at launch
+    lighthouse: str  # the job's torchft Lighthouse, "http://host:port"
+    address: str  # where this island's leader listens for the other islands (its node's address)
+    stack: str = "cpu"  # the island's software stack (kernel/stacks.py)
+    mode: str = SYNC_STEP
+    sync_every: int = 1  # H: inner steps between syncs (1 in step mode)
+    outer_lr: float = 0.7  # DiLoCo's outer Nesterov SGD
+    outer_momentum: float = 0.9
+    quorum_timeout_s: float = 30.0  # how long a leader waits for a quorum, and for a peer's allreduce
+    start_timeout_s: float = 120.0  # how long the first step waits for every planned island to arrive
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> IslandLaunch:
+        known = set(cls.__dataclass_fields__)
+        return cls(**{key: value for key, value in data.items() if key in known})
+
+    @property
+    def planned(self) -> dict[int, int]:
+        """{island index: samples per step} as planned at launch."""
+        return {int(index): int(batch) for index, batch in self.batches.items()}

@@ -95,8 +95,11 @@ def make_optimizer(model: torch.nn.Module, launch: RankLaunch) -> torch.optim.Op
     and it needs a compiler there); torch's AdamW is the same update with nothing to build.
     """
     extra = launch.extra
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    if extra.get("optimizer", "adamw") == "sgd":  # plain SGD: a linear update, for exactness tests
+        return torch.optim.SGD(trainable, lr=launch.learning_rate)
     return torch.optim.AdamW(
-        [p for p in model.parameters() if p.requires_grad],  # LoRA: the adapter only
+        trainable,  # LoRA: the adapter only
         lr=launch.learning_rate,
         betas=(float(extra.get("beta1", 0.9)), float(extra.get("beta2", 0.95))),
         weight_decay=float(extra.get("weight_decay", 0.01)),

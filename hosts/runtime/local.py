@@ -71,20 +71,21 @@ class LocalJob:
 
     def start(self) -> LocalJob:
         self.workdir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        for launch in self.launches:
-            self.procs.append(self._spawn(launch))
+        for index, launch in enumerate(self.launches):
+            self.procs.append(self._spawn(index, launch))
         return self
 
-    def _spawn(self, launch: RankLaunch) -> subprocess.Popen:
-        config = self.workdir / f"launch-{launch.rank}.json"
+    def _spawn(self, index: int, launch: RankLaunch) -> subprocess.Popen:
+        """Start launch `index` (its rank in a single world; its place in the list with islands)."""
+        config = self.workdir / f"launch-{index}.json"
         with private_file(config) as handle:
             handle.write(json.dumps(dataclasses.asdict(launch)))
         env = {**os.environ, **self._dist_env(launch), **self.env}
         if self.separate_hosts:
             env["LOCAL_RANK"] = "0"
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-        out = private_file(self.stdout_path(launch.rank))  # owned by the child
-        err = private_file(self.stderr_path(launch.rank))
+        out = private_file(self.stdout_path(index))  # owned by the child
+        err = private_file(self.stderr_path(index))
         cmd = [sys.executable, "-m", "hosts.runtime", "--config", str(config)]
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=err, start_new_session=True)
         out.close()
@@ -101,11 +102,11 @@ class LocalJob:
             "MASTER_PORT": str(launch.master_port),
         }
 
-    def stdout_path(self, rank: int) -> Path:
-        return self.workdir / f"rank-{rank}.out"
+    def stdout_path(self, index: int) -> Path:
+        return self.workdir / f"rank-{index}.out"
 
-    def stderr_path(self, rank: int) -> Path:
-        return self.workdir / f"rank-{rank}.err"
+    def stderr_path(self, index: int) -> Path:
+        return self.workdir / f"rank-{index}.err"
 
     def wait(self, timeout: float) -> list[int]:
         """Exit codes of all ranks; kills the job and raises TimeoutError after `timeout`."""
@@ -124,9 +125,9 @@ class LocalJob:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
 
-    def events(self, rank: int) -> list[dict]:
-        """The JSON-lines events this rank has printed so far."""
-        path = self.stdout_path(rank)
+    def events(self, index: int) -> list[dict]:
+        """The JSON-lines events launch `index` (a single world: rank `index`) has printed so far."""
+        path = self.stdout_path(index)
         if not path.exists():
             return []
         lines = path.read_text().splitlines()
@@ -134,9 +135,11 @@ class LocalJob:
 
     def stderr_tail(self, lines: int = 15) -> str:
         tails = []
-        for launch in self.launches:
-            text = self.stderr_path(launch.rank).read_text() if self.stderr_path(launch.rank).exists() else ""
-            tails.append(f"--- rank {launch.rank} stderr ---\n" + "\n".join(text.splitlines()[-lines:]))
+        for index, launch in enumerate(self.launches):
+            path = self.stderr_path(index)
+            text = path.read_text() if path.exists() else ""
+            where = f"island {launch.island['index']} rank {launch.rank}" if launch.island else f"rank {launch.rank}"
+            tails.append(f"--- {where} stderr ---\n" + "\n".join(text.splitlines()[-lines:]))
         return "\n".join(tails)
 
     def run(self, timeout: float) -> list[int]:
@@ -150,3 +153,54 @@ class LocalJob:
 def metrics(events: list[dict]) -> dict[int, dict]:
     """Metric events by step."""
     return {event["step"]: event for event in events if event["event"] == "metric"}
+
+
+def island_launches(islands: list[list[int]], run_dir: Path, lighthouse: str, island: dict | None = None, **fields):
+    """The launches of a local run of islands: `islands[i]` is island i's micro-batches.
+
+    Each island is its own DeepSpeed world (its own rendezvous port); `island` fills or overrides
+    IslandLaunch fields (mode, sync_every, ...); `fields` RankLaunch fields, as in `job_launches`.
+    """
+    batches = {str(index): sum(micro) for index, micro in enumerate(islands)}
+    launches = []
+    for index, micro in enumerate(islands):
+        spec = {"index": index, "batches": batches, "lighthouse": lighthouse, "address": "127.0.0.1", **(island or {})}
+        launches += job_launches(micro, run_dir, island=spec, **fields)
+    return launches
+
+
+class Lighthouse:
+    """torchft's Lighthouse for one local run (its `torchft_lighthouse` program), on a free port."""
+
+    def __init__(self, workdir: Path, join_timeout_ms: int = 2000, heartbeat_timeout_ms: int = 2000) -> None:
+        self.port = free_port()
+        self.address = f"http://127.0.0.1:{self.port}"
+        self.workdir = Path(workdir)
+        self.args = [
+            str(Path(sys.executable).with_name("torchft_lighthouse")),
+            "--min_replicas=1",
+            f"--join_timeout_ms={join_timeout_ms}",
+            f"--heartbeat_timeout_ms={heartbeat_timeout_ms}",
+            "--quorum_tick_ms=50",
+            f"--bind=127.0.0.1:{self.port}",
+        ]
+        self.proc: subprocess.Popen | None = None
+
+    def __enter__(self) -> Lighthouse:
+        self.workdir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        log = private_file(self.workdir / "lighthouse.log")
+        self.proc = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        log.close()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # listening: the islands' Managers can connect
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", self.port)) == 0:
+                    return self
+            time.sleep(0.05)
+        self.__exit__()
+        raise RuntimeError(f"torchft_lighthouse did not listen on port {self.port}")
+
+    def __exit__(self, *exc) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()

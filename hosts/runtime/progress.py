@@ -22,8 +22,9 @@ QUIET_ENV = {
     "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1",
     "HF_HUB_DISABLE_PROGRESS_BARS": "1",
     "TQDM_DISABLE": "1",
+    "RUST_LOG": "warn",  # torchft's Manager and Lighthouse client log every quorum at info level
 }
-LIBRARIES = r"(torch|deepspeed|transformers|peft|accelerate|huggingface_hub|safetensors)(\.|$)"
+LIBRARIES = r"(torch|torchft|deepspeed|transformers|peft|accelerate|huggingface_hub|safetensors)(\.|$)"
 
 
 def quiet_libraries() -> None:

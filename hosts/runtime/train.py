@@ -233,7 +233,16 @@ def run(launch: RankLaunch, events: EventStream) -> TrainState:
         resumed = f"resumed {plan.mode} from {plan.step_dir} at step {state.step}" if plan else "fresh start"
         _log(f"rank {placement.rank}/{placement.world_size} on {placement.device}: {resumed}; {clock}")
         resumed = (locations.stored(plan.key) if plan.key else plan.step_dir) if plan else None
-        return Trainer(launch, placement, engine, state, events=events, data=data, resumed=resumed).run()
+        if launch.island is None:
+            return Trainer(launch, placement, engine, state, events=events, data=data, resumed=resumed).run()
+        from hosts.runtime.islands.trainer import IslandTrainer
+        from kernel.protocol import IslandLaunch
+
+        island = IslandLaunch.from_dict(launch.island)
+        trainer = IslandTrainer(
+            launch, placement, engine, state, events=events, data=data, resumed=resumed, island=island
+        )
+        return trainer.run()
     finally:
         dist.destroy_process_group()
 

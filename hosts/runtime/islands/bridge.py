@@ -1,0 +1,160 @@
+"""The bridge between islands: a torchft Manager in each island's leader, broadcasts inside the island.
+
+torchft does the hard parts: its Lighthouse decides at every sync which islands are in the quorum
+(an island whose heartbeats stop is dropped; one that arrives is added), the Manager reconfigures a
+gloo process group over the quorum, runs the allreduce, agrees with the others whether the step
+commits (every island drops a step any of them failed), and hands a joining island the live state of
+a healthy one (`state_dict` / `load_state_dict` below, over its HTTP checkpoint transport).
+
+Only the leader holds a Manager, so islands of different sizes can meet. What came across reaches
+the island's other ranks by a broadcast on the island's own backend.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch.distributed import ReduceOp, TCPStore
+
+from hosts.runtime.engine import Placement
+from hosts.runtime.islands.layout import Header
+from kernel.protocol import IslandLaunch
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A sync as every rank of the island sees it."""
+
+    committed: bool  # every island in the quorum finished the allreduce: apply it
+    primary: bool  # this island is the quorum's first: it writes the run's checkpoints
+    header: Header  # summed over the quorum (the island's own when not committed)
+    payload: torch.Tensor | None  # summed over the quorum (None when not committed or none was sent)
+
+
+class Bridge:
+    """An island's end of the bridge; every rank of the island makes one and calls it in step."""
+
+    def __init__(
+        self,
+        island: IslandLaunch,
+        placement: Placement,
+        state_dict: Callable[[], dict],
+        payload_size: int,
+    ) -> None:
+        """`state_dict`: what this island hands a joining one (called in torchft's thread while the
+        trainer waits for the quorum); `payload_size`: float32 elements each sync sends across."""
+        self.island, self.placement, self.payload_size = island, placement, payload_size
+        self.leader = placement.rank == 0
+        self.bytes_across = 0  # what this island's leader sent across, all syncs together
+        self.syncs = 0  # committed syncs
+        self.participants = 0  # islands in the last quorum
+        self._healed: dict | None = None
+        self._state_dict = state_dict
+        self.manager = self._manager() if self.leader else None
+
+    def _manager(self):
+        from torchft.manager import Manager
+        from torchft.process_group import ProcessGroupGloo
+
+        timeout = timedelta(seconds=self.island.quorum_timeout_s)
+        # The island's own store for torchft (its DeepSpeed world keeps MASTER_PORT's): the other
+        # islands reach it at the leader's address when their process groups are configured.
+        self.store = TCPStore(self.island.address, 0, is_master=True, wait_for_workers=False)
+        return Manager(
+            pg=ProcessGroupGloo(timeout=timeout),
+            load_state_dict=self._receive,
+            state_dict=self._state_dict,
+            min_replica_size=1,
+            use_async_quorum=False,  # a joining island is healed before its step begins
+            timeout=timeout,
+            quorum_timeout=timedelta(seconds=max(self.island.quorum_timeout_s, self.island.start_timeout_s)),
+            connect_timeout=timeout,
+            rank=0,
+            world_size=1,
+            store_addr=self.island.address,
+            store_port=self.store.port,
+            lighthouse_addr=self.island.lighthouse,
+            replica_id=f"island-{self.island.index}",
+            hostname=self.island.address,
+            init_sync=False,  # every island builds the same weights from the run's seed
+        )
+
+    def _receive(self, state: dict) -> None:
+        """torchft's load_state_dict: a healthy island's state, for this joining one (applied by the trainer)."""
+        self._healed = state
+
+    def gather(self, expected: int) -> int:
+        """Before the first step: wait until every planned island is in the quorum (or start_timeout_s
+        passed, then go on with those that came). Returns how many islands are in."""
+        if self.leader:
+            deadline = time.monotonic() + self.island.start_timeout_s
+            while True:
+                self.manager.start_quorum()
+                self.participants = self.manager.num_participants()
+                if self.participants >= expected or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+        return int(self._share_scalars([float(self.participants)])[0])
+
+    def begin(self) -> dict | None:
+        """Start a sync's quorum. Returns, on every rank of an island that has just joined, the state a
+        healthy island sent it (None otherwise)."""
+        healed = None
+        if self.leader:
+            self.manager.start_quorum()
+            self.participants = self.manager.num_participants()
+            healed, self._healed = self._healed, None
+        if self.placement.world_size > 1:
+            box = [healed]
+            dist.broadcast_object_list(box, src=0)
+            healed = box[0]
+        return healed
+
+    def exchange(self, header: Header, payload: torch.Tensor | None) -> Outcome:
+        """Sum `header` and the leader's `payload` (float32, `payload_size` elements) over the quorum.
+
+        Only the leader's payload is read; the other ranks pass None and receive the sum.
+        """
+        committed, primary, summed, total = False, False, header.pack(), None
+        if self.leader:
+            committed, primary, summed, total = self._allreduce(header, payload)
+        committed, primary = (flag > 0 for flag in self._share_scalars([float(committed), float(primary)]))
+        if not committed:
+            return Outcome(False, primary, header, None)
+        summed = self._share(summed)
+        total = self._share(total if self.leader else torch.empty(self.payload_size, dtype=torch.float32))
+        return Outcome(True, primary, Header.unpack(summed), total)
+
+    def _allreduce(self, header: Header, payload: torch.Tensor | None):
+        manager = self.manager
+        summed = header.pack()
+        works = [manager.allreduce(summed, reduce_op=ReduceOp.SUM), manager.allreduce(payload, reduce_op=ReduceOp.SUM)]
+        for work in works:
+            work.wait()
+        committed = manager.should_commit()
+        participants = max(manager.num_participants(), 1)
+        if committed:  # a ring allreduce sends 2(n-1)/n of the tensor from every member
+            self.bytes_across += int(payload.numel() * payload.element_size() * 2 * (participants - 1) / participants)
+        self.syncs += int(committed)
+        return committed, manager.participating_rank() == 0, summed, payload
+
+    def _share_scalars(self, values: list[float]) -> list[float]:
+        return self._share(torch.tensor(values, dtype=torch.float64)).tolist()
+
+    def _share(self, tensor: torch.Tensor) -> torch.Tensor:
+        """The leader's `tensor` on every rank of the island (a broadcast on the island's backend)."""
+        if self.placement.world_size == 1:
+            return tensor
+        on_device = tensor.to(self.placement.device)
+        dist.broadcast(on_device, src=0)
+        return on_device.cpu()
+
+    def close(self) -> None:
+        if self.manager is not None:
+            self.manager.shutdown(wait=False)
+            self.manager = None

@@ -1,0 +1,236 @@
+"""The step loop of a rank in an island, in `step` or `diloco` mode.
+
+`step`: every step each island computes its gradient inside its own world (the mean over its tokens),
+the leaders sum gradient × tokens across the bridge, and every island applies the same global mean
+gradient: the update of one flat world on the same batches. `diloco`: each island takes H steps on
+its own; then the leaders sum (global parameters − the island's) × the island's tokens, and an outer
+Nesterov SGD step on the token-weighted mean delta gives the new global parameters (DiLoCo). Traffic
+falls H times; the optimisation is close to, not equal to, one world's.
+
+Membership changes only at a sync. An island that joins is healed first (a healthy island sends it
+the parameters, optimizer state where it can, and the data position), then takes part like the others.
+An island that leaves costs the others one dropped sync at most: its allreduce fails, every island
+drops that step (torchft's should_commit) and the next quorum goes on without it.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+
+import torch
+
+from hosts.runtime.checkpoint import TrainState
+from hosts.runtime.control import Request
+from hosts.runtime.data import shard
+from hosts.runtime.islands import layout, tensors
+from hosts.runtime.islands.bridge import Bridge, Outcome
+from hosts.runtime.islands.layout import Header
+from hosts.runtime.train import Trainer, finish_boundary, forward_backward, start_boundary
+from kernel.protocol import SYNC_DILOCO, IslandLaunch
+
+
+class IslandTrainer(Trainer):
+    """A Trainer whose steps meet the other islands' across the bridge."""
+
+    def __init__(self, *args, island: IslandLaunch, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.island = island
+        self.diloco = island.mode == SYNC_DILOCO
+        self.every = max(1, int(island.sync_every)) if self.diloco else 1
+        self.batch = sum(self.launch.micro_batches)  # this island's samples per step
+        self.members = island.planned  # {island: batch} as the last sync saw them
+        self.members.setdefault(island.index, self.batch)
+        self.primary = island.index == min(self.members)
+        self.since_sync, self.tokens_since_sync = 0, 0
+        self.global_params: torch.Tensor | None = None  # diloco, leader: the parameters of the last sync
+        self.outer: torch.optim.Optimizer | None = None
+        size = sum(param.numel() for param in tensors.trainable(self.engine))
+        self.bridge = Bridge(island, self.placement, self.snapshot, payload_size=size)
+        if self.diloco and self.bridge.leader:
+            self._start_outer(tensors.params(self.engine))
+
+    def _start_outer(self, params: torch.Tensor) -> None:
+        self.global_params = torch.nn.Parameter(params.clone())
+        momentum = float(self.island.outer_momentum)
+        self.outer = torch.optim.SGD(
+            [self.global_params], lr=float(self.island.outer_lr), momentum=momentum, nesterov=momentum > 0
+        )
+
+    def run(self) -> TrainState:
+        try:
+            arrived = self.bridge.gather(len(self.island.planned))
+            self._log(f"island {self.island.index} ({self.island.stack}, {self.island.mode}): {arrived} island(s) in")
+            return super().run()
+        finally:
+            self.bridge.close()
+
+    # What a joining island gets from this one (torchft calls it in its own thread while the
+    # leader waits for the quorum, so nothing moves meanwhile).
+    def snapshot(self) -> dict:
+        train = {"step": self.state.step, "samples_seen": self.state.samples_seen, "members": self.members}
+        if self.diloco:
+            return {
+                "train": train,
+                "params": self.global_params.detach().clone(),
+                "outer": copy.deepcopy(self.outer.state_dict()),
+            }
+        optimizer = self.engine.optimizer
+        whole = self.launch.zero_stage == 0 and not self.placement.cuda  # the leader holds all of it
+        return {
+            "train": train,
+            "params": tensors.params(self.engine).clone(),
+            "optimizer": copy.deepcopy(optimizer.state_dict()) if whole else None,
+        }
+
+    def heal(self, state: dict) -> None:
+        """Take a healthy island's state (every rank of this island, after the leader received it)."""
+        tensors.set_params(self.engine, state["params"])
+        if state.get("optimizer") is not None:
+            self.engine.optimizer.load_state_dict(state["optimizer"])
+        train = state["train"]
+        self.members = {int(island): int(batch) for island, batch in train["members"].items()}
+        self.members[self.island.index] = self.batch
+        self.state = TrainState(train["step"], train["samples_seen"], self.state.loss, self.state.eval_loss)
+        self.since_sync, self.tokens_since_sync = 0, 0
+        if self.diloco and self.bridge.leader:
+            self._start_outer(state["params"])
+            self.outer.load_state_dict(state["outer"])
+        self._event("joined")
+        self._log(f"island {self.island.index} joined at step {self.state.step}, healed from a healthy island")
+
+    def step(self) -> Request:
+        if not self.diloco:
+            healed = self.bridge.begin()
+            if healed is not None:
+                self.heal(healed)
+        started = time.perf_counter()
+        first = layout.first_sample(self.state.samples_seen, self.members, self.island.index)
+        loss_sum, loss_tokens, request = self._forward_backward(first)
+        tokens = self.launch.micro_batches[self.placement.rank] * self.spec.seq_len
+        if self.diloco:
+            return self._inner_step(started, tokens, loss_sum, loss_tokens, request)
+        grads = tensors.full_grads(self.engine)  # a collective inside the island at ZeRO 1-2
+        self.pacer.wait(started, tokens)  # the chip's modelled compute ends before it talks across
+        header = self._header(loss_tokens, loss_sum, loss_tokens, request)
+        outcome = self.bridge.exchange(header, grads * loss_tokens if self.bridge.leader else None)
+        if not outcome.committed:  # an island left mid-sync: drop the step, its samples come again
+            self.engine.zero_grad()
+            self._report_dropped(started)
+            return request
+        tensors.set_full_grads(self.engine, outcome.payload / max(outcome.header.weight, 1.0))
+        self.engine.step()
+        return self._advance(outcome, started, tokens, outcome.header.loss)
+
+    def _forward_backward(self, first: int) -> tuple[float, int, Request]:
+        """This island's part of the step: its batch from `first`, gradients reduced inside the island."""
+        rank_first, count = shard(first, self.launch.micro_batches, self.placement.rank)
+        ids, mask = self.corpus.batch(rank_first, count)
+        batch = (ids.to(self.placement.device), mask.to(self.placement.device))
+        loss_tokens = self.corpus.loss_tokens(first, self.batch)
+        loss_sum = forward_backward(self.engine, batch, self.placement.world_size, loss_tokens)
+        pending = start_boundary(loss_sum, self.control.poll() if self.control else None)
+        total, request = finish_boundary(pending)
+        return total, loss_tokens, request
+
+    def _inner_step(self, started: float, tokens: int, loss_sum: float, loss_tokens: int, request: Request):
+        self.engine.step()
+        self.pacer.wait(started, tokens)
+        self.since_sync += 1
+        self.tokens_since_sync += loss_tokens
+        samples_seen = self.state.samples_seen + layout.step_samples(self.members)
+        loss = loss_sum / loss_tokens if loss_tokens else None
+        self.state = TrainState(self.state.step + 1, samples_seen, loss, self.state.eval_loss)
+        self._report(tokens, time.perf_counter() - started)
+        if self.since_sync < self.every and self.state.step < self.launch.max_steps:
+            return Request()  # control requests wait for the sync, where every island acts on them
+        return self._outer_sync(request)
+
+    def _outer_sync(self, request: Request) -> Request:
+        """DiLoCo's outer step: token-weighted mean delta across the islands, Nesterov SGD on it."""
+        healed = self.bridge.begin()
+        if healed is not None:
+            self.heal(healed)  # a newcomer sends a zero delta with zero weight this time
+        delta = None
+        if self.bridge.leader:
+            delta = (self.global_params.detach() - tensors.params(self.engine)) * self.tokens_since_sync
+        header = self._header(self.tokens_since_sync, 0.0, 0, request)
+        outcome = self.bridge.exchange(header, delta)
+        new_params = torch.empty(self.bridge.payload_size, dtype=torch.float32)
+        if self.bridge.leader:
+            if outcome.committed:
+                self.global_params.grad = outcome.payload / max(outcome.header.weight, 1.0)
+                self.outer.step()
+                self.outer.zero_grad()
+            new_params = self.global_params.detach().clone()
+        tensors.set_params(self.engine, self.bridge._share(new_params))  # a failed sync: back to the last one
+        self.since_sync, self.tokens_since_sync = 0, 0
+        if outcome.committed:
+            self.members = outcome.header.members
+            self.primary = outcome.primary
+        self._event("sync")
+        return self._request(outcome, request)
+
+    def _advance(self, outcome: Outcome, started: float, tokens: int, loss: float | None) -> Request:
+        """After a committed step-mode sync: the data moves on by every member's batch."""
+        changed = outcome.header.members != self.members
+        self.members, self.primary = outcome.header.members, outcome.primary
+        samples_seen = self.state.samples_seen + layout.step_samples(self.members)
+        self.state = TrainState(self.state.step + 1, samples_seen, loss, self.state.eval_loss)
+        self._report(tokens, time.perf_counter() - started)
+        if changed:
+            self._event("members")
+        return self._request(outcome, Request())
+
+    def _header(self, weight: float, loss_sum: float, loss_tokens: int, request: Request) -> Header:
+        return Header(
+            weight=float(weight),
+            loss_sum=float(loss_sum),
+            loss_tokens=float(loss_tokens),
+            checkpoint=request.checkpoint,
+            stop=request.stop,
+            export=request.export,
+            members={self.island.index: self.batch},
+        )
+
+    @staticmethod
+    def _request(outcome: Outcome, own: Request) -> Request:
+        """What every island does at this boundary: what any of them was asked."""
+        if not outcome.committed:
+            return own
+        header = outcome.header
+        return Request(checkpoint=header.checkpoint, stop=header.stop, export=header.export)
+
+    def _report_dropped(self, started: float) -> None:
+        self._event("dropped")
+        self._log(f"island {self.island.index}: step {self.state.step + 1} dropped (an island left mid-sync)")
+
+    def _event(self, change: str) -> None:
+        """An `island` event: joined, sync (diloco), members (who takes part changed) or dropped."""
+        self.events.emit("island", step=self.state.step, island=self.island.index, change=change, **self._figures())
+
+    def _figures(self) -> dict:
+        return {
+            "members": sorted(self.members),
+            "syncs": self.bridge.syncs,
+            "bytes_across": self.bridge.bytes_across,
+            "stack": self.island.stack,
+            "mode": self.island.mode,
+        }
+
+    def _due(self) -> bool:
+        """Scheduled checkpoints fall on syncs in diloco mode: between them an island holds only its own weights."""
+        return super()._due() and self.since_sync == 0
+
+    def save(self, export: bool, stopping: bool = False) -> None:
+        """Only the primary island writes the run's checkpoints; the others hold the same weights."""
+        if self.primary:
+            super().save(export, stopping)
+        else:
+            self.saved = (self.state.step, export)
+
+    @staticmethod
+    def _log(line: str) -> None:
+        import sys
+
+        print(line, file=sys.stderr, flush=True)
