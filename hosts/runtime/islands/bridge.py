@@ -54,6 +54,7 @@ class Bridge:
         self.syncs = 0  # committed syncs
         self.participants = 0  # islands in the last quorum
         self._healed: dict | None = None
+        self._quorum_open = False  # the quorum `gather` formed is this island's first sync (it joined mid-run)
         self._state_dict = state_dict
         self.manager = self._manager() if self.leader else None
 
@@ -88,27 +89,36 @@ class Bridge:
         """torchft's load_state_dict: a healthy island's state, for this joining one (applied by the trainer)."""
         self._healed = state
 
-    def gather(self, expected: int) -> int:
-        """Before the first step: wait until every planned island is in the quorum (or start_timeout_s
-        passed, then go on with those that came). Returns how many islands are in."""
+    def gather(self, expected: int) -> bool:
+        """Before the first step: wait until every planned island is in the quorum, or the run is already
+        going (this island joins it), or start_timeout_s passed (go on with those that came).
+
+        Returns whether this island joined a run in progress: its first sync then belongs to the quorum
+        just formed, where the others already are, and `begin` hands over the state it was healed from.
+        """
+        joined = False
         if self.leader:
             deadline = time.monotonic() + self.island.start_timeout_s
             while True:
                 self.manager.start_quorum()
                 self.participants = self.manager.num_participants()
-                if self.participants >= expected or time.monotonic() > deadline:
+                joined = self._healed is not None
+                if joined or self.participants >= expected or time.monotonic() > deadline:
                     break
                 time.sleep(0.05)
-        return int(self._share_scalars([float(self.participants)])[0])
+        self._quorum_open = bool(self._share_scalars([float(joined)])[0])
+        return self._quorum_open
 
     def begin(self) -> dict | None:
         """Start a sync's quorum. Returns, on every rank of an island that has just joined, the state a
         healthy island sent it (None otherwise)."""
         healed = None
         if self.leader:
-            self.manager.start_quorum()
-            self.participants = self.manager.num_participants()
+            if not self._quorum_open:
+                self.manager.start_quorum()
+                self.participants = self.manager.num_participants()
             healed, self._healed = self._healed, None
+        self._quorum_open = False
         if self.placement.world_size > 1:
             box = [healed]
             dist.broadcast_object_list(box, src=0)

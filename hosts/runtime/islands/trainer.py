@@ -29,6 +29,8 @@ from hosts.runtime.islands.layout import Header
 from hosts.runtime.train import Trainer, finish_boundary, forward_backward, start_boundary
 from kernel.protocol import SYNC_DILOCO, IslandLaunch
 
+SYNC_RETRIES = 3  # diloco: times a failed outer sync is tried again (with a new quorum) before it is given up
+
 
 class IslandTrainer(Trainer):
     """A Trainer whose steps meet the other islands' across the bridge."""
@@ -59,11 +61,18 @@ class IslandTrainer(Trainer):
 
     def run(self) -> TrainState:
         try:
-            arrived = self.bridge.gather(len(self.island.planned))
-            self._log(f"island {self.island.index} ({self.island.stack}, {self.island.mode}): {arrived} island(s) in")
+            joined = self.bridge.gather(len(self.island.planned))
+            self._log(f"island {self.island.index} ({self.island.stack}, {self.island.mode}): {self._arrival(joined)}")
+            if joined and self.diloco:
+                self._outer_sync(Request())  # the others are at a sync: meet them there with a zero delta
             return super().run()
         finally:
             self.bridge.close()
+
+    def _arrival(self, joined: bool) -> str:
+        if joined:
+            return "joining a run in progress"
+        return f"{self.bridge.participants if self.bridge.leader else 'all'} island(s) in at the start"
 
     # What a joining island gets from this one (torchft calls it in its own thread while the
     # leader waits for the quorum, so nothing moves meanwhile).
@@ -156,6 +165,12 @@ class IslandTrainer(Trainer):
             delta = (self.global_params.detach() - tensors.params(self.engine)) * self.tokens_since_sync
         header = self._header(self.tokens_since_sync, 0.0, 0, request)
         outcome = self.bridge.exchange(header, delta)
+        for _ in range(SYNC_RETRIES):  # an island left mid-sync: the others try again without it
+            if outcome.committed:
+                break
+            self._event("dropped")
+            self.bridge.begin()
+            outcome = self.bridge.exchange(header, delta)
         new_params = torch.empty(self.bridge.payload_size, dtype=torch.float32)
         if self.bridge.leader:
             if outcome.committed:
