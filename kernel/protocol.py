@@ -7,11 +7,13 @@ Platform <-> agent: JSON over HTTP under /api/v1/agent/, `Authorization: Bearer 
 
 1. POST /api/v1/agent/enroll/   (no Authorization header; the credential is in the body)
    -> {"enrollment_token" | "node_token", "hostname", "chip_type", "chips", "simulated",
-       "spot_eligible", "address", "agent_version", "devices": [{"index", "name", "memory_gib"}]}
+       "spot_eligible", "address", "agent_version", "devices": [{"index", "name", "memory_gib"}],
+       "runtimes": [stack, ...]}   (the stacks whose runtime the host has: kernel/stacks.py)
    <- 201 {"node_id", "node_token", "pool", "chip_type", "poll_timeout_s", "heartbeat_deadline_s",
            "address", "address_source": "declared|observed"}
     | 403 {"detail", "code"} (token unknown, revoked, expired or used up; hostname taken; more
-      chips than the operator approved)
+      chips than the operator approved; real chips of a stack with no runtime on the host:
+      "stack_runtime_missing", naming what to install)
     | 400 (a malformed field; "address" when none was declared and the platform can't see one)
    "address" is where other nodes' ranks reach this host (the rank-0 node's is every rank's
    MASTER_ADDR): an IP address or a DNS name the agent declares, or "" / "auto" (ADDRESS_AUTO):

@@ -1,4 +1,5 @@
-"""What chips this host offers: real CUDA GPUs, or simulated chips that run on the CPU.
+"""What chips this host offers: real CUDA GPUs, or simulated chips that run on the CPU, and which
+stacks' runtimes it has (kernel/stacks.py): the platform refuses real chips of a stack the host can't run.
 
 CUDA is probed in a short-lived subprocess, not in the agent: importing torch costs seconds and
 initialising CUDA in a long-lived agent would hold a context (and memory) on every GPU that the
@@ -7,6 +8,7 @@ training ranks need.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -14,6 +16,7 @@ import sys
 from dataclasses import dataclass, field
 
 from kernel.catalog import CHIP_TYPES
+from kernel.stacks import CUDA, STACKS, UnknownStack, missing_runtime, stack_of_chip
 
 
 class DeviceError(RuntimeError):
@@ -40,6 +43,7 @@ class Inventory:
     chips: int
     simulated: bool
     devices: list[dict] = field(default_factory=list)
+    runtimes: list[str] = field(default_factory=list)  # stacks this host can train on (kernel/stacks.py)
 
     def as_enrollment(self) -> dict:
         return {
@@ -47,6 +51,7 @@ class Inventory:
             "chips": self.chips,
             "simulated": self.simulated,
             "devices": self.devices,
+            "runtimes": self.runtimes,
         }
 
 
@@ -108,11 +113,39 @@ def cuda_inventory(devices: list[dict], chip_type: str | None) -> Inventory:
     return Inventory(chip_type=chip_type, chips=len(devices), simulated=False, devices=devices)
 
 
-def detect(simulate: str | None, chip_type: str | None, probe=probe_cuda) -> Inventory:
-    """The inventory to enroll with: simulated when asked, else the CUDA GPUs."""
+def bridges_installed(find_spec=importlib.util.find_spec) -> list[str]:
+    """The stacks whose torch bridge is installed here (torch_npu, torch_mlu, torch_xla), without importing them."""
+    return [stack.name for stack in STACKS.values() if stack.bridge and find_spec(stack.bridge) is not None]
+
+
+def detect(simulate: str | None, chip_type: str | None, probe=probe_cuda, bridges=bridges_installed) -> Inventory:
+    """The inventory to enroll with: simulated when asked, else the CUDA GPUs.
+
+    Real chips of another stack (--chip-type ascend-910b) need that stack's bridge here; without it the
+    agent stops with the message the platform would answer, naming what to install. With it, the agent
+    still can't count those chips (no test here has run them): it says so instead of guessing.
+    """
+    found = bridges()
     if simulate:
-        return simulated_inventory(simulate)
-    return cuda_inventory(probe(), chip_type)
+        inventory = simulated_inventory(simulate)
+    else:
+        stack = _stack(chip_type)
+        if stack is not None and stack.name != CUDA.name:
+            problem = missing_runtime(stack, 1, chip_type, found)
+            raise DeviceError(problem or f"this agent can't count {stack.label} devices yet; only CUDA GPUs enroll")
+        inventory = cuda_inventory(probe(), chip_type)
+        found = [CUDA.name, *found]
+    inventory.runtimes = found
+    return inventory
+
+
+def _stack(chip_type: str | None):
+    if not chip_type:
+        return None
+    try:
+        return stack_of_chip(chip_type)
+    except UnknownStack:
+        return None
 
 
 def health(inventory: Inventory, running_ranks: int) -> dict:

@@ -8,6 +8,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from kernel.protocol import ADDRESS_AUTO, MAX_POLL_WAIT_S, ReportKind
+from kernel.stacks import STACKS
 from workers.api.client_address import parse_address
 
 HOST_NAME = re.compile(
@@ -35,6 +36,11 @@ class EnrollSerializer(serializers.Serializer):
     address = serializers.CharField(max_length=120, required=False, allow_blank=True, default="")
     agent_version = serializers.CharField(max_length=40, required=False, allow_blank=True, default="")
     devices = DeviceSerializer(many=True, required=False, default=list)
+    # The stacks whose runtime the agent found on the host (kernel/stacks.py); absent from agents older
+    # than the list, which ran CUDA only.
+    runtimes = serializers.ListField(
+        child=serializers.ChoiceField(choices=sorted(STACKS)), required=False, default=None, max_length=len(STACKS)
+    )
 
     def validate_address(self, value: str) -> str:
         if value in ("", ADDRESS_AUTO):

@@ -13,7 +13,8 @@ from django.db.models import F
 from django.utils import timezone
 
 from base.tokens import hash_token
-from fleet.models import Node
+from fleet.models import ChipType, Node
+from kernel.stacks import CUDA, missing_runtime, stack_of_chip
 from workers.models import EnrollmentToken, new_node_token
 from workers.services import node_lifecycle
 
@@ -45,6 +46,7 @@ def enroll_node(
     seen_address: str = "",
     devices: list | None = None,
     agent_version: str = "",
+    runtimes: list[str] | None = None,
     now: datetime | None = None,
 ) -> Enrolled:
     """Register a host, or re-register it, and return its new node token (the old one stops working).
@@ -56,7 +58,9 @@ def enroll_node(
     A new hostname needs a usable enrollment token of its chip type's pool. An enrolled hostname is
     re-registered only by its own agent (presenting its current node token) or after the operator
     reset the node (no token left), so a pool's enrollment token can't take over another host.
-    Declared chips never exceed what the operator approved (on the token, then on the node).
+    Declared chips never exceed what the operator approved (on the token, then on the node), and real
+    chips need their stack's runtime among the `runtimes` the agent found on the host (an agent that
+    lists none predates the list and ran CUDA only).
     """
     raw, now = new_node_token(), now or timezone.now()
     with transaction.atomic():
@@ -70,11 +74,21 @@ def enroll_node(
             node = _renew(existing, chip_type, chips, raw, now)
         else:
             node = _enroll_with_token(existing, enrollment_token, hostname, chip_type, chips, raw, now)
+        if not simulated:
+            _check_runtime(node.pool.chip_type, chips, [CUDA.name] if runtimes is None else runtimes)
         node.simulated, node.spot_eligible = simulated, spot_eligible
         node.address, node.address_observed = (address, False) if address else (seen_address, True)
         node.devices, node.agent_version = devices or [], agent_version
         node.save()
     return Enrolled(node=node, token=raw)
+
+
+def _check_runtime(chip_type: ChipType, chips: int, runtimes: list[str]) -> None:
+    """Real chips of a stack whose runtime the host lacks would fail at their first rank: refuse them now."""
+    stack = stack_of_chip(chip_type.slug, chip_type.software_stack)
+    problem = missing_runtime(stack, chips, chip_type.slug, runtimes)
+    if problem:
+        raise EnrollmentError(problem, "stack_runtime_missing")
 
 
 def _renew(node: Node, chip_type: str, chips: int, raw: str, now: datetime) -> Node:
