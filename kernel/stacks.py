@@ -44,7 +44,7 @@ XLA = Stack("xla", "XLA", "xla", "xla", "torch_xla", "torch_xla (pip install tor
 STACKS = {stack.name: stack for stack in (CUDA, CANN, BANG, XLA)}
 
 SIMULATED_BACKEND = "gloo"  # simulated chips of every stack: CPU ranks
-_CHIP_STACK = {row[0]: row[7] for row in CHIP_TYPES}
+CATALOG_STACKS = {row[0]: row[7] for row in CHIP_TYPES}  # chip slug -> stack name
 
 
 class UnknownStack(ValueError):
@@ -60,7 +60,7 @@ def stack_named(name: str) -> Stack:
 
 def stack_of_chip(slug: str, stack: str | None = None) -> Stack:
     """A chip type's stack: `stack` when given (the platform's record), else the seed catalog's."""
-    name = stack or _CHIP_STACK.get(slug)
+    name = stack or CATALOG_STACKS.get(slug)
     if name is None:
         raise UnknownStack(f"chip type {slug!r} has no known software stack")
     return stack_named(name)

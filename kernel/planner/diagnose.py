@@ -12,9 +12,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from kernel.money import format_money
-from kernel.planner.backends import WHY, backend, sides
 from kernel.planner.evaluate import OBJECTIVES, Candidate, Counts, Evaluator, total_cost
 from kernel.planner.fleet import Kind
+from kernel.planner.islands import WHY, backend, sides
 from kernel.planner.memory import GIB, ZERO_STAGES, activation_bytes_per_sample, fixed_bytes, rank_bytes
 from kernel.planner.types import (
     BudgetTooLow,
@@ -44,7 +44,8 @@ def hand_picked_options(request: PlanRequest, chips: Sequence[ChipInfo], ev: Eva
         if free < asked[slug]:
             where = " spot-eligible" if request.spot_only else ""
             raise NoCapacity(f"Asked for {asked[slug]} × {slug}, but only {free}{where} {slug} chips are free.")
-    options = [counts for side in sides(ev.kinds) if (counts := _placed(asked, ev.kinds, side)) is not None]
+    sets = sides(ev.kinds, request.islands)
+    options = [counts for side in sets if (counts := _placed(asked, ev.kinds, side)) is not None]
     if not options:
         raise NoCapacity(f"{_describe_asked(asked)} are free only on real and simulated nodes together; {WHY}.")
     return options
@@ -78,13 +79,13 @@ def explain_failure(
     unbounded = Evaluator(replace(request, total_budget=None), kinds, None)
     if request.chip_counts:
         return _explain_hand_picked(request, kinds, ev, unbounded)
-    if not any(_fits_somewhere(request, [kinds[i] for i in side]) for side in sides(kinds)):
+    if not any(_fits_somewhere(request, [kinds[i] for i in side]) for side in sides(kinds, request.islands)):
         if _fits_somewhere(request, kinds):
             return ModelDoesNotFit(
                 f"{request.model.name} fits only on real and simulated chips together "
                 f"({_describe_sides(kinds)}), and {WHY}."
             )
-        return _does_not_fit(request, _largest_side(kinds), catalog)
+        return _does_not_fit(request, _largest_side(kinds, request.islands), catalog)
     cheapest = _search(request, optimiser, unbounded, "hourly-price")
     if cheapest is None:
         if request.policy == "single-type":
@@ -92,7 +93,7 @@ def explain_failure(
                 f"{request.model.name} fits on no single chip type among the free chips; only a mix of "
                 f"types does. Choose another policy."
             )
-        return _does_not_fit(request, _largest_side(kinds), catalog)
+        return _does_not_fit(request, _largest_side(kinds, request.islands), catalog)
     what = "single-type plan" if request.policy == "single-type" else "plan"
     budget = request.max_budget_per_hour
     if budget is not None and cheapest.price_per_hour > budget:
@@ -223,9 +224,11 @@ def _what_would_fit(request: PlanRequest, catalog: Sequence[ChipInfo]) -> str:
     return ""
 
 
-def _largest_side(kinds: list[Kind]) -> list[Kind]:
+def _largest_side(kinds: list[Kind], islands: bool) -> list[Kind]:
     """The kinds of the backend with the most chips (what a does-not-fit message counts across)."""
-    return max(([kinds[i] for i in side] for side in sides(kinds)), key=lambda side: sum(k.limit for k in side))
+    return max(
+        ([kinds[i] for i in side] for side in sides(kinds, islands)), key=lambda side: sum(k.limit for k in side)
+    )
 
 
 def _describe_sides(kinds: list[Kind]) -> str:

@@ -26,6 +26,7 @@ from decimal import Decimal
 
 from kernel.money import round_micros
 from kernel.planner.fleet import Kind
+from kernel.planner.islands import DEFAULT_BRIDGE_GBPS, Bridge, bridge_for
 from kernel.planner.memory import GIB, ZERO_STAGES, activation_bytes_per_sample, fixed_bytes
 from kernel.planner.split import GroupShare, largest_remainder, split_groups
 from kernel.planner.throughput import MEASURED_ON_NODE, comm_seconds
@@ -50,6 +51,7 @@ class Candidate:
     cross_pool: bool
     tokens_per_s: float
     eta_seconds: float
+    bridge: Bridge | None = None  # its islands' bridge; None: one island
 
 
 def total_cost(price_per_hour: int, eta_seconds: float) -> int:
@@ -90,6 +92,8 @@ class Evaluator:
         self.memories = [kind.chip.memory_gib * GIB for kind in kinds]
         self.speeds = [kind.speed for kind in kinds]
         self.simulated = [kind.simulated for kind in kinds]
+        self.islands = [kind.island for kind in kinds]
+        self.trainable = request.model.trainable_parameters or request.model.parameters
         self.on_node = [kind.source == MEASURED_ON_NODE for kind in kinds]
         self.overheads = [kind.overhead_s for kind in kinds]
         self._stages: dict[int, tuple[list[int], list[tuple[int, ...]]]] = {}
@@ -151,8 +155,9 @@ class Evaluator:
         if ranks == 0 or ranks > self.request.max_ranks or ranks > batch:
             return None  # too many ranks (or more ranks than samples)
         used = [i for i, c in enumerate(counts) if c]
-        if len({self.simulated[i] for i in used}) > 1:
-            return None  # real and simulated ranks can't share a process group (kernel.planner.backends)
+        islands = self.request.islands
+        if not islands and len({self.simulated[i] for i in used}) > 1:
+            return None  # real and simulated ranks can't share a process group (kernel.planner.islands)
         price = sum(self.kinds[i].price_prefix[counts[i]] for i in used)
         if self.budget is not None and price > self.budget:
             return None  # over budget
@@ -171,14 +176,36 @@ class Evaluator:
         cross = self._cross_pool(counts, used)
         # A speed measured on the node already holds its waits for peers and its collectives.
         measured = all(self.on_node[i] for i in used)
-        step = compute + (0.0 if measured else comm_seconds(self.params, stage, ranks, cross))
+        step = compute + (0.0 if measured else comm_seconds(self.params, stage, self._world(counts, used), cross))
+        bridge = self._bridge(used, step) if islands else None
+        if bridge is not None:
+            step += bridge.seconds_per_step
         eta = self.request.max_steps * step + max(self.overheads[i] for i in used)
         total_budget = self.request.total_budget
         if total_budget is not None and total_cost(price, eta) > total_budget:
             return None  # over budget
         return Candidate(
-            counts, ranks, price, stage, batch, caps, compute, step - compute, cross, batch * seq / step, eta
+            counts, ranks, price, stage, batch, caps, compute, step - compute, cross, batch * seq / step, eta, bridge
         )
+
+    def _world(self, counts: Counts, used: list[int]) -> int:
+        """Ranks in the largest DeepSpeed world of the mix: all of them, or with islands the biggest island."""
+        if not self.request.islands:
+            return sum(counts[i] for i in used)
+        per_island: dict[str, int] = {}
+        for i in used:
+            per_island[self.islands[i]] = per_island.get(self.islands[i], 0) + counts[i]
+        return max(per_island.values())
+
+    def _bridge(self, used: list[int], step_seconds: float) -> Bridge | None:
+        """The bridge between the mix's islands (None: one island)."""
+        islands = {self.islands[i] for i in used}
+        if len(islands) < 2:
+            return None
+        declared = [self.kinds[i].bridge_gbps for i in used if self.kinds[i].bridge_gbps > 0]
+        gbps = min(declared, default=DEFAULT_BRIDGE_GBPS)
+        request = self.request
+        return bridge_for(len(islands), self.trainable, step_seconds, gbps, request.sync_mode, request.sync_every)
 
     def holds_a_sample(self, i: int, ranks: int) -> bool:
         """Whether a rank of kind i fits one sample at some ZeRO stage in a job of `ranks` ranks."""

@@ -19,6 +19,7 @@ from typing import NamedTuple
 
 from kernel.planner.throughput import ThroughputModel
 from kernel.planner.types import ON_DEMAND, SPOT, ChipInfo, NodeOffer, PlanRequest
+from kernel.stacks import CATALOG_STACKS, island_of
 
 
 class KindKey(NamedTuple):
@@ -57,9 +58,14 @@ class Kind:
     pools_prefix: list[frozenset[str]] = field(default_factory=list)
 
     limit: int = 0
+    island: str = ""  # its chip's stack, "-simulated" for simulated chips (kernel/stacks.py)
+    bridge_gbps: float = 0.0  # the slowest link to other islands its nodes declare (0: none declared)
 
     def __post_init__(self) -> None:
         self.limit = len(self.slots)  # read in the optimiser's inner loop: a plain attribute
+        self.island = island_of(self.chip.stack or CATALOG_STACKS.get(self.chip.slug, "unknown"), self.simulated)
+        declared = {slot.node.bridge_gbps for slot in self.slots if slot.node.bridge_gbps > 0}
+        self.bridge_gbps = min(declared, default=0.0)
         self.price_prefix, self.pools_prefix = [0], [frozenset()]
         for slot in self.slots:
             self.price_prefix.append(self.price_prefix[-1] + slot.price)

@@ -7,10 +7,10 @@ from dataclasses import replace
 from decimal import Decimal
 
 from kernel.money import round_micros
-from kernel.planner.backends import one_backend
 from kernel.planner.diagnose import explain_failure, hand_picked_options
 from kernel.planner.evaluate import OBJECTIVES, Candidate, Evaluator, total_cost
 from kernel.planner.fleet import Kind, build_kinds
+from kernel.planner.islands import one_backend
 from kernel.planner.memory import GIB, rank_bytes
 from kernel.planner.search import exhaustive, optimise
 from kernel.planner.throughput import MEASURED_ON_NODE, ThroughputModel, link_gbps
@@ -24,6 +24,7 @@ from kernel.planner.types import (
     PlanRequest,
     Rank,
 )
+from kernel.protocol import SYNC_DILOCO, SYNC_MODES
 
 Optimiser = Callable[..., Candidate | None]
 KindsBuilder = Callable[[PlanRequest, Sequence[ChipInfo], Sequence[NodeOffer], ThroughputModel], list[Kind]]
@@ -70,6 +71,17 @@ def validate(request: PlanRequest) -> None:
         (_optional_positive(request.total_budget), "total_budget must be positive when given."),
         (_optional_positive(request.global_batch), "global_batch must be a positive integer when given."),
     ]
+    checks += [
+        (
+            request.sync_mode in (None, *SYNC_MODES),
+            f"Unknown sync_mode '{request.sync_mode}'. Choose one of: {', '.join(SYNC_MODES)}.",
+        ),
+        (_optional_positive(request.sync_every), "sync_every must be a positive integer when given."),
+        (
+            request.sync_every in (None, 1) or request.sync_mode == SYNC_DILOCO,
+            "sync_every applies to the diloco sync mode only: set sync_mode to 'diloco' as well.",
+        ),
+    ]
     for ok, message in checks:
         if not ok:
             raise InvalidRequest(message)
@@ -93,7 +105,8 @@ def _quote(request, chips, offers, throughput, optimiser: Optimiser, build: Kind
     if not kinds:
         raise NoCapacity(f"No free chips{' eligible for spot' if request.spot_only else ''} to plan on.")
     ev = Evaluator(request, kinds, request.max_budget_per_hour)
-    optimiser = one_backend(optimiser, kinds)  # real and simulated chips never share a job
+    if not request.islands:
+        optimiser = one_backend(optimiser, kinds)  # real and simulated chips never share a job without islands
     policy = "cost-performance" if request.policy == "single-type" else request.policy
     key = OBJECTIVES[policy]
     best = _choose(request, chips, ev, key, optimiser)
@@ -164,6 +177,7 @@ def _assemble(request: PlanRequest, ev: Evaluator, best: Candidate) -> Plan:
         chip_counts=_chip_counts(ranks),
         overhead_seconds=max(k.overhead_s for k, c in zip(kinds, best.counts, strict=True) if c),
         uncertainty=_uncertainty([k for k, c in zip(kinds, best.counts, strict=True) if c]),
+        bridge=best.bridge,
     )
 
 
@@ -201,6 +215,7 @@ def _ranks(request: PlanRequest, ev: Evaluator, best: Candidate) -> list[Rank]:
                     tokens_per_s=kind.speed,
                     memory_gib=memory,
                     simulated=node.simulated,
+                    island=kind.island,
                 )
             )
     return ranks

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from kernel.catalog import chip_specs
 from kernel.modelspecs import ModelSpec
 from kernel.money import to_micros
+from kernel.planner.islands import Bridge
 
 POLICIES = ("cost-performance", "fastest", "cheapest", "single-type")
 ON_DEMAND, SPOT = "on_demand", "spot"
@@ -29,6 +30,7 @@ class ChipInfo:
     default_mfu: float
     on_demand_per_hour: int
     spot_per_hour: int
+    stack: str = ""  # its software stack (kernel/stacks.py); "" reads the seed catalog's
 
 
 @dataclass(frozen=True, init=False)
@@ -49,6 +51,7 @@ class NodeOffer:
     pool: str = ""
     zone: str = ""
     simulated: bool = False
+    bridge_gbps: float = 0.0  # the node's link to other islands (declared per pool); 0: not known
 
     def __init__(
         self,
@@ -60,6 +63,7 @@ class NodeOffer:
         pool: str = "",
         zone: str = "",
         simulated: bool = False,
+        bridge_gbps: float = 0.0,
     ) -> None:
         # pool = chips of one type in one zone (links inside a pool are fast); unnamed, it is named after both.
         vars(self).update(
@@ -71,6 +75,7 @@ class NodeOffer:
             pool=pool or f"{chip}@{zone}",
             zone=zone,
             simulated=simulated,
+            bridge_gbps=bridge_gbps,
         )
 
 
@@ -94,6 +99,11 @@ class PlanRequest:
     chip_counts: Mapping[str, int] | None = None
     max_ranks: int = DEFAULT_MAX_RANKS
     global_batch: int | None = None
+    # Islands (kernel/planner/islands.py): whether ranks of several stacks may train together, and the
+    # job's own choice of sync mode and inner steps (None: the planner's).
+    islands: bool = False
+    sync_mode: str | None = None
+    sync_every: int | None = None
 
 
 @dataclass(frozen=True)
@@ -114,6 +124,9 @@ class Rank:
     memory_gib: float
     simulated: bool
     paced_tokens_per_s: float | None = None
+    # Its island: its chip's stack, "-simulated" for simulated chips (kernel/stacks.py). Out of repr, as
+    # `Plan.bridge`: tests/planner/golden_plans.json holds digests of plans' reprs from before islands.
+    island: str = field(default="", repr=False)
 
     @property
     def is_spot(self) -> bool:
@@ -135,6 +148,7 @@ class Rank:
             "tokens_per_s": round(self.tokens_per_s, 3),
             "memory_gib": round(self.memory_gib, 2),
             "simulated": self.simulated,
+            "island": self.island,
         }
         if self.paced_tokens_per_s is not None:
             data["paced_tokens_per_s"] = self.paced_tokens_per_s
@@ -153,6 +167,7 @@ class Rank:
             memory_gib=float(data.get("memory_gib") or 0),
             simulated=bool(data.get("simulated", False)),
             paced_tokens_per_s=data.get("paced_tokens_per_s"),
+            island=data.get("island", ""),
         )
 
 
@@ -183,6 +198,18 @@ class Plan:
     # Relative error the estimate may have (0.1: ±10%) when every rank's node has measurements;
     # None when some has none, so the speed comes from the chip's modelled figure.
     uncertainty: float | None = None
+    bridge: Bridge | None = field(default=None, repr=False)  # how its islands keep in step; None: one island
+
+    def islands(self) -> list[dict]:
+        """Its islands in order: each one's stack, chips, ranks (their numbers), batch and modelled speed."""
+        order: dict[str, dict] = {}
+        for number, rank in enumerate(self.ranks):
+            island = order.setdefault(rank.island, _island(len(order), rank))
+            island["chips"][rank.chip] = island["chips"].get(rank.chip, 0) + 1
+            island["ranks"].append(number)
+            island["batch"] += rank.micro_batch
+            island["tokens_per_s"] += rank.tokens_per_s
+        return list(order.values())
 
     @property
     def world_size(self) -> int:
@@ -237,6 +264,8 @@ class Plan:
             "cost_ratio_vs_baseline": _round(self.cost_ratio_vs_baseline),
             "overhead_seconds": round(self.overhead_seconds, 3),
             "uncertainty": _round(self.uncertainty),
+            "islands": [{**island, "tokens_per_s": round(island["tokens_per_s"], 3)} for island in self.islands()],
+            "sync": self.bridge.to_dict() if self.bridge else None,
         }
 
     @classmethod
@@ -265,7 +294,22 @@ class Plan:
             chip_counts={slug: dict(modes) for slug, modes in (data.get("chip_counts") or {}).items()},
             overhead_seconds=float(data.get("overhead_seconds") or 0),
             uncertainty=data.get("uncertainty"),
+            bridge=Bridge.from_dict(data["sync"], len(data.get("islands") or [])) if data.get("sync") else None,
         )
+
+
+def _island(index: int, rank: Rank) -> dict:
+    stack, _, simulated = rank.island.partition("-")
+    return {
+        "index": index,
+        "island": rank.island,
+        "stack": stack,
+        "simulated": bool(simulated),
+        "chips": {},
+        "ranks": [],
+        "batch": 0,
+        "tokens_per_s": 0.0,
+    }
 
 
 def _round(value: float | None) -> float | None:
@@ -282,6 +326,7 @@ def catalog_chips() -> list[ChipInfo]:
             default_mfu=float(spec["default_mfu"]),
             on_demand_per_hour=to_micros(spec["on_demand"]),
             spot_per_hour=to_micros(spec["spot_floor"]),
+            stack=spec["software_stack"],
         )
         for spec in chip_specs()
     ]

@@ -1,0 +1,107 @@
+"""Plans across stacks: islands, the sync mode and H, and the bridge's cost in the estimate."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from kernel.modelspecs import resolve_model
+from kernel.planner import InvalidRequest, NodeOffer, Plan, PlanRequest, catalog_chips, plan
+from kernel.planner.islands import DILOCO_SHARE, STEP_SHARE, bridge_for
+
+CHIPS = catalog_chips()
+DEMO = ("rtx-4090", "tpu-v5e", "ascend-910b")
+ONE_OF_EACH = dict.fromkeys(DEMO, 1)
+
+
+def offers(*slugs: str, simulated: bool = True, free: int = 4, bridge_gbps: float = 0.0) -> list[NodeOffer]:
+    return [
+        NodeOffer(str(n), f"{slug}-host", slug, free, pool=f"{slug}-pool", simulated=simulated, bridge_gbps=bridge_gbps)
+        for n, slug in enumerate(slugs, start=len(slugs) * int(not simulated))
+    ]
+
+
+def quote(model: str = "llama-tiny", fleet=None, **fields) -> Plan:
+    fields.setdefault("chip_counts", ONE_OF_EACH)
+    fields.setdefault("per_device_batch_size", 2)
+    request = PlanRequest(model=resolve_model(model), max_steps=100, islands=True, policy="fastest", **fields)
+    return plan(request, CHIPS, fleet or offers(*DEMO))
+
+
+def test_the_demo_fleets_three_stacks_train_as_three_islands():
+    quoted = quote()
+    islands = quoted.islands()
+    assert {island["island"] for island in islands} == {"cuda-simulated", "xla-simulated", "cann-simulated"}
+    assert [island["index"] for island in islands] == [0, 1, 2]
+    assert sorted(rank for island in islands for rank in island["ranks"]) == list(range(quoted.world_size))
+    assert sum(island["batch"] for island in islands) == quoted.global_batch
+    assert quoted.to_dict()["islands"] == [
+        {**island, "tokens_per_s": round(island["tokens_per_s"], 3)} for island in islands
+    ]
+
+
+def test_a_long_step_on_a_fast_bridge_syncs_every_step_exactly():
+    quoted = quote(
+        "llama-2-7b",
+        fleet=offers(*DEMO, free=8, bridge_gbps=400),
+        chip_counts=dict.fromkeys(DEMO, 4),
+        per_device_batch_size=8,
+    )
+    sync = quoted.to_dict()["sync"]
+    assert sync["mode"] == "step" and sync["sync_every"] == 1 and sync["exact"] is True
+    assert quoted.bridge.seconds_per_sync <= STEP_SHARE * (quoted.step_seconds - quoted.bridge.seconds_per_step)
+
+
+def test_a_tiny_model_steps_too_fast_for_any_bridge_so_it_syncs_every_h_steps():
+    quoted = quote(fleet=offers(*DEMO, bridge_gbps=10))
+    assert quoted.bridge.mode == "diloco" and quoted.bridge.sync_every > 2
+
+
+def test_a_big_model_on_a_slow_bridge_takes_h_inner_steps_and_says_it_is_not_one_world():
+    quoted = quote("llama-2-7b", fleet=offers(*DEMO, free=8, bridge_gbps=1), chip_counts=dict.fromkeys(DEMO, 4))
+    bridge = quoted.bridge
+    assert bridge.mode == "diloco" and bridge.sync_every >= 2
+    inner = quoted.step_seconds - bridge.seconds_per_step  # the islands' own step
+    assert bridge.seconds_per_sync <= DILOCO_SHARE * inner * bridge.sync_every * 1.0001
+    assert bridge.seconds_per_sync > DILOCO_SHARE * inner * (bridge.sync_every - 1)  # the fewest such H
+    assert quoted.to_dict()["sync"]["exact"] is False
+    # The quote's speed is the islands' speed less the bridge's share.
+    assert quoted.tokens_per_s == pytest.approx(quoted.global_batch * 4096 / quoted.step_seconds, rel=1e-6)
+
+
+def test_the_bridge_sends_each_islands_float32_gradient_through_a_ring():
+    bridge = bridge_for(3, 1_000_000, step_seconds=1.0, gbps=1.0)
+    assert bridge.bytes_per_sync == int(4 * 1_000_000 * 2 * 2 / 3)
+    assert bridge.seconds_per_sync == pytest.approx(bridge.bytes_per_sync * 8 / 1e9)
+    assert bridge.mode == "step"  # 21 ms of a 1 s step
+    slow = bridge_for(3, 1_000_000_000, step_seconds=1.0, gbps=1.0)
+    assert slow.mode == "diloco" and slow.sync_every == math.ceil(slow.seconds_per_sync / 0.1)
+    assert slow.bytes_per_step == pytest.approx(slow.bytes_per_sync / slow.sync_every)
+
+
+def test_the_job_may_choose_the_mode_and_h():
+    assert quote(sync_mode="diloco", sync_every=7).bridge.sync_every == 7
+    big = quote("llama-2-7b", fleet=offers(*DEMO, free=8), chip_counts=dict.fromkeys(DEMO, 4), sync_mode="step")
+    assert big.bridge.mode == "step"
+
+
+def test_h_without_diloco_and_an_unknown_mode_are_refused_by_name():
+    with pytest.raises(InvalidRequest, match="sync_every applies to the diloco sync mode only"):
+        quote(sync_every=5)
+    with pytest.raises(InvalidRequest, match="Unknown sync_mode 'gossip'"):
+        quote(sync_mode="gossip")
+
+
+def test_with_islands_real_and_simulated_chips_may_train_together_as_two_islands():
+    fleet = offers("rtx-4090", simulated=False, free=1) + offers("rtx-4090", free=4)
+    quoted = quote(fleet=fleet, chip_counts={"rtx-4090": 5})
+    assert {island["island"] for island in quoted.islands()} == {"cuda", "cuda-simulated"}
+    assert quoted.bridge is not None
+
+
+def test_without_islands_one_stack_plans_stay_one_world_and_carry_no_bridge():
+    request = PlanRequest(model=resolve_model("llama-tiny"), per_device_batch_size=2, max_steps=100)
+    quoted = plan(request, CHIPS, offers(*DEMO))
+    assert quoted.bridge is None and quoted.to_dict()["sync"] is None
+    assert len(quoted.islands()) == len({rank.island for rank in quoted.ranks})
