@@ -1,0 +1,585 @@
+"""Islands across a throttled bridge (#30): throughput, traffic, loss and a reclaimed island.
+
+    sudo .venv/bin/python bench/islands.py [--quick] [--modes step,diloco] [--steps 12] [--sync-every 4]
+
+The demo stacks as three islands of one simulated chip each: RTX 4090 (cuda), TPU v5e (xla) and
+Ascend 910B (cann). Each rank is paced to its chip's modelled speed (bf16 TFLOPS x default MFU /
+training FLOPs per token, kernel.catalog) divided by one slowdown, chosen so that the slowest
+island's step lasts `--step-s` seconds here; each island's micro-batch is proportional to its
+speed. A step of `--step-s` here is what a real island's step would last on `slowdown` times the
+micro-batch: the bench models islands with large real batches (printed), which is where the
+bridge's cost per step is what the table measures.
+
+Each island runs in its own network namespace behind a veth pair throttled with tc tbf (this kernel
+has no netem) to `--rate-step` (10 Gbit/s) in step mode and `--rate-diloco` (1 Gbit/s) in diloco
+mode; the torchft Lighthouse listens on the bridge in the root namespace. Without root (or without
+iproute2) everything runs on 127.0.0.1, unthrottled, and the table says so.
+
+Measured, each from the ranks' own metric events (the `t` of each step, so time at the quorum and
+in diloco's outer sync counts, which `step_time_s` leaves out):
+- alone: each island as a one-rank job, same micro-batch and pacing, the three at once (the same
+  load on this host's cores as the island run), tokens/s after `--warmup` steps;
+- island run / sum of alone: tokens/s of the three islands together over steps warmup..N (diloco:
+  H..N, so the window holds whole H-step rounds and their syncs);
+- bytes between islands per step: what the islands sent over their veths (wire, TCP/IP included),
+  and what the bridge counts (its own bytes_across, diloco's island events; step mode's formula);
+- loss gap at equal tokens: the islands' token-weighted loss at the last step against one flat
+  world (one DeepSpeed job of the three ranks, same micro-batches, unpaced: pacing does not change
+  the loss) at the same step;
+- reclaim: an island run in `--reclaim-mode` where one island's rank is killed with SIGKILL mid-run
+  (a reclaimed host); the survivors' longest pause between steps, and the steps of work lost.
+
+Steps are few (the model has >= 100M parameters and this host has few cores) and the host is
+shared: figures are noisy. `--quick` runs a ~5M-parameter model for a smoke run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench import islands_net  # noqa: E402
+from hosts.runtime.local import (  # noqa: E402
+    REPO,
+    Lighthouse,
+    LocalJob,
+    island_launches,
+    job_launches,
+    metrics,
+    private_file,
+)
+from kernel.catalog import CHIP_TYPES  # noqa: E402
+from kernel.modelspecs import ModelSpec, spec_from_config  # noqa: E402
+
+# The demo fleet's three stacks: (chip slug, stack, label).
+ISLANDS = [("rtx-4090", "cuda", "RTX 4090"), ("tpu-v5e", "xla", "TPU v5e"), ("ascend-910b", "cann", "Ascend 910B")]
+BIG = {"vocab": 32000, "hidden": 768, "layers": 12, "heads": 12, "ffn": 2048, "seq_len": 64}
+QUICK = {"vocab": 4096, "hidden": 256, "layers": 4, "heads": 4, "ffn": 688, "seq_len": 64}
+RUN_TIMEOUT_S = 900
+
+
+def model_for(sizes: dict) -> tuple[dict, ModelSpec]:
+    """A launch's model dict (ModelSpec.as_dict() + the Hugging Face config) for a Llama of these sizes."""
+    config = {
+        "model_type": "llama",
+        "architectures": ["LlamaForCausalLM"],
+        "vocab_size": sizes["vocab"],
+        "hidden_size": sizes["hidden"],
+        "num_hidden_layers": sizes["layers"],
+        "num_attention_heads": sizes["heads"],
+        "num_key_value_heads": sizes["heads"],
+        "intermediate_size": sizes["ffn"],
+        "max_position_embeddings": 2048,
+        "rms_norm_eps": 1e-5,
+        "tie_word_embeddings": False,
+    }
+    spec = spec_from_config("bench-llama", config, sizes["seq_len"])
+    millions = round(spec.parameters / 1e6)
+    spec = spec_from_config(f"llama-{millions}m", config, sizes["seq_len"])
+    return {**spec.as_dict(), "config": config}, spec
+
+
+def modelled_tokens_per_s(slug: str, spec: ModelSpec) -> float:
+    """The planner's FLOPs model (kernel/planner/throughput.py): MFU x bf16 TFLOPS / training FLOPs per token."""
+    row = next(row for row in CHIP_TYPES if row[0] == slug)
+    return float(row[8]) * float(row[5]) * 1e12 / spec.training_flops_per_token
+
+
+@dataclass
+class Plan:
+    """Micro-batch and paced speed of each island."""
+
+    micro: list[int]
+    real_tokens_per_s: list[float]  # the chips' modelled speed
+    paced: list[float]  # what the simulated ranks are paced to
+    slowdown: float
+    seq_len: int
+
+    def step_s(self, index: int) -> float:
+        return self.micro[index] * self.seq_len / self.paced[index]
+
+
+def make_plan(spec: ModelSpec, base_micro: int, step_s: float) -> Plan:
+    speeds = [modelled_tokens_per_s(slug, spec) for slug, _, _ in ISLANDS]
+    slowest = min(speeds)
+    micro = [max(1, round(base_micro * speed / slowest)) for speed in speeds]
+    slowdown = slowest * step_s / (base_micro * spec.seq_len)
+    return Plan(micro, speeds, [speed / slowdown for speed in speeds], slowdown, spec.seq_len)
+
+
+# ---------------------------------------------------------------- running jobs
+
+
+class NamespacedJob(LocalJob):
+    """LocalJob whose launch i runs inside network namespace `namespaces[i]` (None: this one)."""
+
+    def __init__(self, launches, workdir: Path, namespaces: list[str | None], env: dict[str, str] | None = None):
+        super().__init__(launches, workdir, env)
+        self.namespaces = namespaces
+
+    def _spawn(self, index, launch):
+        config = self.workdir / f"launch-{index}.json"
+        with private_file(config) as handle:
+            handle.write(json.dumps(dataclasses.asdict(launch)))
+        env = {**os.environ, **self._dist_env(launch), **self.env}
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+        namespace = self.namespaces[index]
+        if namespace:
+            env["GLOO_SOCKET_IFNAME"] = islands_net.NS_INTERFACE  # gloo across listens where the others reach it
+        out, err = private_file(self.stdout_path(index)), private_file(self.stderr_path(index))
+        cmd = [sys.executable, "-m", "hosts.runtime", "--config", str(config)]
+        if namespace:
+            cmd = ["ip", "netns", "exec", namespace, *cmd]
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=err, start_new_session=True)
+        out.close()
+        err.close()
+        return proc
+
+
+class BridgeLighthouse(Lighthouse):
+    """torchft's Lighthouse bound to the namespaces' bridge address (local.Lighthouse binds 127.0.0.1)."""
+
+    def __init__(self, workdir: Path, host: str, join_timeout_ms: int = 2000, heartbeat_timeout_ms: int = 2000):
+        super().__init__(workdir, join_timeout_ms, heartbeat_timeout_ms)
+        self.host = host
+        self.address = f"http://{host}:{self.port}"
+        self.args = [arg if not arg.startswith("--bind=") else f"--bind={host}:{self.port}" for arg in self.args]
+
+    def __enter__(self):
+        self.workdir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        log = private_file(self.workdir / "lighthouse.log")
+        self.proc = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        log.close()
+        import socket
+
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with socket.socket() as sock:
+                if sock.connect_ex((self.host, self.port)) == 0:
+                    return self
+            time.sleep(0.05)
+        self.__exit__()
+        raise RuntimeError(f"torchft_lighthouse did not listen on {self.host}:{self.port}")
+
+
+@dataclass
+class Run:
+    """One finished (or killed) job: every launch's metric events by step, and its island events."""
+
+    name: str
+    steps: list[dict[int, dict]]
+    island_events: list[list[dict]]
+    wire: list[tuple[int, int]] = field(default_factory=list)  # (sent, received) bytes per island
+    seconds: float = 0.0
+    killed_at: float | None = None
+
+
+def wait_all(jobs: list[LocalJob], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    for job in jobs:
+        codes = job.wait(max(1.0, deadline - time.monotonic()))
+        if any(codes):
+            raise RuntimeError(f"ranks exited with {codes}:\n{job.stderr_tail()}")
+
+
+def common_fields(args, root: Path, model: dict, steps: int) -> dict:
+    return {
+        "model": model,
+        "max_steps": steps,
+        "zero_stage": 0,
+        "checkpoint_every": 0,
+        "checkpoint_dir": str(root / "checkpoints"),
+        "seed": args.seed,
+    }
+
+
+def run_alone(args, root: Path, model: dict, plan: Plan) -> Run:
+    """Each island as its own one-rank job (no islands, no bridge), the three at once."""
+    jobs = []
+    started = time.monotonic()
+    for index, (slug, _, _) in enumerate(ISLANDS):
+        where = root / f"alone-{index}"
+        (where / "run").mkdir(parents=True, exist_ok=True)
+        launches = job_launches(
+            [plan.micro[index]], where / "run", **common_fields(args, where, model, args.alone_steps)
+        )
+        launches[0].paced_tokens_per_s, launches[0].chip_type = plan.paced[index], slug
+        jobs.append(LocalJob(launches, where / "ranks").start())
+    try:
+        wait_all(jobs, RUN_TIMEOUT_S)
+    finally:
+        for job in jobs:
+            job.kill()
+    return Run(
+        "alone", [metrics(job.events(0)) for job in jobs], [[] for _ in jobs], seconds=time.monotonic() - started
+    )
+
+
+def run_flat(args, root: Path, model: dict, plan: Plan, steps: int) -> Run:
+    """One DeepSpeed world of the three ranks with the same micro-batches: the loss to compare with."""
+    (root / "run").mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    job = LocalJob(job_launches(plan.micro, root / "run", **common_fields(args, root, model, steps)), root / "ranks")
+    try:
+        job.run(RUN_TIMEOUT_S)
+    finally:
+        job.kill()
+    return Run("flat", [metrics(job.events(0))], [[]], seconds=time.monotonic() - started)
+
+
+def run_islands(
+    args,
+    root: Path,
+    model: dict,
+    plan: Plan,
+    mode: str,
+    steps: int,
+    net,
+    rate: float | None,
+    kill: tuple[int, int] | None = None,
+) -> Run:
+    """The three islands as one run; `kill` = (island, step): SIGKILL that island's rank once it reached the step."""
+    (root / "run").mkdir(parents=True, exist_ok=True)
+    spec = {
+        "mode": mode,
+        "sync_every": args.sync_every if mode == "diloco" else 1,
+        "quorum_timeout_s": args.quorum_timeout,
+        "start_timeout_s": 180.0,
+    }
+    if net is not None:
+        net.throttle(rate)
+        lighthouse = BridgeLighthouse(root / "lighthouse", net.address)
+    else:
+        lighthouse = Lighthouse(root / "lighthouse")
+    with lighthouse:
+        launches = island_launches(
+            [[m] for m in plan.micro], root / "run", lighthouse.address, spec, **common_fields(args, root, model, steps)
+        )
+        for index, launch in enumerate(launches):  # one rank per island: launch i is island i's leader
+            slug, stack, _ = ISLANDS[index]
+            launch.island["stack"] = stack
+            launch.chip_type = slug
+            launch.paced_tokens_per_s = plan.paced[index]
+            if net is not None:
+                launch.island["address"] = net.members[index].address
+        namespaces = [m.namespace for m in net.members] if net is not None else [None] * len(launches)
+        before = net.counters() if net is not None else None
+        job = NamespacedJob(launches, root / "ranks", namespaces)
+        started, killed_at = time.monotonic(), None
+        try:
+            job.start()
+            if kill is not None:
+                victim, at = kill
+                deadline = time.monotonic() + RUN_TIMEOUT_S
+                while max(metrics(job.events(victim)), default=0) < at:
+                    if time.monotonic() > deadline or any(p.poll() is not None for p in job.procs):
+                        raise RuntimeError(f"{mode} run did not reach step {at}:\n{job.stderr_tail()}")
+                    time.sleep(0.05)
+                os.killpg(job.procs[victim].pid, signal.SIGKILL)  # a reclaimed host: no notice
+                killed_at = time.time()
+            codes = job.wait(RUN_TIMEOUT_S)
+        finally:
+            job.kill()
+        expected = [0] * len(launches)
+        if kill is not None:
+            expected[kill[0]] = -signal.SIGKILL
+        if codes != expected:
+            raise RuntimeError(f"{mode} island run exited with {codes}:\n{job.stderr_tail()}")
+        seconds = time.monotonic() - started
+        wire = []
+        if net is not None:
+            after = net.counters()
+            wire = [(a[0] - b[0], a[1] - b[1]) for a, b in zip(after, before, strict=True)]
+    events = [job.events(index) for index in range(len(launches))]
+    return Run(
+        f"{mode}",
+        [metrics(e) for e in events],
+        [[x for x in e if x["event"] == "island"] for e in events],
+        wire,
+        seconds,
+        killed_at,
+    )
+
+
+# ---------------------------------------------------------------- figures
+
+
+def rate(steps: dict[int, dict], start: int, end: int) -> float:
+    """Tokens/s of one rank from step `start`'s end to step `end`'s (wall time between their events)."""
+    tokens = sum(steps[s]["tokens"] for s in range(start + 1, end + 1))
+    return tokens / (steps[end]["t"] - steps[start]["t"])
+
+
+def weighted_loss(run: Run, step: int, weights: list[int]) -> float:
+    losses = [(steps[step]["loss"], w) for steps, w in zip(run.steps, weights, strict=True) if step in steps]
+    return sum(loss * w for loss, w in losses) / sum(w for _, w in losses)
+
+
+@dataclass
+class Row:
+    what: str
+    value: str
+    goal: str = ""
+    met: bool | None = None
+
+
+def print_table(title: str, rows: list[Row]) -> None:
+    headers = ("measurement", "value", "goal", "")
+    cells = [(r.what, r.value, r.goal or "-", "" if r.met is None else ("met" if r.met else "not met")) for r in rows]
+    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]
+    print(title)
+    print("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
+    print("  ".join("-" * w for w in widths))
+    for c in cells:
+        print("  ".join(x.ljust(w) for x, w in zip(c, widths, strict=True)).rstrip())
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(n) < 1000 or unit == "GB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{n:.0f} B"
+        n /= 1000
+    return f"{n:.1f} GB"
+
+
+def gbit(bits: float | None) -> str:
+    return "unthrottled" if not bits else f"{bits / 1e9:g} Gbit/s"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a ~5M-parameter model and short steps: a smoke run")
+    parser.add_argument("--modes", default="step,diloco", help="island sync modes to measure (step, diloco)")
+    parser.add_argument(
+        "--steps", type=int, default=None, help="steps of each island run and the flat run (default 12; quick 6)"
+    )
+    parser.add_argument("--alone-steps", type=int, default=None, help="steps of the alone runs (default 4)")
+    parser.add_argument("--warmup", type=int, default=1, help="steps left out of step-mode and alone throughput")
+    parser.add_argument("--sync-every", type=int, default=None, help="diloco's H (default 4; quick 2)")
+    parser.add_argument(
+        "--step-s", type=float, default=None, help="modelled step time of the slowest island, s (default 10; quick 1.5)"
+    )
+    parser.add_argument(
+        "--micro", type=int, default=2, help="micro-batch of the slowest island (the others in proportion)"
+    )
+    parser.add_argument("--seq-len", type=int, default=None, help="tokens per sample (default 64)")
+    parser.add_argument("--rate-step", type=float, default=10e9, help="bridge rate for step mode, bit/s")
+    parser.add_argument("--rate-diloco", type=float, default=1e9, help="bridge rate for diloco mode, bit/s")
+    parser.add_argument("--quorum-timeout", type=float, default=15.0, help="IslandLaunch.quorum_timeout_s")
+    parser.add_argument("--reclaim-mode", default="diloco", choices=("step", "diloco", "none"))
+    parser.add_argument("--no-flat", action="store_true", help="skip the flat run (no loss gap)")
+    parser.add_argument("--no-netns", action="store_true", help="no namespaces: 127.0.0.1, unthrottled")
+    parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--keep", action="store_true", help="keep the work folder (the ranks' logs)")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a goal is not met")
+    args = parser.parse_args()
+    sizes = dict(QUICK if args.quick else BIG)
+    if args.seq_len:
+        sizes["seq_len"] = args.seq_len
+    args.steps = args.steps or (6 if args.quick else 12)
+    args.alone_steps = args.alone_steps or 4
+    args.sync_every = args.sync_every or (2 if args.quick else 4)
+    args.step_s = args.step_s or (1.5 if args.quick else 10.0)
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    for mode in modes:
+        if mode not in ("step", "diloco"):
+            parser.error(f"unknown mode {mode!r}")
+    H = args.sync_every
+
+    model, spec = model_for(sizes)
+    plan = make_plan(spec, args.micro, args.step_s)
+    reason = "--no-netns" if args.no_netns else islands_net.unavailable_reason()
+    root = Path(tempfile.mkdtemp(prefix="bench-islands-"))
+    print(
+        f"model {spec.name}: {spec.parameters:,} parameters ({spec.parameters * 4 / 1e6:.0f} MB in float32), "
+        f"seq_len {spec.seq_len}; host: {os.cpu_count()} cores (shared: figures are noisy); work folder {root}"
+    )
+    print(
+        f"pacing: each chip's modelled speed / {plan.slowdown:,.0f}; one step here = the chip's step on "
+        f"{plan.slowdown:,.0f}x the micro-batch"
+    )
+    print(
+        f"{'island':<8}{'chip':<14}{'stack':<7}{'micro':>6}{'modelled tok/s':>16}{'paced tok/s':>13}"
+        f"{'step s':>8}{'real batch (tokens)':>21}"
+    )
+    for i, (_, stack, label) in enumerate(ISLANDS):
+        print(
+            f"{i:<8}{label:<14}{stack:<7}{plan.micro[i]:>6}{plan.real_tokens_per_s[i]:>16,.0f}{plan.paced[i]:>13,.1f}"
+            f"{plan.step_s(i):>8.2f}{plan.micro[i] * spec.seq_len * plan.slowdown:>21,.0f}"
+        )
+    sys.stdout.flush()
+
+    net = None
+    rows: list[Row] = []
+    try:
+        if reason is None:
+            try:
+                net = islands_net.IslandNetwork(len(ISLANDS))
+                net.throttle(args.rate_diloco)  # tbf works here, or we fall back now
+                if not net.reachable():
+                    raise islands_net.NetworkUnavailable("the namespaces don't reach the bridge address")
+            except islands_net.NetworkUnavailable as exc:
+                reason = str(exc)
+                if net is not None:
+                    net.close()
+                net = None
+        throttling = "tc tbf on each island's veth (no netem in this kernel)" if net else f"none ({reason})"
+        print(f"bridge throttling: {throttling}")
+
+        def log(text: str) -> None:
+            print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
+
+        log(f"alone: 3 one-rank jobs at once, {args.alone_steps} steps")
+        alone = run_alone(args, root / "alone", model, plan)
+        alone_rates = [rate(s, args.warmup, max(s)) for s in alone.steps]
+        alone_sum = sum(alone_rates)
+        log(
+            "alone tokens/s: " + ", ".join(f"{r:,.1f}" for r in alone_rates) + f" (sum {alone_sum:,.1f}; paced sum "
+            f"{sum(m * spec.seq_len / plan.step_s(i) for i, m in enumerate(plan.micro)):,.1f})"
+        )
+        rows.append(Row("tokens/s, sum of the islands trained alone", f"{alone_sum:,.1f}"))
+
+        flat = None
+        if not args.no_flat:
+            log(f"flat: one world of 3 ranks, micro-batches {plan.micro}, {args.steps} steps, unpaced")
+            flat = run_flat(args, root / "flat", model, plan, args.steps)
+            log(
+                f"flat done in {flat.seconds:.0f} s; loss at step {args.steps}: {flat.steps[0][args.steps]['loss']:.4f}"
+            )
+
+        weights = plan.micro
+        payload = spec.parameters * 4
+        n = len(ISLANDS)
+        for mode in modes:
+            bits = args.rate_step if mode == "step" else args.rate_diloco
+            bits = bits if net else None
+            steps = args.steps if mode == "step" else max(2 * H, (args.steps // H) * H)
+            log(f"{mode}: {n} islands, {gbit(bits)}, {steps} steps" + (f", H={H}" if mode == "diloco" else ""))
+            run = run_islands(args, root / mode, model, plan, mode, steps, net, bits)
+            start = args.warmup if mode == "step" else H
+            rates = [rate(s, start, steps) for s in run.steps]
+            ratio = sum(rates) / alone_sum
+            log(f"{mode} done in {run.seconds:.0f} s; tokens/s " + ", ".join(f"{r:,.1f}" for r in rates))
+            goal = 0.95 if mode == "step" else 0.90
+            label = f"{mode}" + (f" H={H}" if mode == "diloco" else "") + f" @ {gbit(bits)}"
+            rows.append(
+                Row(
+                    f"{label}: tokens/s island run / sum alone",
+                    f"{ratio:.3f} ({sum(rates):,.1f} tok/s)",
+                    f">= {goal:.2f}",
+                    ratio >= goal,
+                )
+            )
+            syncs_per_step = 1.0 if mode == "step" else 1.0 / H
+            counted = payload * 2 * (n - 1) / n * n * syncs_per_step  # every leader's ring share, all islands
+            if mode == "diloco":
+                last = [e for e in run.island_events[0] if e["change"] == "sync"]
+                if last:
+                    counted = (
+                        sum(
+                            max((e["bytes_across"] for e in ev if e["change"] == "sync"), default=0)
+                            for ev in run.island_events
+                        )
+                        / steps
+                    )
+            value = f"bridge {human_bytes(counted)}"
+            if run.wire:
+                sent = sum(s for s, _ in run.wire) / steps
+                value = f"wire {human_bytes(sent)}, " + value
+            rows.append(Row(f"{label}: bytes between islands per step (all islands)", value))
+            if flat is not None:
+                island_loss, flat_loss = weighted_loss(run, steps, weights), flat.steps[0][steps]["loss"]
+                gap = (island_loss - flat_loss) / flat_loss
+                ok = abs(gap) < 1e-3 if mode == "step" else None
+                rows.append(
+                    Row(
+                        f"{label}: loss gap at step {steps} vs flat world ({island_loss:.4f} vs {flat_loss:.4f})",
+                        f"{gap * 100:+.3f}%",
+                        "~0 (= flat)" if mode == "step" else "",
+                        ok,
+                    )
+                )
+
+        if args.reclaim_mode != "none":
+            mode = args.reclaim_mode
+            bits = (args.rate_step if mode == "step" else args.rate_diloco) if net else None
+            steps = args.steps if mode == "step" else max(3 * H, (args.steps // H) * H)
+            victim = n - 1
+            at = H + H // 2 if mode == "diloco" else max(2, steps // 2)
+            log(f"reclaim: {mode} @ {gbit(bits)}, island {victim} ({ISLANDS[victim][2]}) killed at step {at}")
+            run = run_islands(args, root / "reclaim", model, plan, mode, steps, net, bits, kill=(victim, at))
+            log(f"reclaim done in {run.seconds:.0f} s")
+            rows += reclaim_rows(run, mode, steps, victim, args, H)
+    finally:
+        if net is not None:
+            net.close()
+        if not args.keep:
+            import shutil
+
+            shutil.rmtree(root, ignore_errors=True)
+
+    title = (
+        f"Islands bench: 3 islands (RTX 4090/cuda, TPU v5e/xla, Ascend 910B/cann, simulated, 1 rank each), "
+        f"{spec.name} ({spec.parameters / 1e6:.1f}M parameters), {os.cpu_count()} cores, "
+        f"bridge {'throttled with tc tbf' if net else 'NOT throttled (' + str(reason) + ')'}"
+    )
+    print()
+    print_table(title, rows)
+    return 1 if args.check and any(r.met is False for r in rows) else 0
+
+
+def reclaim_rows(run: Run, mode: str, steps: int, victim: int, args, H: int) -> list[Row]:
+    survivors = [i for i in range(len(run.steps)) if i != victim]
+    pauses, lost_survivors, slowest = [], 0, 0.0
+    for i in survivors:
+        s = run.steps[i]
+        times = [s[k]["t"] for k in sorted(s)]
+        pauses.append(max(b - a for a, b in zip(times, times[1:], strict=False)))
+        slowest = max(slowest, max(e["step_time_s"] for e in s.values()))
+        missing = steps - len(s)  # steps a survivor never finished
+        events = run.island_events[i]
+        if mode == "step":
+            discarded = sum(1 for e in events if e["change"] == "dropped")  # each dropped step is redone
+        else:  # a sync that failed every retry sends the island back to the last one: H steps' work
+            syncs = [e["syncs"] for e in events if e["change"] == "sync"]
+            discarded = H * sum(1 for a, b in zip([0, *syncs], syncs, strict=False) if b == a)
+        lost_survivors = max(lost_survivors, missing + discarded)
+    reached = max(run.steps[victim], default=0)
+    synced = [e["step"] for e in run.island_events[victim] if e["change"] == "sync"]
+    lost_victim = reached - max(synced, default=0) if mode == "diloco" else 0
+    goal = args.quorum_timeout + slowest
+    pause = max(pauses)
+    lost = lost_survivors + lost_victim
+    dropped = max(sum(1 for e in run.island_events[i] if e["change"] == "dropped") for i in survivors)
+    return [
+        Row(
+            f"reclaim ({mode}, island {victim} killed at step {reached}): survivors' longest pause between steps",
+            f"{pause:.1f} s",
+            f"<= quorum timeout + a step = {args.quorum_timeout:.0f} + {slowest:.1f} s",
+            pause <= goal,
+        ),
+        Row(
+            f"reclaim: steps of work lost (leaver's unsynced {lost_victim}, survivors' {lost_survivors}; "
+            f"{dropped} sync(s) dropped and retried)",
+            f"{lost}",
+            f"<= H = {H}" if mode == "diloco" else "<= 1",
+            lost <= (H if mode == "diloco" else 1),
+        ),
+    ]
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(KeyboardInterrupt):
+        sys.exit(main())
