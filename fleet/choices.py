@@ -70,6 +70,7 @@ class JobEventKind(models.TextChoices):
     SUCCEEDED = "succeeded", "Succeeded"
     FAILED = "failed", "Failed"
     WAITING = "waiting", "Waiting for chips"
+    ISLAND = "island", "Island"
 
 
 class CommandStatus(models.TextChoices):

@@ -66,6 +66,11 @@ Report (one item) =
 | {"kind": "checkpoint", "rank", "step", "path", "seconds", "stopping", "t"}   (stopping: the last one before a stop)
 | {"kind": "eval", "rank", "step", "eval_loss", "eval_tokens", "t"}   (rank 0, the held-out loss after step)
 | {"kind": "exit", "rank", "code", "error", "t"}      (error: the rank's last stderr lines)
+| {"kind": "island", "rank", "step", "island", "change", "members", "syncs", "bytes_across", "stack", "mode", "t"}
+    (an island's leader: change = joined | members | dropped | sync; see hosts/runtime/islands/)
+
+A report's "rank" is the rank's number in the job (`job_rank`): in a run of islands, its island's first
+rank's number plus its rank inside the island.
 
 Agent <-> rank: the agent starts `python -m hosts.runtime --config <launch.json>` with the
 torch.distributed environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), the platform's
@@ -115,6 +120,7 @@ class ReportKind:
     CHECKPOINT = "checkpoint"
     EVAL = "eval"
     EXIT = "exit"
+    ISLAND = "island"
 
 
 @dataclass
@@ -168,8 +174,9 @@ class IslandLaunch:
 
     index: int  # this island's number in the run: its place in every step's global batch
     batches: dict  # {island index (str): samples per step} for the islands planned at launch
-    lighthouse: str  # the job's torchft Lighthouse, "http://host:port"
+    lighthouse: str  # the job's torchft Lighthouse: "http://host:port", or ":port" on the platform's host
     address: str  # where this island's leader listens for the other islands (its node's address)
+    first_rank: int = 0  # the job-wide number of the island's rank 0 (what reports call its ranks)
     stack: str = "cpu"  # the island's software stack (kernel/stacks.py)
     mode: str = SYNC_STEP
     sync_every: int = 1  # H: inner steps between syncs (1 in step mode)
@@ -190,3 +197,19 @@ class IslandLaunch:
     def planned(self) -> dict[int, int]:
         """{island index: samples per step} as planned at launch."""
         return {int(index): int(batch) for index, batch in self.batches.items()}
+
+
+def job_rank(launch: RankLaunch) -> int:
+    """The rank's number in the job: its own, or in a run of islands its island's first rank's plus its own."""
+    return launch.rank + int((launch.island or {}).get("first_rank", 0))
+
+
+def lighthouse_address(lighthouse: str, platform_url: str | None) -> str:
+    """A Lighthouse given as ":port" is on the platform's host, as the rank reaches the platform."""
+    if not lighthouse.startswith(":"):
+        return lighthouse
+    from urllib.parse import urlsplit
+
+    host = urlsplit(platform_url or "").hostname or "127.0.0.1"
+    host = f"[{host}]" if ":" in host else host
+    return f"http://{host}{lighthouse}"

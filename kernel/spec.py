@@ -34,6 +34,8 @@ JOB_COLUMNS = (
     "eval_dataset_upload_id",
     "eval_fraction",
     "eval_every",
+    "sync_mode",
+    "sync_every",
 )
 
 
@@ -68,6 +70,8 @@ class JobSpec:
     eval_dataset_upload_id: int | None = None
     eval_fraction: float = 0.0
     eval_every: int = 0
+    sync_mode: str = ""  # islands: "step" or "diloco"; "": the planner's choice (kernel/planner/islands.py)
+    sync_every: int | None = None  # diloco's inner steps between syncs; None: the planner's
     global_batch: int | None = None
     chip_types: tuple[str, ...] | None = field(default=None)
     # Chip types a re-plan must leave out: those whose last bid the owner cancelled (market.services.bids).

@@ -75,6 +75,11 @@ def backend_of(stack: str, simulated: bool) -> str:
     return SIMULATED_BACKEND if simulated else stack_named(stack).backend
 
 
+def backend_for_device(device_type: str) -> str:
+    """The collective library of a rank on a device of this type ("cuda", "npu", ...); gloo on the CPU."""
+    return next((stack.backend for stack in STACKS.values() if stack.device_type == device_type), SIMULATED_BACKEND)
+
+
 def missing_runtime(stack: Stack, chips: int, chip_type: str, runtimes: list[str]) -> str | None:
     """Why a host can't run `chips` real `chip_type` chips of `stack` (None: it can)."""
     if stack.name in runtimes:

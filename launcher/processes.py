@@ -115,7 +115,11 @@ def platform_processes(env: Mapping[str, str]) -> dict[str, str]:
     # users can flood with queued jobs, on `<queue>.planning` (portal.task_routes), so it never delays them.
     queue = env.get("CELERY_QUEUE") or "celery"
     celery_worker = f"{python} -m celery -A portal worker --loglevel INFO --concurrency 1"
+    # A torchft Lighthouse per running job of islands (workers/services/lighthouses.py), where torchft is here.
+    islands = Path(sys.executable).with_name("torchft_lighthouse").exists() or bool(env.get("LIGHTHOUSE_PROGRAM"))
+    lighthouses = {"lighthouses": f"{python} manage.py run_lighthouses"} if islands else {}
     return {
+        **lighthouses,
         **{name: f"nice -n {DEMO_FLEET_NICE} {line}" for name, line in demo_fleet_processes(env, agents_url).items()},
         "web": web + _no_gunicorn_control_socket(),
         "agents": agent_service_command(env),

@@ -59,3 +59,12 @@ def secret_key(data_dir: Path) -> str:
         "`python -c 'import secrets; print(secrets.token_urlsafe(50))'`) or DJANGO_SECRET_KEY_FILE (a file "
         f"holding one). `make run` generates one into {generated} for local mode."
     )
+
+
+def find_program(name: str) -> str:
+    """A program beside this Python (a virtualenv's bin/) or on PATH; "" when neither has it."""
+    import shutil
+    import sys
+
+    here = Path(sys.executable).parent
+    return shutil.which(name, path=os.pathsep.join([str(here), os.environ.get("PATH", "")])) or ""

@@ -7,7 +7,7 @@ from pathlib import Path
 import dj_database_url
 
 from portal.content_policy import CONTENT_SECURITY_POLICY as PAGE_CONTENT_POLICY
-from portal.env import env, env_bool, env_int, env_list, env_secret, secret_key
+from portal.env import env, env_bool, env_int, env_list, env_secret, find_program, secret_key
 from portal.logs import log_format, logging_config
 from portal.mail_settings import mail_settings
 from portal.metrics_access import parse_networks
@@ -283,6 +283,10 @@ RENDEZVOUS_PORT_BASE = env_int("RENDEZVOUS_PORT_BASE", 29500)
 # which any program binding port 0 or connecting out may hold at any moment: a rendezvous port drawn there
 # can be taken, and rank 0 then fails with EADDRINUSE.
 RENDEZVOUS_PORT_SPAN = env_int("RENDEZVOUS_PORT_SPAN", 3000)
+# Islands (docs/ISLANDS.md): the torchft Lighthouse program the platform runs per job of islands (run_lighthouses),
+# ports from LIGHTHOUSE_PORT_BASE, reached at LIGHTHOUSE_HOST (blank: the platform's host); no program: no islands.
+LIGHTHOUSE_PROGRAM = env("LIGHTHOUSE_PROGRAM", find_program("torchft_lighthouse"))
+LIGHTHOUSE_PORT_BASE, LIGHTHOUSE_HOST = env_int("LIGHTHOUSE_PORT_BASE", 28500), env("LIGHTHOUSE_HOST", "")
 TRUSTED_PROXIES = env_list("TRUSTED_PROXIES")  # proxies (IPs/CIDRs) whose X-Forwarded-For names an agent's address
 JOB_PROVISIONING_TIMEOUT_S = env_int("JOB_PROVISIONING_TIMEOUT_S", 180)
 RUNS_ROOT = Path(env("RUNS_ROOT", str(DATA_DIR / "runs")))

@@ -55,6 +55,11 @@ class Pool(models.Model):
     chip_type = models.ForeignKey(ChipType, on_delete=models.PROTECT, related_name="pools")
     zone = models.CharField(max_length=40)
     name = models.SlugField(max_length=80, unique=True)
+    # The pool's link to other islands of a run (other stacks, other sites), as the operator declares it:
+    # what the planner prices the bridge between islands at (kernel/planner/islands.py). 0: not declared.
+    bridge_gbps = models.FloatField(
+        default=0, validators=[MinValueValidator(0)], help_text="Gbit/s to other pools' islands (0: not declared)"
+    )
 
     class Meta:
         db_table = "workers_pool"  # its table from before the move

@@ -48,6 +48,9 @@ class Job(models.Model):
     )
     eval_fraction = models.FloatField(default=0)
     eval_every = models.PositiveIntegerField(default=0)
+    # A run of islands: how they keep in step ("step", "diloco"; "": the planner chooses) and diloco's H.
+    sync_mode = models.CharField(max_length=8, blank=True, default="", choices=[("step", "step"), ("diloco", "diloco")])
+    sync_every = models.PositiveIntegerField(null=True, blank=True)
     # Chips an on-demand job is waiting for that spot allocations hold now: {slug: count}. The auction
     # takes them out of spot capacity, so the lowest bids are reclaimed first.
     waiting_for = models.JSONField(null=True, blank=True)
@@ -71,6 +74,9 @@ class Job(models.Model):
     first_loss = models.FloatField(null=True, blank=True)
     eval_loss = models.FloatField(null=True, blank=True)
     tokens_per_s = models.FloatField(null=True, blank=True)
+    # A run of islands: each island's last report, by island index: {"stack", "mode", "syncs", "bytes_across",
+    # "members", "step", "change"} (hosts/runtime/islands/; the job page's islands table).
+    island_stats = models.JSONField(default=dict, blank=True)
     latest_checkpoint = models.CharField(max_length=500, blank=True)
     latest_checkpoint_step = models.PositiveIntegerField(null=True, blank=True)
     latest_checkpoint_at = models.DateTimeField(null=True, blank=True)

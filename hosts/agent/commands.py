@@ -17,7 +17,7 @@ from pathlib import Path
 
 from hosts.agent.ranks import DEFAULT_RANK_MODULE, RankProcess, Standbys, update_control
 from hosts.agent.state import AgentState, write_json_atomic
-from kernel.protocol import CONTROL_FILE, CommandType, RankLaunch, ReportKind
+from kernel.protocol import CONTROL_FILE, CommandType, RankLaunch, ReportKind, job_rank
 
 log = logging.getLogger(__name__)
 
@@ -72,24 +72,24 @@ class RankTable:
             if not self.select(job_id, lambda e, epoch=epoch: e == epoch):
                 write_json_atomic(self.run_dir(job_id, epoch) / CONTROL_FILE, FRESH_CONTROL, mode=0o644)
         errors = []
-        for local_rank, launch in enumerate(sorted(launches, key=lambda item: item.rank)):
+        for local_rank, launch in enumerate(sorted(launches, key=job_rank)):
             error = self._launch_one(launch, local_rank)
             if error:
                 errors.append(error)
         return "; ".join(errors) or None
 
     def _launch_one(self, launch: RankLaunch, local_rank: int) -> str | None:
-        key = (launch.job_id, launch.epoch, launch.rank)
+        key = (launch.job_id, launch.epoch, job_rank(launch))
         with self._lock:
             if key in self._ranks:
-                return f"rank {launch.rank} of job {launch.job_id} epoch {launch.epoch} already started here"
+                return f"rank {key[2]} of job {launch.job_id} epoch {launch.epoch} already started here"
         run_dir = self.run_dir(launch.job_id, launch.epoch)
         launch = dataclasses.replace(launch, run_dir=str(run_dir))
         job, epoch = launch.job_id, launch.epoch
         rank = RankProcess(
             launch,
             local_rank,
-            run_dir / f"rank-{launch.rank}",
+            run_dir / f"rank-{job_rank(launch)}",
             lambda item: self.emit(job, epoch, item),
             self.log_rate,
             self.network_env() if self.network_env else None,
@@ -100,11 +100,11 @@ class RankTable:
         try:
             rank.start(self.rank_module, self.standbys.take() if warm else None)
         except OSError as exc:
-            error = f"rank {launch.rank} failed to start: {exc}"
+            error = f"rank {job_rank(launch)} failed to start: {exc}"
             self.emit(
                 job,
                 epoch,
-                {"kind": ReportKind.EXIT, "rank": launch.rank, "code": 127, "error": error, "t": time.time()},
+                {"kind": ReportKind.EXIT, "rank": job_rank(launch), "code": 127, "error": error, "t": time.time()},
             )
             return error
         with self._lock:
@@ -154,7 +154,7 @@ class RankTable:
             {
                 "job_id": r.launch.job_id,
                 "epoch": r.launch.epoch,
-                "rank": r.launch.rank,
+                "rank": job_rank(r.launch),
                 "pid": r.proc.pid if r.proc else None,
                 "state": r.state,
             }

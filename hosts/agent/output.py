@@ -37,6 +37,7 @@ EVENT_FIELDS = {
     ),
     ReportKind.CHECKPOINT: ("step", "path", "seconds", "stopping", "t"),
     ReportKind.EVAL: ("step", "eval_loss", "eval_tokens", "t"),
+    ReportKind.ISLAND: ("step", "island", "change", "members", "syncs", "bytes_across", "stack", "mode", "t"),
 }
 DONE = "done"
 

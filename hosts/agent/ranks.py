@@ -25,7 +25,7 @@ from hosts.agent.output import RankOutput, capped_lines
 from hosts.agent.state import write_json_atomic
 from hosts.runtime.staging import CACHE_DIR_ENV
 from kernel.logtext import PathScrubber, scrubber
-from kernel.protocol import CONTROL_FILE, PLATFORM_URL_ENV, RankLaunch, is_storage_credential
+from kernel.protocol import CONTROL_FILE, PLATFORM_URL_ENV, RankLaunch, is_storage_credential, job_rank
 
 log = logging.getLogger(__name__)
 
@@ -242,7 +242,7 @@ class RankProcess:
     ) -> None:
         self.launch, self.local_rank, self.rank_dir = launch, local_rank, rank_dir
         self.network_env, self.on_exit, self.platform_url = network_env, on_exit, platform_url
-        self.output = RankOutput(launch.rank, emit, log_rate, scrub=rank_scrubber(launch, rank_dir))
+        self.output = RankOutput(job_rank(launch), emit, log_rate, scrub=rank_scrubber(launch, rank_dir))
         self.emit = emit
         self.proc: subprocess.Popen | None = None
         self.exited = threading.Event()
@@ -252,7 +252,7 @@ class RankProcess:
 
     @property
     def key(self) -> tuple[int, int, int]:
-        return (self.launch.job_id, self.launch.epoch, self.launch.rank)
+        return (self.launch.job_id, self.launch.epoch, job_rank(self.launch))
 
     @property
     def state(self) -> str:
@@ -270,7 +270,7 @@ class RankProcess:
             self.proc = standby
         else:
             self.proc = spawn_rank(rank_argv(rank_module, config), self.rank_dir, env, subprocess.DEVNULL)
-        name = f"rank-{self.launch.job_id}-{self.launch.epoch}-{self.launch.rank}"
+        name = f"rank-{self.launch.job_id}-{self.launch.epoch}-{job_rank(self.launch)}"
         self._readers = [
             threading.Thread(
                 target=self._read,

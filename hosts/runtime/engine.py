@@ -16,6 +16,7 @@ import torch.distributed as dist
 
 from hosts.runtime.hfmodel import ModelSource, build_model
 from kernel.protocol import RankLaunch
+from kernel.stacks import backend_for_device
 
 GRADIENT_CLIPPING = 1.0  # set explicitly: DeepSpeed changed its default in 0.19.3
 DEFAULT_TIMEOUT_S = 1800
@@ -61,7 +62,7 @@ def init_distributed(launch: RankLaunch) -> Placement:
     else:
         torch.set_num_threads(1)
     timeout = timedelta(seconds=float(launch.extra.get("timeout_s", DEFAULT_TIMEOUT_S)))
-    backend = "nccl" if device.type == "cuda" else "gloo"
+    backend = backend_for_device(device.type)  # nccl on CUDA, the vendor's library on an NPU, gloo on the CPU
     dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world_size, timeout=timeout)
     return Placement(rank, world_size, device)
 

@@ -157,6 +157,9 @@ def _with_baseline(chosen: Plan, baseline: Plan | None) -> Plan:
 def _assemble(request: PlanRequest, ev: Evaluator, best: Candidate) -> Plan:
     kinds = ev.kinds
     ranks = _ranks(request, ev, best)
+    if best.bridge is not None:  # each island's ranks numbered together: the job's rank = island's first + own
+        first_seen = {island: n for n, island in enumerate(dict.fromkeys(rank.island for rank in ranks))}
+        ranks.sort(key=lambda rank: first_seen[rank.island])
     seq = request.model.seq_len
     return Plan(
         policy=request.policy,

@@ -1,4 +1,5 @@
-"""On the platform's own fleet: a quote, a placement and the API never mix real and simulated chips."""
+"""On a platform without islands (no torchft Lighthouse): a quote, a placement and the API never mix real and
+simulated chips. With islands they train together as two islands (tests/workers/services/test_island_launches.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,11 @@ from workers.services.enrollment import enroll_node
 from workers.services.placement import rank_launches
 
 pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def no_islands(settings):
+    settings.LIGHTHOUSE_PROGRAM = ""
 
 
 def rtx_4090_node(hostname: str, *, simulated: bool, chips: int) -> Node:

@@ -111,7 +111,14 @@ class PollSerializer(serializers.Serializer):
 
 class ReportItemSerializer(serializers.Serializer):
     kind = serializers.ChoiceField(
-        choices=[ReportKind.METRIC, ReportKind.LOG, ReportKind.CHECKPOINT, ReportKind.EVAL, ReportKind.EXIT]
+        choices=[
+            ReportKind.METRIC,
+            ReportKind.LOG,
+            ReportKind.CHECKPOINT,
+            ReportKind.EVAL,
+            ReportKind.EXIT,
+            ReportKind.ISLAND,
+        ]
     )
     rank = serializers.IntegerField(min_value=0, max_value=4096)
     t = serializers.FloatField(required=False)
@@ -131,6 +138,16 @@ class ReportItemSerializer(serializers.Serializer):
     stopping = serializers.BooleanField(required=False, default=False)
     code = serializers.IntegerField(required=False)
     error = serializers.CharField(required=False, allow_blank=True, allow_null=True, trim_whitespace=False)
+    # An island's leader (hosts/runtime/islands/): what changed, who takes part, what crossed the bridge.
+    island = serializers.IntegerField(min_value=0, max_value=64, required=False)
+    change = serializers.ChoiceField(choices=["joined", "members", "dropped", "sync"], required=False)
+    members = serializers.ListField(
+        child=serializers.IntegerField(min_value=0, max_value=64), required=False, max_length=64
+    )
+    syncs = serializers.IntegerField(min_value=0, required=False)
+    bytes_across = serializers.IntegerField(min_value=0, required=False)
+    stack = serializers.CharField(required=False, max_length=40)
+    mode = serializers.CharField(required=False, max_length=20)
 
     REQUIRED = {
         ReportKind.METRIC: ("step", "loss"),
@@ -138,6 +155,7 @@ class ReportItemSerializer(serializers.Serializer):
         ReportKind.CHECKPOINT: ("step", "path"),
         ReportKind.EVAL: ("step", "eval_loss"),
         ReportKind.EXIT: ("code",),
+        ReportKind.ISLAND: ("island", "change"),
     }
 
     def validate(self, attrs):

@@ -97,6 +97,16 @@ class JobSpecSerializer(serializers.Serializer):
     eval_every = serializers.IntegerField(
         min_value=0, max_value=settings.JOB_MAX_STEPS, default=0, help_text="Steps between evals (0: at the end only)"
     )
+    sync_mode = serializers.ChoiceField(
+        choices=["step", "diloco"],
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="Islands (chips of several stacks): sync gradients every step, or diloco; blank: the planner's",
+    )
+    sync_every = serializers.IntegerField(
+        min_value=1, max_value=10000, required=False, allow_null=True, help_text="diloco: inner steps between syncs"
+    )
     per_device_batch_size = serializers.IntegerField(min_value=1, max_value=settings.JOB_MAX_BATCH)
     max_steps = serializers.IntegerField(min_value=1, max_value=settings.JOB_MAX_STEPS)
     policy = serializers.ChoiceField(choices=Policy.choices, default=Policy.COST_PERFORMANCE)
@@ -158,6 +168,10 @@ class JobSpecSerializer(serializers.Serializer):
         if data.get("eval_dataset") and data.get("eval_fraction"):
             raise serializers.ValidationError(
                 {"eval_fraction": ["Give an eval dataset or a held-out fraction, not both."]}
+            )
+        if data.get("sync_every") and data.get("sync_mode") != "diloco":
+            raise serializers.ValidationError(
+                {"sync_every": ["sync_every applies to the diloco sync mode only: set sync_mode to 'diloco' as well."]}
             )
         if data.get("eval_every") and not (data.get("eval_dataset") or data.get("eval_fraction")):
             raise serializers.ValidationError(
@@ -231,6 +245,8 @@ class JobSpecSerializer(serializers.Serializer):
             eval_dataset_upload_id=int(data["eval_dataset"][7:]) if data.get("eval_dataset") else None,
             eval_fraction=data.get("eval_fraction", 0.0),
             eval_every=data.get("eval_every", 0),
+            sync_mode=data.get("sync_mode") or "",
+            sync_every=data.get("sync_every"),
         )
 
 
@@ -303,6 +319,9 @@ class JobSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
             "eval_dataset",
             "eval_fraction",
             "eval_every",
+            "sync_mode",
+            "sync_every",
+            "island_stats",
             "cost",
             "migrations",
             "epoch",

@@ -24,8 +24,9 @@ from fleet.models import Allocation, Job, Node
 from kernel.modelfiles.hfconfig import lora_settings
 from kernel.modelspecs import LORA
 from kernel.planner import Plan, Rank
-from kernel.protocol import CommandType, RankLaunch
+from kernel.protocol import CommandType, IslandLaunch, RankLaunch
 from kernel.spec import JobSpec
+from kernel.stacks import stack_of_chip
 from kernel.storage import StorageError
 from kernel.storage.locations import stored
 from market.services.commitments import commitments
@@ -34,6 +35,7 @@ from market.services.reservations import end_job_reservations
 from workers.services import commands, lifecycle, spot
 from workers.services.capacity import free_chips
 from workers.services.checkpoints import job_checkpoints, own_checkpoint_key
+from workers.services.lighthouses import lighthouse_of
 from workers.services.models import ModelUnavailable, resolve_model_source, store_hub_snapshot
 from workers.services.planning import model_spec
 from workers.services.storage_grants import issue_grant
@@ -129,16 +131,32 @@ def _queue_start_commands(job: Job, plan: Plan, nodes: dict[int, Node], now) -> 
 
 
 def rank_launches(job: Job, plan: Plan, nodes: dict[int, Node]) -> list[tuple[int, RankLaunch]]:
-    """One RankLaunch per rank of the plan, in rank order."""
-    ranks = plan.ranks
+    """One RankLaunch per rank of the plan, in rank order: one world, or one per island of a run of islands
+    (each its own DeepSpeed world and rendezvous, its ranks numbered from 0, `island` saying where it fits)."""
+    model = launch_model(job)
+    if plan.bridge is None:
+        worlds = [(list(range(plan.world_size)), None)]
+    else:
+        islands = plan.islands()
+        worlds = [(island["ranks"], island_launch(job, plan, nodes, island, islands)) for island in islands]
+    launches = []
+    for numbers, island in worlds:
+        launches += _world_launches(job, plan, nodes, model, [plan.ranks[n] for n in numbers], island)
+    # Each host gets a grant for its own placement's objects, never the store's credentials (#28).
+    return [(node_id, with_grant(job, nodes[node_id], launch)) for node_id, launch in launches]
+
+
+def _world_launches(
+    job: Job, plan: Plan, nodes: dict[int, Node], model: dict, ranks: list[Rank], island: IslandLaunch | None
+) -> list[tuple[int, RankLaunch]]:
+    """The launches of one DeepSpeed world: the whole job's, or one island's."""
     master = nodes[ranks[0].node_pk]
     micro_batches = [rank.micro_batch for rank in ranks]
-    model = launch_model(job)
     device_index: dict[int, int] = defaultdict(int)
     launches = []
     for index, rank in enumerate(ranks):
         node = nodes[rank.node_pk]
-        device = "cpu" if node.simulated else f"cuda:{device_index[node.pk]}"
+        device = "cpu" if node.simulated else f"{_device_type(node)}:{device_index[node.pk]}"
         device_index[node.pk] += 1
         launches.append(
             (
@@ -149,7 +167,7 @@ def rank_launches(job: Job, plan: Plan, nodes: dict[int, Node]) -> list[tuple[in
                     rank=index,
                     world_size=len(ranks),
                     master_addr=master.address or "127.0.0.1",
-                    master_port=master_port(job),
+                    master_port=master_port(job, island.index if island else None),
                     model=model,
                     dataset=dataset_location(job),
                     eval_dataset=job.eval_dataset_upload.location if job.eval_dataset_upload_id else None,
@@ -166,11 +184,33 @@ def rank_launches(job: Job, plan: Plan, nodes: dict[int, Node]) -> list[tuple[in
                     paced_tokens_per_s=rank.paced_tokens_per_s if node.simulated else None,
                     chip_type=rank.chip,
                     seed=job.pk,
+                    island=island.as_dict() if island else None,
                 ),
             )
         )
-    # Each host gets a grant for its own placement's objects, never the store's credentials (#28).
-    return [(node_id, with_grant(job, nodes[node_id], launch)) for node_id, launch in launches]
+    return launches
+
+
+def island_launch(job: Job, plan: Plan, nodes: dict[int, Node], island: dict, islands: list[dict]) -> IslandLaunch:
+    """Where one island fits in the run: its number, every island's batch, the job's Lighthouse, its leader."""
+    leader = nodes[plan.ranks[island["ranks"][0]].node_pk]
+    bridge = plan.bridge
+    return IslandLaunch(
+        index=island["index"],
+        batches={str(other["index"]): other["batch"] for other in islands},
+        lighthouse=lighthouse_of(job),
+        address=leader.address or "127.0.0.1",
+        first_rank=island["ranks"][0],
+        stack=island["island"],
+        mode=bridge.mode,
+        sync_every=bridge.sync_every,
+    )
+
+
+def _device_type(node: Node) -> str:
+    """cuda, npu, mlu or xla: the torch device type of the node's real chips."""
+    chip_type = node.pool.chip_type
+    return stack_of_chip(chip_type.slug, chip_type.software_stack).device_type
 
 
 def with_grant(job: Job, node: Node, launch: RankLaunch) -> RankLaunch:
@@ -189,9 +229,10 @@ def launch_model(job: Job) -> dict:
     }
 
 
-def master_port(job: Job) -> int:
-    """A rendezvous port that differs between jobs and between placements of one job."""
-    return settings.RENDEZVOUS_PORT_BASE + zlib.crc32(f"{job.pk}:{job.epoch}".encode()) % settings.RENDEZVOUS_PORT_SPAN
+def master_port(job: Job, island: int | None = None) -> int:
+    """A rendezvous port that differs between jobs, between placements of one job and between its islands."""
+    key = f"{job.pk}:{job.epoch}" if island is None else f"{job.pk}:{job.epoch}:island-{island}"
+    return settings.RENDEZVOUS_PORT_BASE + zlib.crc32(key.encode()) % settings.RENDEZVOUS_PORT_SPAN
 
 
 def checkpoint_prefix(job: Job) -> str:

@@ -18,6 +18,7 @@ from kernel.modelspecs import LORA, ModelSpec, spec_from_config
 from kernel.spec import JobSpec
 from workers.services import spot
 from workers.services.capacity import free_chips, schedulable_nodes
+from workers.services.lighthouses import islands_enabled
 from workers.services.models import ModelSource, resolve_model_source
 from workers.services.throughput import measured_history, measured_on_nodes
 
@@ -32,6 +33,7 @@ def chip_infos() -> dict[str, planner.ChipInfo]:
             default_mfu=float(offer.chip.default_mfu),
             on_demand_per_hour=offer.on_demand_per_hour,
             spot_per_hour=offer.spot_per_hour,
+            stack=offer.chip.software_stack,
         )
         for offer in current_offers()
         if offer.price is not None
@@ -58,6 +60,7 @@ def node_offers(market: spot.ChipView | None = None) -> list[planner.NodeOffer]:
                     pool=node.pool.name,
                     zone=node.pool.zone,
                     simulated=node.simulated,
+                    bridge_gbps=node.pool.bridge_gbps,
                 )
             )
     return offers
@@ -111,6 +114,9 @@ def plan_request(spec: JobSpec) -> planner.PlanRequest:
         allow_spot=spec.spot,
         spot_only=spec.spot_only,
         global_batch=spec.global_batch,
+        islands=islands_enabled(),
+        sync_mode=spec.sync_mode or None,
+        sync_every=spec.sync_every,
     )
 
 
@@ -174,6 +180,7 @@ def fleet_quote(spec: JobSpec) -> planner.Plan:
             pool=node.pool.name,
             zone=node.pool.zone,
             simulated=node.simulated,
+            bridge_gbps=node.pool.bridge_gbps,
         )
         for node in enrolled_nodes()
         if node.chips > 0

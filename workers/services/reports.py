@@ -19,6 +19,7 @@ from workers.services import lifecycle
 from workers.services.allocations import release_leaving_chips
 from workers.services.checkpoints import job_checkpoints, own_checkpoint_key, record_checkpoint
 from workers.services.events import record_event
+from workers.services.island_reports import record_island
 from workers.services.redaction import redact
 from workers.services.throughput import remember_throughput
 
@@ -103,6 +104,8 @@ def _apply(job: Job, node: Node, items: list[dict], now) -> None:
             _record_checkpoint(job, item, now)
         elif item["kind"] == ReportKind.EVAL:
             _record_eval(job, item, now)
+        elif item["kind"] == ReportKind.ISLAND:
+            record_island(job, item, now)
         elif item["kind"] == ReportKind.EXIT:
             _record_exit(job, item, now)
             if job.migrations.filter(from_epoch=job.epoch).exists():

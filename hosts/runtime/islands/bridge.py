@@ -12,6 +12,7 @@ the island's other ranks by a broadcast on the island's own backend.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from torch.distributed import ReduceOp, TCPStore
 
 from hosts.runtime.engine import Placement
 from hosts.runtime.islands.layout import Header
-from kernel.protocol import IslandLaunch
+from kernel.protocol import PLATFORM_URL_ENV, IslandLaunch, lighthouse_address
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,7 @@ class Bridge:
             world_size=1,
             store_addr=self.island.address,
             store_port=self.store.port,
-            lighthouse_addr=self.island.lighthouse,
+            lighthouse_addr=lighthouse_address(self.island.lighthouse, os.environ.get(PLATFORM_URL_ENV)),
             replica_id=f"island-{self.island.index}",
             hostname=self.island.address,
             init_sync=False,  # every island builds the same weights from the run's seed

@@ -1,0 +1,51 @@
+"""What an island's leader reports: the job's per-island figures and the timeline's joins and leaves.
+
+Every report updates `Job.island_stats[island]` (the job page's islands table): its stack and mode,
+syncs done, bytes sent across the bridge, who took part at its last sync. A change of who takes part
+(an island joined, the others went on without one, a step dropped because one left mid-sync) is
+also a timeline event. Diloco's routine syncs only move the figures.
+"""
+
+from __future__ import annotations
+
+from fleet.choices import JobEventKind
+from fleet.models import Job
+from workers.services.events import record_event
+
+TIMELINE_CHANGES = ("joined", "members", "dropped")
+
+
+def record_island(job: Job, item: dict, now) -> None:
+    island = str(item["island"])
+    stats = dict(job.island_stats or {})
+    before = stats.get(island, {})
+    stats[island] = {
+        "stack": item.get("stack", before.get("stack", "")),
+        "mode": item.get("mode", before.get("mode", "")),
+        "syncs": max(item.get("syncs", 0), before.get("syncs", 0)),
+        "bytes_across": max(item.get("bytes_across", 0), before.get("bytes_across", 0)),
+        "members": item.get("members", before.get("members", [])),
+        "step": item.get("step", before.get("step", 0)),
+        "change": item["change"],
+    }
+    job.island_stats = stats
+    job.save(update_fields=["island_stats", "updated_at"])
+    if item["change"] in TIMELINE_CHANGES:
+        record_event(job, JobEventKind.ISLAND, describe(item), data=_data(item), now=now)
+
+
+def describe(item: dict) -> str:
+    """ "Island 2 (cann) joined at step 8, healed from a healthy island" and the like."""
+    island, step = item["island"], item.get("step", 0)
+    stack = f" ({item['stack']})" if item.get("stack") else ""
+    members = ", ".join(str(member) for member in item.get("members", []))
+    if item["change"] == "joined":
+        return f"Island {island}{stack} joined at step {step}, with the live state of a healthy island"
+    if item["change"] == "dropped":
+        return f"Island {island}{stack} dropped step {step + 1}: an island left mid-sync; the step is trained again"
+    return f"Islands training together from step {step}: {members or 'none'}"
+
+
+def _data(item: dict) -> dict:
+    keys = ("island", "change", "step", "members", "syncs", "bytes_across", "stack", "mode")
+    return {key: item[key] for key in keys if key in item}
