@@ -16,8 +16,9 @@ from billing.signals import credit_shortfall
 from fleet.choices import JobStatus
 from fleet.models import Allocation, Job
 from kernel.protocol import CommandType
-from tests.compute.conftest import enroll, hand_plan, planning_job  # noqa: F401 - fixtures
-from tests.conftest import JOB_SPEC, token_client
+from tests.support.accounts import token_client
+from tests.support.jobs import JOB_SPEC
+from tests.support.plans import hand_plan
 from workers.models import AgentCommand
 from workers.receivers import stop_job_short_of_credit
 from workers.services import lifecycle, monitor, reports

@@ -309,7 +309,7 @@ def test_launching_a_spot_job_stores_its_bid_and_fallbacks(alice_client, alice, 
 def test_a_spot_job_without_a_bid_is_refused_on_the_bid_field_when_no_chip_type_takes_spot_bids(
     alice_client, alice, fleet
 ):
-    """Else the bid left empty is the default bid (tests/test_train_form_extras.py)."""
+    """Else the bid left empty is the default bid (tests/portal/test_train_form_extras.py)."""
     Node.objects.update(spot_eligible=False)
     response = alice_client.post(reverse("train"), {**LAUNCH, "spot": "on", "bid": ""})
     assert field_errors(response.content.decode(), "Spot bid (¥ per chip-hour)") == [
