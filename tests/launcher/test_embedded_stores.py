@@ -25,7 +25,7 @@ import redis
 
 from launcher.stores import EmbeddedPostgres, EmbeddedRedis, StoreError, free_port
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _port_open(port: int) -> bool:

@@ -20,7 +20,7 @@ from launcher.processes import platform_processes
 from launcher.s3 import EmbeddedS3
 from launcher.stores import StoreError, free_port
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_by_default_the_store_is_a_folder_of_the_data_dir(tmp_path):

@@ -17,7 +17,7 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from fleet.choices import AgentStatus, JobEventKind, JobStatus
+from fleet.choices import JobEventKind, JobStatus
 from fleet.models import Allocation, Job, Node
 from tests.support.accounts import token_client
 from tests.support.lines import bill_as_charged
@@ -38,12 +38,6 @@ def no_scheduling(monkeypatch):
 @pytest.fixture(autouse=True)
 def storage(settings, tmp_path):
     settings.STORAGE_URL = own_store_url(tmp_path)
-
-
-@pytest.fixture
-def fleet(catalog):
-    """The seeded nodes online: a launch (and so a re-run) is refused on a fleet that could never place it."""
-    Node.objects.update(agent_status=AgentStatus.ONLINE, last_heartbeat_at=timezone.now())
 
 
 @pytest.fixture
@@ -508,7 +502,7 @@ def test_the_jobs_list_offers_cancel_only_for_unfinished_jobs(alice_client, alic
 # Re-run
 
 
-def test_rerun_launches_a_copy_with_the_same_settings(alice_client, alice, fleet):
+def test_rerun_launches_a_copy_with_the_same_settings(alice_client, alice, seeded_nodes_online):
     original = make_job(
         alice,
         name="lora run",
@@ -533,14 +527,14 @@ def test_rerun_launches_a_copy_with_the_same_settings(alice_client, alice, fleet
     assert {name: getattr(copy, name) for name in same} == {name: getattr(original, name) for name in same}
 
 
-def test_rerun_through_htmx_opens_the_new_job(alice_client, alice, fleet):
+def test_rerun_through_htmx_opens_the_new_job(alice_client, alice, seeded_nodes_online):
     original = make_job(alice, status=JobStatus.FAILED, finished_at=timezone.now())
     response = alice_client.post(reverse("job_rerun", args=[original.pk]), headers={"HX-Request": "true"})
     copy = Job.objects.exclude(pk=original.pk).get(owner=alice)
     assert response["HX-Redirect"] == reverse("job", args=[copy.pk])
 
 
-def test_a_rerun_the_api_would_refuse_creates_nothing_and_says_why(alice_client, alice, fleet):
+def test_a_rerun_the_api_would_refuse_creates_nothing_and_says_why(alice_client, alice, seeded_nodes_online):
     original = make_job(alice, dataset="upload:999999", dataset_upload_id=None, status=JobStatus.FAILED)
     response = alice_client.post(reverse("job_rerun", args=[original.pk]), follow=True)
     assert Job.objects.filter(owner=alice).count() == 1
@@ -583,7 +577,7 @@ def test_the_jobs_list_costs_the_same_queries_for_many_jobs(
         assert alice_client.get(reverse("jobs")).status_code == 200
 
 
-def test_the_launch_message_names_no_status_that_would_go_stale_on_the_live_page(alice_client, fleet):
+def test_the_launch_message_names_no_status_that_would_go_stale_on_the_live_page(alice_client, seeded_nodes_online):
     from tests.portal.test_training_pages import LAUNCH
 
     html = alice_client.post(reverse("train"), LAUNCH, follow=True).content.decode()

@@ -34,7 +34,7 @@ from portal.celery import app as celery_app
 from portal.outage import ServiceUnavailableMiddleware
 from tests.support.accounts import PASSWORD, token_client
 from tests.support.jobs import JOB_SPEC
-from tests.support.stripe import deliver, events_for, paid_intent
+from tests.support.localstripe import deliver, events_for, paid_intent
 from workers.models import AgentCommand
 from workers.services import channel
 
@@ -100,7 +100,7 @@ def own_redis(tmp_path: Path, settings) -> Iterator[OwnRedis]:
 
 
 @pytest.fixture
-def fleet(enroll):
+def two_rtx_nodes(enroll):
     """Two online RTX 4090 nodes, so that a job is accepted (and could be placed)."""
     return [enroll(f"outage-{i}", chips=2) for i in range(2)]
 
@@ -134,7 +134,7 @@ def queued_messages(client: redis.Redis) -> list[bytes]:
 
 @pytest.mark.django_db
 def test_with_redis_paused_api_requests_and_pages_answer_quickly_and_throttles_fail_open(
-    own_redis, settings, alice, fund, fleet, django_capture_on_commit_callbacks
+    own_redis, settings, alice, fund, two_rtx_nodes, django_capture_on_commit_callbacks
 ):
     fund(alice)
     # What is timed is Redis being away, not password hashing: PBKDF2's million rounds alone took over
@@ -145,7 +145,7 @@ def test_with_redis_paused_api_requests_and_pages_answer_quickly_and_throttles_f
     rates = settings.REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]
     settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": {**rates, "user": "4/min"}}
     api = token_client(alice)
-    node, node_token = fleet[0]
+    node, node_token = two_rtx_nodes[0]
     agent = APIClient()
     agent.credentials(HTTP_AUTHORIZATION=f"Bearer {node_token}")
     browser = Client()
@@ -191,8 +191,8 @@ def test_with_redis_paused_api_requests_and_pages_answer_quickly_and_throttles_f
 
 
 @pytest.mark.django_db(transaction=True)
-def test_an_agent_long_poll_reads_the_database_while_redis_is_paused(own_redis, fleet, alice):
-    node, node_token = fleet[0]
+def test_an_agent_long_poll_reads_the_database_while_redis_is_paused(own_redis, two_rtx_nodes, alice):
+    node, node_token = two_rtx_nodes[0]
     job = Job.objects.create(
         owner=alice, model_name="llama-tiny", per_device_batch_size=4, max_steps=10, max_budget_per_hour=10**7
     )

@@ -11,7 +11,7 @@ import pytest
 from fleet.choices import JobStatus, MigrationStatus
 from market.models import BidStatus
 
-STYLESHEET = Path(__file__).resolve().parents[1] / "static" / "css" / "starverse.css"
+STYLESHEET = Path(__file__).resolve().parents[2] / "static" / "css" / "starverse.css"
 AA = 4.5
 SURFACE = "#ffffff"  # a badge without a background of its own sits on a card
 

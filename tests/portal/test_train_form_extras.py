@@ -11,7 +11,7 @@ from django.urls import reverse
 from fleet.choices import JobStatus
 from fleet.models import Job
 from market.services.hints import default_bid
-from tests.portal.test_training_pages import LAUNCH, fleet, no_scheduling, quote_html, storage  # noqa: F401 - fixtures
+from tests.portal.test_training_pages import LAUNCH, no_scheduling, quote_html, storage  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.django_db
 
@@ -29,7 +29,7 @@ def signed_in(client, make_user, fund):
     return as_user
 
 
-def test_a_spot_job_with_no_bid_gets_the_default_bid(client, signed_in, fleet):  # noqa: F811
+def test_a_spot_job_with_no_bid_gets_the_default_bid(client, signed_in, seeded_nodes_online):  # noqa: F811
     carol = signed_in()
 
     response = client.post(reverse("train"), {**LAUNCH, "spot": "on", "bid": ""})
@@ -39,7 +39,7 @@ def test_a_spot_job_with_no_bid_gets_the_default_bid(client, signed_in, fleet): 
     assert job.spot and job.spot_bid_per_hour == default_bid() == 900_000
 
 
-def test_the_quote_warns_when_the_estimate_is_far_above_the_balance(client, signed_in, fleet):  # noqa: F811
+def test_the_quote_warns_when_the_estimate_is_far_above_the_balance(client, signed_in, seeded_nodes_online):  # noqa: F811
     signed_in("49")
 
     html = quote_html(client, max_steps="1000000")
@@ -49,7 +49,7 @@ def test_the_quote_warns_when_the_estimate_is_far_above_the_balance(client, sign
     assert "stopped for credit" in warning
 
 
-def test_the_quote_says_nothing_of_the_balance_when_it_covers_the_estimate(client, signed_in, fleet):  # noqa: F811
+def test_the_quote_says_nothing_of_the_balance_when_it_covers_the_estimate(client, signed_in, seeded_nodes_online):  # noqa: F811
     signed_in("49")
 
     html = quote_html(client, max_steps="200")
@@ -98,7 +98,9 @@ def field_value(html: str, name: str) -> str:
     return tag[tag.index('value="') + 7 :].split('"')[0]
 
 
-def test_the_job_pages_re_run_opens_the_form_with_that_jobs_settings(client, signed_in, finished_job, fleet):  # noqa: F811
+def test_the_job_pages_re_run_opens_the_form_with_that_jobs_settings(
+    client, signed_in, finished_job, seeded_nodes_online
+):  # noqa: F811
     carol = signed_in()
     job = finished_job(carol)
 
@@ -120,7 +122,7 @@ def test_the_job_pages_re_run_opens_the_form_with_that_jobs_settings(client, sig
     assert f"Settings of job {job.pk}" in form
 
 
-def test_a_re_run_from_the_form_launches_the_same_job_again(client, signed_in, finished_job, fleet):  # noqa: F811
+def test_a_re_run_from_the_form_launches_the_same_job_again(client, signed_in, finished_job, seeded_nodes_online):  # noqa: F811
     carol = signed_in("100")
     job = finished_job(carol, spot=False, spot_bid_per_hour=None, chip_counts=None, total_budget=None)
     form = client.get(f"{reverse('train')}?rerun={job.pk}").content.decode()

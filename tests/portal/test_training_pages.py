@@ -52,11 +52,6 @@ def bring_online(*chips: str) -> None:
     nodes.update(agent_status=AgentStatus.ONLINE, last_heartbeat_at=timezone.now())
 
 
-@pytest.fixture
-def fleet(catalog):
-    bring_online()
-
-
 def quote_html(client, **changes) -> str:
     response = client.post(reverse("train_quote"), {**LAUNCH, **changes})
     assert response.status_code == 200
@@ -162,7 +157,7 @@ def test_the_launch_page_renders_the_form_with_the_articles_defaults(alice_clien
     assert reverse("datasets") in html
 
 
-def test_the_quote_shows_a_plan_for_llama_tiny(alice_client, fleet):
+def test_the_quote_shows_a_plan_for_llama_tiny(alice_client, seeded_nodes_online):
     html = quote_html(alice_client)
     assert 'data-testid="quote"' in html
     assert "ZeRO stage" in html
@@ -172,13 +167,13 @@ def test_the_quote_shows_a_plan_for_llama_tiny(alice_client, fleet):
     assert "simulated" in html
 
 
-def test_the_quote_compares_the_mix_with_the_best_single_chip_type(alice_client, fleet):
+def test_the_quote_compares_the_mix_with_the_best_single_chip_type(alice_client, seeded_nodes_online):
     html = quote_html(alice_client)
     assert 'data-testid="quote-baseline"' in html
     assert "single chip type" in html
 
 
-def test_the_quote_follows_chips_picked_by_hand(alice_client, fleet):
+def test_the_quote_follows_chips_picked_by_hand(alice_client, seeded_nodes_online):
     html = quote_html(alice_client, **{"chips_ascend-910b": "2"})
     chips = html[html.index('data-testid="quote-chips"') :]
     assert "2 ×" in chips
@@ -186,7 +181,7 @@ def test_the_quote_follows_chips_picked_by_hand(alice_client, fleet):
     assert "NVIDIA RTX 4090" not in chips[: chips.index("</ul>")]
 
 
-def test_the_quote_names_a_budget_that_is_too_low(alice_client, fleet):
+def test_the_quote_names_a_budget_that_is_too_low(alice_client, seeded_nodes_online):
     html = quote_html(alice_client, max_budget="0.01")
     assert 'data-testid="quote-problem"' in html
     assert "Budget too low" in html
@@ -218,7 +213,7 @@ def occupy_the_fleet(owner) -> None:
         )
 
 
-def test_the_quote_without_free_chips_says_the_job_can_still_queue(alice_client, bob, fleet):
+def test_the_quote_without_free_chips_says_the_job_can_still_queue(alice_client, bob, seeded_nodes_online):
     occupy_the_fleet(bob)
     html = quote_html(alice_client)
     assert "No free chips" in html
@@ -231,7 +226,7 @@ def test_the_quote_says_when_the_fleet_could_never_place_the_job(alice_client, c
     assert "waits in the queue" not in html
 
 
-def test_the_quote_names_the_field_of_invalid_input(alice_client, fleet):
+def test_the_quote_names_the_field_of_invalid_input(alice_client, seeded_nodes_online):
     html = quote_html(alice_client, max_steps="0")
     assert "Check the form" in html
     assert "Max steps: Ensure this value is greater than or equal to 1." in html
@@ -240,7 +235,7 @@ def test_the_quote_names_the_field_of_invalid_input(alice_client, fleet):
 # Launching
 
 
-def test_training_queues_a_job_and_opens_its_page(alice_client, alice, fleet):
+def test_training_queues_a_job_and_opens_its_page(alice_client, alice, seeded_nodes_online):
     response = launch(alice_client, name="first run")
     job = Job.objects.get(owner=alice)
     assert response.status_code == 302
@@ -252,7 +247,7 @@ def test_training_queues_a_job_and_opens_its_page(alice_client, alice, fleet):
     assert job.events.filter(kind=JobEventKind.QUEUED).exists()
 
 
-def test_a_launch_the_balance_cannot_hold_is_refused_with_the_amounts(client, bob, fleet):
+def test_a_launch_the_balance_cannot_hold_is_refused_with_the_amounts(client, bob, seeded_nodes_online):
     client.force_login(bob)  # bob has no credit
     response = launch(client)
     assert response.status_code == 200
@@ -260,32 +255,32 @@ def test_a_launch_the_balance_cannot_hold_is_refused_with_the_amounts(client, bo
     assert not Job.objects.filter(owner=bob).exists()
 
 
-def test_chips_picked_by_hand_are_kept_on_the_job(alice_client, alice, fleet):
+def test_chips_picked_by_hand_are_kept_on_the_job(alice_client, alice, seeded_nodes_online):
     launch(alice_client, **{"chips_rtx-4090": "2", "chips_tpu-v5e": ""})
     assert Job.objects.get(owner=alice).chip_counts == {"rtx-4090": 2}
 
 
-def test_a_job_without_free_chips_is_still_queued(alice_client, alice, bob, fleet):
+def test_a_job_without_free_chips_is_still_queued(alice_client, alice, bob, seeded_nodes_online):
     occupy_the_fleet(bob)
     response = launch(alice_client)
     assert response.status_code == 302
     assert Job.objects.get(owner=alice).status == JobStatus.QUEUED
 
 
-def test_zero_steps_is_refused_naming_the_field(alice_client, fleet):
+def test_zero_steps_is_refused_naming_the_field(alice_client, seeded_nodes_online):
     response = launch(alice_client, max_steps="0")
     assert response.status_code == 200
     assert "Max steps: Ensure this value is greater than or equal to 1." in response.content.decode()
     assert not Job.objects.exists()
 
 
-def test_an_unknown_model_is_refused_naming_the_field(alice_client, fleet):
+def test_an_unknown_model_is_refused_naming_the_field(alice_client, seeded_nodes_online):
     html = launch(alice_client, model="gpt-9").content.decode()
     assert "Model: Unknown model &#x27;gpt-9&#x27;" in html
     assert not Job.objects.exists()
 
 
-def test_someone_elses_dataset_is_refused(alice_client, bob, fleet):
+def test_someone_elses_dataset_is_refused(alice_client, bob, seeded_nodes_online):
     theirs = Dataset.objects.create(
         owner=bob,
         name="secret",
@@ -300,7 +295,7 @@ def test_someone_elses_dataset_is_refused(alice_client, bob, fleet):
     assert not Job.objects.exists()
 
 
-def test_a_budget_below_the_cheapest_plan_is_refused_on_the_budget_field(alice_client, fleet):
+def test_a_budget_below_the_cheapest_plan_is_refused_on_the_budget_field(alice_client, seeded_nodes_online):
     html = launch(alice_client, max_budget="0.01").content.decode()
     assert "Hourly budget (¥): Budget too low" in html
     assert not Job.objects.exists()

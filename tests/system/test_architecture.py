@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("base", "portal", "billing", "market", "workers")
 LIFECYCLE = "workers.services.lifecycle"
 NODE_LIFECYCLE = "workers.services.node_lifecycle"

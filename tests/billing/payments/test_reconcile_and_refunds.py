@@ -16,7 +16,7 @@ from billing.choices import AccountKind, TransactionKind
 from billing.models import Payment, PaymentStatus, Refund, StripeEvent, Transaction
 from billing.services.ledger import balance_of, platform_account, transfer, wallet_for
 from tests.support.accounts import PASSWORD
-from tests.support.stripe import paid_intent
+from tests.support.localstripe import paid_intent
 
 FIFTY = 50_000_000
 

@@ -20,7 +20,7 @@ from billing.models import Payment, PaymentStatus, StripeEvent, Transaction
 from billing.services.ledger import balance_of
 from billing.services.stripe_payments.topups import create_topup
 from portal.celery import app as celery_app
-from tests.support.stripe import PUBLISHABLE_KEY, SECRET_KEY, WEBHOOK_SECRET, deliver
+from tests.support.localstripe import PUBLISHABLE_KEY, SECRET_KEY, WEBHOOK_SECRET, deliver
 
 RECORDED = Path(__file__).with_name("recorded")
 FIFTY, ONE_TWENTY_FIFTY = 50_000_000, 120_500_000

@@ -16,7 +16,7 @@ from billing.models import Payment, PaymentStatus, StripeEvent, Transaction
 from billing.services.ledger import balance_of
 from billing.services.stripe_payments.webhooks import process_event
 from portal.celery import app as celery_app
-from tests.support.stripe import DECLINING_CARD, body_of, deliver, events_for, paid_intent, signature_for
+from tests.support.localstripe import DECLINING_CARD, body_of, deliver, events_for, paid_intent, signature_for
 
 FIFTY = 50_000_000
 

@@ -20,7 +20,7 @@ from kernel.planner import (
 )
 from tests.support.planner.fleets import chips, nodes, request, yuan
 
-REPOSITORY = Path(__file__).resolve().parents[2]
+REPOSITORY = Path(__file__).resolve().parents[3]
 
 MIXED = nodes("rtx-4090", 2, spot=True) + nodes("a100-80g", 1) + nodes("mlu370", 1)
 

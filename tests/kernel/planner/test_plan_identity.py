@@ -27,7 +27,7 @@ from kernel.planner.throughput import NodeMeasure
 from tests.support.planner.fleets import fleets, priced_chips, requests
 from tests.support.planner.identity_instances import SIZES, Instance, answer, instances
 
-GOLDEN = json.loads((Path(__file__).resolve().parents[2] / "support" / "planner" / "golden_plans.json").read_text())
+GOLDEN = json.loads((Path(__file__).resolve().parents[2] / "support/planner/golden_plans.json").read_text())
 SHIPPED_BOUND = fleet.MAX_KINDS
 
 

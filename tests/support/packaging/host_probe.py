@@ -21,7 +21,7 @@ import runpy
 import sys
 from pathlib import Path
 
-REPOSITORY = Path(__file__).resolve().parents[2]
+REPOSITORY = Path(__file__).resolve().parents[3]
 HOST_PACKAGES = ("hosts.agent", "hosts.runtime", "kernel.storage")
 SHARED_MODULES = (
     "kernel.protocol",

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from packaging.requirements import Requirement
 
-REPOSITORY = Path(__file__).resolve().parents[2]
+REPOSITORY = Path(__file__).resolve().parents[3]
 PROJECT = "starverse-platform"
 
 

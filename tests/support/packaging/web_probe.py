@@ -19,7 +19,7 @@ import runpy
 import sys
 from pathlib import Path
 
-REPOSITORY = Path(__file__).resolve().parents[2]
+REPOSITORY = Path(__file__).resolve().parents[3]
 WEB_PACKAGES = ("base", "portal", "billing", "market", "workers")
 # The compute hosts' own, not on the web path: the agent, the ranks, and the store as hosts reach it (httpx).
 HOST_PROGRAMS = ("hosts.agent", "hosts.runtime", "kernel.storage.grants")

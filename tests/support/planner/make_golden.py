@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parents[1]))
+sys.path.insert(0, str(HERE.parents[2]))
 
 from kernel.planner import plan  # noqa: E402
 from tests.support.planner.identity_instances import SIZES, answer, instances  # noqa: E402

@@ -15,8 +15,8 @@ from billing.choices import TransactionKind
 from billing.models import Payment, PaymentStatus, StripeEvent, Transaction
 from billing.services.ledger import balance_of
 from tests.support.accounts import PASSWORD
+from tests.support.localstripe import DECLINING_CARD, GOOD_CARD
 from tests.support.stack import platform_stack, wait_until
-from tests.support.stripe import DECLINING_CARD, GOOD_CARD
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

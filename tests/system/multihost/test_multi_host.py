@@ -64,9 +64,9 @@ def db(committed_rows, django_db_blocker):
 
 
 @pytest.fixture(scope="module")
-def fleet(committed_rows, tmp_path_factory):
+def netns_platform(committed_rows, tmp_path_factory):
     call_command("seed_catalog", stdout=io.StringIO())
-    root = tmp_path_factory.mktemp("fleet")
+    root = tmp_path_factory.mktemp("netns_platform")
     with bridged_hosts(HOSTS) as network:
         s3 = EmbeddedS3(root / "s3", free_port(network.address), ip=network.address)
         s3.start()
@@ -96,12 +96,12 @@ def fleet(committed_rows, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def api(fleet, committed_rows):
+def api(netns_platform, committed_rows):
     user = get_user_model().objects.create_user(username="fleet-user", email="fleet@example.com", password="x-x-x-x")
     EmailAddress.objects.create(user=user, email=user.email, primary=True, verified=True)  # tokens need it (#28)
     adjust_credit(user, to_micros("500"), reason="test funds", actor=None, key="fleet-funds")
     _, raw = ApiToken.issue(user)
-    with httpx.Client(base_url=fleet.url, headers={"Authorization": f"Bearer {raw}"}, timeout=30) as client:
+    with httpx.Client(base_url=netns_platform.url, headers={"Authorization": f"Bearer {raw}"}, timeout=30) as client:
         yield client
 
 
@@ -216,30 +216,32 @@ def ranks_of(platform: FleetPlatform, job_id: int, epoch: int) -> dict[str, dict
 
 
 # -- the tests -----------------------------------------------------------------------------------
-def test_each_host_is_recorded_at_the_address_the_platform_sees_it_at(fleet):
-    for host in fleet.network.hosts:
+def test_each_host_is_recorded_at_the_address_the_platform_sees_it_at(netns_platform):
+    for host in netns_platform.network.hosts:
         node = Node.objects.get(hostname=f"host-{host.index}")
         assert (node.address, node.address_observed) == (host.address, True)
 
 
-def test_one_job_trains_across_three_hosts_that_share_only_the_network(fleet, api):
+def test_one_job_trains_across_three_hosts_that_share_only_the_network(netns_platform, api):
     job_id = submit(api, max_steps=30)
-    job = wait_finished(fleet, job_id)
+    job = wait_finished(netns_platform, job_id)
 
     assert sorted(hosts_of(job)) == ["host-1", "host-2", "host-3"]
-    launches = ranks_of(fleet, job_id, job.epoch)
+    launches = ranks_of(netns_platform, job_id, job.epoch)
     master = Node.objects.get(hostname=hosts_of(job)[0]).address
     assert {launch["master_addr"] for launch in launches.values()} == {master}
-    assert ipaddress.ip_address(master) in fleet.network.subnet and master != fleet.network.address  # a host's
+    assert (
+        ipaddress.ip_address(master) in netns_platform.network.subnet and master != netns_platform.network.address
+    )  # a host's
     assert set(JobMetric.objects.filter(job=job).values_list("rank", flat=True)) == {0, 1, 2}
     assert job.step == 30 and job.loss < job.first_loss * 0.9, (job.first_loss, job.loss)
-    assert_checkpoints_in_object_storage(fleet, job, 30)
+    assert_checkpoints_in_object_storage(netns_platform, job, 30)
 
 
-def test_a_maintenance_reclaim_moves_the_job_to_a_host_that_joined_later(fleet, api):
-    with_hosts(fleet, HOSTS + 1)
+def test_a_maintenance_reclaim_moves_the_job_to_a_host_that_joined_later(netns_platform, api):
+    with_hosts(netns_platform, HOSTS + 1)
     job_id = submit(api, max_steps=50)
-    job = wait_for_checkpoint(fleet, job_id, step=12)
+    job = wait_for_checkpoint(netns_platform, job_id, step=12)
     before = hosts_of(job)
     leaving = Node.objects.get(hostname=before[-1])
 
@@ -247,9 +249,9 @@ def test_a_maintenance_reclaim_moves_the_job_to_a_host_that_joined_later(fleet, 
     assert lifecycle.reclaim(
         job_id, MigrationReason.MAINTENANCE, "fleet test maintenance", nodes=[leaving], notice_seconds=30
     )
-    migration = wait_resumed(fleet, job_id)
-    assert_checkpoints_in_object_storage(fleet, Job.objects.get(pk=job_id), migration.checkpoint_step)
-    job = wait_finished(fleet, job_id)
+    migration = wait_resumed(netns_platform, job_id)
+    assert_checkpoints_in_object_storage(netns_platform, Job.objects.get(pk=job_id), migration.checkpoint_step)
+    job = wait_finished(netns_platform, job_id)
 
     assert migration.nodes == [leaving.hostname]
     assert migration.resume_step == migration.checkpoint_step + 1  # the notice's checkpoint: nothing lost
@@ -259,12 +261,12 @@ def test_a_maintenance_reclaim_moves_the_job_to_a_host_that_joined_later(fleet, 
     Node.objects.filter(pk=leaving.pk).update(agent_status=AgentStatus.ONLINE)  # back from maintenance
 
 
-def test_a_host_whose_cable_is_cut_is_lost_within_ten_seconds_and_the_job_resumes_on_the_others(fleet, api):
-    with_hosts(fleet, HOSTS + 1)  # three for the job, one to take the lost host's place
+def test_a_host_whose_cable_is_cut_is_lost_within_ten_seconds_and_the_job_resumes_on_the_others(netns_platform, api):
+    with_hosts(netns_platform, HOSTS + 1)  # three for the job, one to take the lost host's place
     job_id = submit(api, max_steps=50)
-    job = wait_for_checkpoint(fleet, job_id, step=12)
+    job = wait_for_checkpoint(netns_platform, job_id, step=12)
     lost_name = hosts_of(job)[0]  # rank 0's host: the rendezvous goes with it
-    lost = next(host for host in fleet.network.hosts if f"host-{host.index}" == lost_name)
+    lost = next(host for host in netns_platform.network.hosts if f"host-{host.index}" == lost_name)
 
     lost.cut()
     cut_at = time.time()
@@ -272,15 +274,15 @@ def test_a_host_whose_cable_is_cut_is_lost_within_ten_seconds_and_the_job_resume
         lambda: JobMigration.objects.filter(job_id=job_id, reason=MigrationReason.LOST_NODE).first(),
         20,
         f"{lost_name} to be declared lost",
-        explain(fleet, job_id),
+        explain(netns_platform, job_id),
     )
     detected_s = migration.notice_at.timestamp() - cut_at
     assert detected_s <= 10, f"{lost_name} was declared lost {detected_s:.1f}s after its cable was cut"
     assert Node.objects.get(hostname=lost_name).agent_status == AgentStatus.LOST
-    migration = wait_resumed(fleet, job_id)
+    migration = wait_resumed(netns_platform, job_id)
     # Resumed from its last periodic checkpoint, which is in object storage (rank 0's host is gone).
-    assert_checkpoints_in_object_storage(fleet, Job.objects.get(pk=job_id), migration.checkpoint_step)
-    job = wait_finished(fleet, job_id)
+    assert_checkpoints_in_object_storage(netns_platform, Job.objects.get(pk=job_id), migration.checkpoint_step)
+    job = wait_finished(netns_platform, job_id)
 
     migration.refresh_from_db()
     assert migration.nodes == [lost_name]
@@ -292,4 +294,4 @@ def test_a_host_whose_cable_is_cut_is_lost_within_ten_seconds_and_the_job_resume
 
     # The cable back in: the agent gets its fenced ranks' kill first, then is back in service.
     lost.restore()
-    wait_online(fleet, [lost_name], timeout=60)
+    wait_online(netns_platform, [lost_name], timeout=60)

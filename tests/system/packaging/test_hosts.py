@@ -23,8 +23,8 @@ from tests.support.stack import test_database_url as database_url
 from workers.models import EnrollmentToken
 from workers.services.enrollment import enroll_node
 
-HERE = Path(__file__).resolve().parent
-REPOSITORY = HERE.parents[1]
+REPOSITORY = Path(__file__).resolve().parents[3]
+HERE = REPOSITORY / "tests" / "support" / "packaging"  # without.py and the probes
 
 
 def run_without(hidden: set[str], probe: str, *args: str, env: dict[str, str] | None = None) -> dict:

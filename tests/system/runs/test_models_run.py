@@ -53,12 +53,12 @@ def simulation_slowdown(settings) -> float:
 
 
 @pytest.fixture
-def fleet(live_server, settings, tmp_path, alice, fund, simulation_slowdown):
+def stack_with_agents(live_server, settings, tmp_path, alice, fund, simulation_slowdown):
     call_command("seed_catalog", stdout=io.StringIO())
     fund(alice, "1000")
     # These runs are about a planned move. On a loaded 2-core machine an agent can stall past the
     # 8-s default while three ranks start, and a node declared lost moves the job a second time
-    # (tests/hardening covers lost nodes).
+    # (tests/workers/services/test_lost_node_fencing.py covers lost nodes).
     settings.AGENT_HEARTBEAT_DEADLINE_S = 30
     settings.SIMULATION_SLOWDOWN = simulation_slowdown
     with platform_stack(live_server, settings, tmp_path) as stack:
@@ -127,7 +127,7 @@ def wait_finished(job_id: int, stack) -> Job:
 
 
 @pytest.mark.parametrize("simulation_slowdown", [MOVE_PACE_SLOWDOWN])
-def test_a_users_model_is_fine_tuned_moved_downloaded_and_loads(fleet, alice, tmp_path):
+def test_a_users_model_is_fine_tuned_moved_downloaded_and_loads(stack_with_agents, alice, tmp_path):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
@@ -160,7 +160,7 @@ def test_a_users_model_is_fine_tuned_moved_downloaded_and_loads(fleet, alice, tm
         lambda: Job.objects.filter(pk=job_id, latest_checkpoint_step__isnull=False, step__gte=25).exists(),
         300,
         "a periodic checkpoint",
-        fleet,
+        stack_with_agents,
     )
     job = Job.objects.get(pk=job_id)
     assert {rank.chip for rank in job.plan.ranks} == {"rtx-4090", "tpu-v5e", "ascend-910b"}, history(job)
@@ -168,8 +168,8 @@ def test_a_users_model_is_fine_tuned_moved_downloaded_and_loads(fleet, alice, tm
     Node.objects.filter(pk=v5e.pk).update(agent_status=AgentStatus.DRAINING)
     assert lifecycle.reclaim(job_id, MigrationReason.MAINTENANCE, "test maintenance", nodes=[v5e], notice_seconds=30)
 
-    job = wait_finished(job_id, fleet)
-    assert job.status == JobStatus.SUCCEEDED, f"{job.status}: {job.status_reason}\n{fleet.logs()}"
+    job = wait_finished(job_id, stack_with_agents)
+    assert job.status == JobStatus.SUCCEEDED, f"{job.status}: {job.status_reason}\n{stack_with_agents.logs()}"
     migrations = list(JobMigration.objects.filter(job=job))
     assert len(migrations) == 1, history(job)
     (migration,) = migrations
@@ -199,7 +199,7 @@ def test_a_users_model_is_fine_tuned_moved_downloaded_and_loads(fleet, alice, tm
 
 
 def test_a_full_fine_tune_of_an_uploaded_llama_through_the_sdk_and_cli(
-    fleet, alice, tmp_path, live_server, monkeypatch
+    stack_with_agents, alice, tmp_path, live_server, monkeypatch
 ):
     """Upload with the SDK, train with a held-out fraction, download with the SDK and the CLI."""
     from transformers import AutoModelForCausalLM
@@ -227,8 +227,8 @@ def test_a_full_fine_tune_of_an_uploaded_llama_through_the_sdk_and_cli(
     }
     response = api.post("/api/v1/jobs/", spec, format="json")
     assert response.status_code == 201, response.json()
-    job = wait_finished(response.json()["id"], fleet)
-    assert job.status == JobStatus.SUCCEEDED, f"{job.status}: {job.status_reason}\n{fleet.logs()}"
+    job = wait_finished(response.json()["id"], stack_with_agents)
+    assert job.status == JobStatus.SUCCEEDED, f"{job.status}: {job.status_reason}\n{stack_with_agents.logs()}"
     assert len({rank.chip for rank in job.plan.ranks}) >= 2
     assert job.eval_loss is not None and job.loss < job.first_loss
     run = starverse.Run(sdk, sdk.job(job.pk))

@@ -29,7 +29,7 @@ STEPS = 30
 
 
 @pytest.fixture
-def fleet(live_server, settings, tmp_path, alice, fund):
+def stack_with_agents(live_server, settings, tmp_path, alice, fund):
     call_command("seed_catalog", stdout=io.StringIO())
     fund(alice)
     with platform_stack(live_server, settings, tmp_path) as stack:
@@ -58,10 +58,10 @@ def load_example(name: str):
     return module
 
 
-def test_the_article_example_trains_llama_tiny_to_the_end(fleet, configured, alice, capsys):
+def test_the_article_example_trains_llama_tiny_to_the_end(stack_with_agents, configured, alice, capsys):
     run = load_example("article_example").main(max_steps=STEPS, progress=True)
 
-    assert run.status == "succeeded", f"{run.status}: {run.status_reason}\n{fleet.logs()}"
+    assert run.status == "succeeded", f"{run.status}: {run.status_reason}\n{stack_with_agents.logs()}"
     assert run.step == STEPS
     assert run.loss < run.first_loss
     assert isinstance(run.cost, Decimal) and run.cost >= 0
@@ -72,7 +72,7 @@ def test_the_article_example_trains_llama_tiny_to_the_end(fleet, configured, ali
     assert Job.objects.get(pk=run.id).owner == alice
 
 
-def test_the_cli_runs_a_job_to_the_end_and_follows_its_logs(fleet, configured):
+def test_the_cli_runs_a_job_to_the_end_and_follows_its_logs(stack_with_agents, configured):
     starverse = str(Path(sys.executable).with_name("starverse"))
     env = dict(os.environ)
 
@@ -84,7 +84,7 @@ def test_the_cli_runs_a_job_to_the_end_and_follows_its_logs(fleet, configured):
         env=env,
     )
 
-    assert done.returncode == 0, done.stderr + fleet.logs()
+    assert done.returncode == 0, done.stderr + stack_with_agents.logs()
     job = json.loads(done.stdout)
     assert job["status"] == JobStatus.SUCCEEDED and job["step"] == STEPS
     logs = subprocess.run(

@@ -27,7 +27,7 @@ FLEET = [("e2e-rtx-4090", "rtx-4090"), ("e2e-tpu-v5e", "tpu-v5e"), ("e2e-ascend-
 
 
 @pytest.fixture
-def fleet(live_server, settings, tmp_path, alice, fund):
+def stack_with_agents(live_server, settings, tmp_path, alice, fund):
     call_command("seed_catalog", stdout=io.StringIO())
     fund(alice)
     with platform_stack(live_server, settings, tmp_path) as stack:
@@ -44,7 +44,7 @@ def fleet(live_server, settings, tmp_path, alice, fund):
         yield stack
 
 
-def test_the_demo_fleet_trains_llama_tiny_across_three_chip_types(fleet, alice, live_server):
+def test_the_demo_fleet_trains_llama_tiny_across_three_chip_types(stack_with_agents, alice, live_server):
     api = token_client(alice)
     response = api.post(
         "/api/v1/jobs/",
@@ -65,10 +65,10 @@ def test_the_demo_fleet_trains_llama_tiny_across_three_chip_types(fleet, alice, 
         lambda: Job.objects.filter(pk=job_id, status__in=JobStatus.finished()).first(),
         300,
         "the job to finish",
-        fleet,
+        stack_with_agents,
     )
 
-    assert job.status == JobStatus.SUCCEEDED, f"{job.status}: {job.status_reason}\n{fleet.logs()}"
+    assert job.status == JobStatus.SUCCEEDED, f"{job.status}: {job.status_reason}\n{stack_with_agents.logs()}"
     chips = {rank.chip for rank in job.plan.ranks}
     assert chips == {"rtx-4090", "tpu-v5e", "ascend-910b"}
     assert job.step == 40
@@ -85,7 +85,7 @@ def test_the_demo_fleet_trains_llama_tiny_across_three_chip_types(fleet, alice, 
     assert body["status"] == "succeeded" and body["step"] == 40 and body["plan"]["ranks"]
 
 
-def test_the_agents_hold_no_store_credentials_yet_their_ranks_stage_and_checkpoint(fleet, alice):
+def test_the_agents_hold_no_store_credentials_yet_their_ranks_stage_and_checkpoint(stack_with_agents, alice):
     """Hosts are third parties (#28): the agents were started without STORAGE_URL or AWS_*, and their ranks
     stage an uploaded dataset and store every checkpoint with their launches' storage grants alone."""
     api = token_client(alice)
@@ -100,13 +100,18 @@ def test_the_agents_hold_no_store_credentials_yet_their_ranks_stage_and_checkpoi
     job_id = response.json()["id"]
 
     job = wait_until(
-        lambda: Job.objects.filter(pk=job_id, status__in=JobStatus.finished()).first(), 300, "the job to finish", fleet
+        lambda: Job.objects.filter(pk=job_id, status__in=JobStatus.finished()).first(),
+        300,
+        "the job to finish",
+        stack_with_agents,
     )
 
-    agents = [name for name in fleet.processes if name.startswith("agent-")]
+    agents = [name for name in stack_with_agents.processes if name.startswith("agent-")]
     assert agents and not any(
-        name.startswith("AWS_") or name == "STORAGE_URL" for agent in agents for name in fleet.environment_of(agent)
+        name.startswith("AWS_") or name == "STORAGE_URL"
+        for agent in agents
+        for name in stack_with_agents.environment_of(agent)
     )
-    assert job.status == JobStatus.SUCCEEDED, f"{job.status}: {job.status_reason}\n{fleet.logs()}"
+    assert job.status == JobStatus.SUCCEEDED, f"{job.status}: {job.status_reason}\n{stack_with_agents.logs()}"
     assert job.latest_checkpoint == f"store:checkpoints/job-{job_id}/step-20"
     assert read_manifest(platform_store(), f"checkpoints/job-{job_id}/step-20") is not None

@@ -37,7 +37,7 @@ SPEC = JobSpec(model_name="llama-tiny", per_device_batch_size=4, max_steps=LAST,
 
 
 @dataclass
-class Fleet:
+class JobWalk:
     """One enrolled node and alice's jobs on it, at a time the test controls."""
 
     owner: object
@@ -63,176 +63,190 @@ def checkpoint(job: Job, step: int) -> dict:
     return {"kind": "checkpoint", "rank": 0, "step": step, "path": path, "seconds": 0.1, "stopping": False}
 
 
-def queued(fleet: Fleet) -> Job:
-    return lifecycle.submit(fleet.owner, SPEC)
+def queued(job_walk: JobWalk) -> Job:
+    return lifecycle.submit(job_walk.owner, SPEC)
 
 
-def planning(fleet: Fleet) -> Job:
-    return lifecycle.claim_for_planning(queued(fleet).pk, now=fleet.now)
+def planning(job_walk: JobWalk) -> Job:
+    return lifecycle.claim_for_planning(queued(job_walk).pk, now=job_walk.now)
 
 
-def provisioning(fleet: Fleet) -> Job:
-    job = planning(fleet)
-    assert allocate(job, hand_plan((fleet.node, 4)), now=fleet.now)
+def provisioning(job_walk: JobWalk) -> Job:
+    job = planning(job_walk)
+    assert allocate(job, hand_plan((job_walk.node, 4)), now=job_walk.now)
     job.refresh_from_db()
     return job
 
 
-def running(fleet: Fleet) -> Job:
-    return fleet.report(provisioning(fleet), metric(1))
+def running(job_walk: JobWalk) -> Job:
+    return job_walk.report(provisioning(job_walk), metric(1))
 
 
-def running_at_its_last_step(fleet: Fleet) -> Job:
-    return fleet.report(running(fleet), metric(LAST))
+def running_at_its_last_step(job_walk: JobWalk) -> Job:
+    return job_walk.report(running(job_walk), metric(LAST))
 
 
-def migrating(fleet: Fleet) -> Job:
-    job = running(fleet)
-    lifecycle.reclaim(job.pk, MigrationReason.MAINTENANCE, "walk", nodes=[fleet.node], notice_seconds=30, now=fleet.now)
+def migrating(job_walk: JobWalk) -> Job:
+    job = running(job_walk)
+    lifecycle.reclaim(
+        job.pk, MigrationReason.MAINTENANCE, "walk", nodes=[job_walk.node], notice_seconds=30, now=job_walk.now
+    )
     job.refresh_from_db()
     return job
 
 
-def migrating_trained_to_the_end(fleet: Fleet) -> Job:
+def migrating_trained_to_the_end(job_walk: JobWalk) -> Job:
     """The notice reached the ranks after they trained the last step and saved the model."""
-    job = migrating(fleet)
-    return fleet.report(job, metric(LAST), checkpoint(job, LAST))
+    job = migrating(job_walk)
+    return job_walk.report(job, metric(LAST), checkpoint(job, LAST))
 
 
-def stopping_for_a_cancel(fleet: Fleet) -> Job:
-    return lifecycle.cancel(running(fleet), now=fleet.now)
+def stopping_for_a_cancel(job_walk: JobWalk) -> Job:
+    return lifecycle.cancel(running(job_walk), now=job_walk.now)
 
 
-def stopping_for_credit(fleet: Fleet, job: Job | None = None) -> Job:
-    job = job or running(fleet)
-    assert lifecycle.stop_for_credit(job.pk, "Out of credit", now=fleet.now)
+def stopping_for_credit(job_walk: JobWalk, job: Job | None = None) -> Job:
+    job = job or running(job_walk)
+    assert lifecycle.stop_for_credit(job.pk, "Out of credit", now=job_walk.now)
     job.refresh_from_db()
     return job
 
 
-def stopping_for_credit_at_its_last_step(fleet: Fleet) -> Job:
-    return stopping_for_credit(fleet, running_at_its_last_step(fleet))
+def stopping_for_credit_at_its_last_step(job_walk: JobWalk) -> Job:
+    return stopping_for_credit(job_walk, running_at_its_last_step(job_walk))
 
 
 def locked(job: Job) -> Job:
     return Job.objects.select_for_update().get(pk=job.pk)
 
 
-Setup = Callable[[Fleet], Job] | None
+Setup = Callable[[JobWalk], Job] | None
 # (lifecycle function, the job, the fleet) -> whatever it returns; the walk hands in the named function.
-Act = Callable[[Callable, Job, Fleet], object]
+Act = Callable[[Callable, Job, JobWalk], object]
 OVERDUE = settings.JOB_STOP_GRACE_S + 11  # finish_overdue_stops waits the stop grace and 10 s more
 
 WALK: dict[Transition, tuple[Setup, Act]] = {
-    ("submit", NEW, "queued"): (None, lambda call, job, fleet: call(fleet.owner, SPEC)),
-    ("claim_for_planning", "queued", "planning"): (queued, lambda call, job, fleet: call(job.pk, now=fleet.now)),
-    ("wait_for_chips", "planning", "queued"): (planning, lambda call, job, fleet: call(job.pk, "No chips", fleet.now)),
-    ("requeue_abandoned_planning", "planning", "queued"): (planning, lambda call, job, fleet: call(fleet.later(61))),
+    ("submit", NEW, "queued"): (None, lambda call, job, walk: call(walk.owner, SPEC)),
+    ("claim_for_planning", "queued", "planning"): (queued, lambda call, job, walk: call(job.pk, now=walk.now)),
+    ("wait_for_chips", "planning", "queued"): (
+        planning,
+        lambda call, job, walk: call(job.pk, "No chips", walk.now),
+    ),
+    ("requeue_abandoned_planning", "planning", "queued"): (
+        planning,
+        lambda call, job, walk: call(walk.later(61)),
+    ),
     ("place", "planning", "provisioning"): (
         planning,
-        lambda call, job, fleet: call(locked(job), hand_plan((fleet.node, 4)), fleet.now),
+        lambda call, job, walk: call(locked(job), hand_plan((walk.node, 4)), walk.now),
     ),
-    ("fail", "planning", "failed"): (planning, lambda call, job, fleet: call(locked(job), "No plan", fleet.now)),
-    ("cancel", "queued", "cancelled"): (queued, lambda call, job, fleet: call(job, fleet.now)),
-    ("cancel", "planning", "cancelled"): (planning, lambda call, job, fleet: call(job, fleet.now)),
-    ("cancel", "provisioning", "stopping"): (provisioning, lambda call, job, fleet: call(job, fleet.now)),
-    ("cancel", "running", "stopping"): (running, lambda call, job, fleet: call(job, fleet.now)),
-    ("cancel", "migrating", "cancelled"): (migrating, lambda call, job, fleet: call(job, fleet.now)),
+    ("fail", "planning", "failed"): (planning, lambda call, job, walk: call(locked(job), "No plan", walk.now)),
+    ("cancel", "queued", "cancelled"): (queued, lambda call, job, walk: call(job, walk.now)),
+    ("cancel", "planning", "cancelled"): (planning, lambda call, job, walk: call(job, walk.now)),
+    ("cancel", "provisioning", "stopping"): (provisioning, lambda call, job, walk: call(job, walk.now)),
+    ("cancel", "running", "stopping"): (running, lambda call, job, walk: call(job, walk.now)),
+    ("cancel", "migrating", "cancelled"): (migrating, lambda call, job, walk: call(job, walk.now)),
     ("stop_for_credit", "provisioning", "stopping"): (
         provisioning,
-        lambda call, job, fleet: call(job.pk, "Out of credit", now=fleet.now),
+        lambda call, job, walk: call(job.pk, "Out of credit", now=walk.now),
     ),
     ("stop_for_credit", "running", "stopping"): (
         running,
-        lambda call, job, fleet: call(job.pk, "Out of credit", now=fleet.now),
+        lambda call, job, walk: call(job.pk, "Out of credit", now=walk.now),
     ),
     ("stop_for_credit", "migrating", "stopping"): (
         migrating,
-        lambda call, job, fleet: call(job.pk, "Out of credit", now=fleet.now),
+        lambda call, job, walk: call(job.pk, "Out of credit", now=walk.now),
     ),
     ("start_running", "provisioning", "running"): (
         provisioning,
-        lambda call, job, fleet: call(locked(job), 1, fleet.now),
+        lambda call, job, walk: call(locked(job), 1, walk.now),
     ),
     ("reclaim", "provisioning", "migrating"): (
         provisioning,
-        lambda call, job, fleet: call(
-            job.pk, MigrationReason.MAINTENANCE, "walk", nodes=[fleet.node], notice_seconds=30, now=fleet.now
+        lambda call, job, walk: call(
+            job.pk, MigrationReason.MAINTENANCE, "walk", nodes=[job_walk.node], notice_seconds=30, now=job_walk.now
         ),
     ),
     ("reclaim", "running", "migrating"): (
         running,
-        lambda call, job, fleet: call(
-            job.pk, MigrationReason.MAINTENANCE, "walk", nodes=[fleet.node], notice_seconds=30, now=fleet.now
+        lambda call, job, walk: call(
+            job.pk, MigrationReason.MAINTENANCE, "walk", nodes=[job_walk.node], notice_seconds=30, now=job_walk.now
         ),
     ),
-    ("resume", "migrating", "queued"): (migrating, lambda call, job, fleet: call(job.pk, now=fleet.now)),
+    ("resume", "migrating", "queued"): (migrating, lambda call, job, walk: call(job.pk, now=walk.now)),
     ("resume", "migrating", "succeeded"): (
         migrating_trained_to_the_end,
-        lambda call, job, fleet: call(job.pk, now=fleet.now),
+        lambda call, job, walk: call(job.pk, now=walk.now),
     ),
     ("finish_when_ranks_done", "running", "succeeded"): (
         running_at_its_last_step,
-        lambda call, job, fleet: call(locked(job), fleet.now),
+        lambda call, job, walk: call(locked(job), walk.now),
     ),
     ("finish_when_ranks_done", "provisioning", "failed"): (
         provisioning,
-        lambda call, job, fleet: call(locked(job), fleet.now),
+        lambda call, job, walk: call(locked(job), walk.now),
     ),
-    ("finish_when_ranks_done", "running", "failed"): (running, lambda call, job, fleet: call(locked(job), fleet.now)),
+    ("finish_when_ranks_done", "running", "failed"): (
+        running,
+        lambda call, job, walk: call(locked(job), walk.now),
+    ),
     ("finish_when_ranks_done", "stopping", "succeeded"): (
         stopping_for_credit_at_its_last_step,
-        lambda call, job, fleet: call(locked(job), fleet.now),
+        lambda call, job, walk: call(locked(job), walk.now),
     ),
     ("finish_when_ranks_done", "stopping", "cancelled"): (
         stopping_for_a_cancel,
-        lambda call, job, fleet: call(locked(job), fleet.now),
+        lambda call, job, walk: call(locked(job), walk.now),
     ),
     ("finish_when_ranks_done", "stopping", "stopped_no_credit"): (
         stopping_for_credit,
-        lambda call, job, fleet: call(locked(job), fleet.now),
+        lambda call, job, walk: call(locked(job), walk.now),
     ),
     ("finish_after_crash", "stopping", "cancelled"): (
         stopping_for_a_cancel,
-        lambda call, job, fleet: call(locked(job), "Rank 0 exited with code 1", fleet.now),
+        lambda call, job, walk: call(locked(job), "Rank 0 exited with code 1", walk.now),
     ),
     ("finish_after_crash", "stopping", "stopped_no_credit"): (
         stopping_for_credit,
-        lambda call, job, fleet: call(locked(job), "Rank 0 exited with code 1", fleet.now),
+        lambda call, job, walk: call(locked(job), "Rank 0 exited with code 1", walk.now),
     ),
     ("finish_overdue_stops", "stopping", "cancelled"): (
         stopping_for_a_cancel,
-        lambda call, job, fleet: call(fleet.later(OVERDUE)),
+        lambda call, job, walk: call(walk.later(OVERDUE)),
     ),
     ("finish_overdue_stops", "stopping", "stopped_no_credit"): (
         stopping_for_credit,
-        lambda call, job, fleet: call(fleet.later(OVERDUE)),
+        lambda call, job, walk: call(walk.later(OVERDUE)),
     ),
-    ("fail", "provisioning", "failed"): (provisioning, lambda call, job, fleet: call(locked(job), "Crash", fleet.now)),
-    ("fail", "running", "failed"): (running, lambda call, job, fleet: call(locked(job), "Crash", fleet.now)),
+    ("fail", "provisioning", "failed"): (
+        provisioning,
+        lambda call, job, walk: call(locked(job), "Crash", walk.now),
+    ),
+    ("fail", "running", "failed"): (running, lambda call, job, walk: call(locked(job), "Crash", walk.now)),
     ("end_without_node", "provisioning", "failed"): (
         provisioning,
-        lambda call, job, fleet: call(job.pk, "its node was lost", fleet.now),
+        lambda call, job, walk: call(job.pk, "its node was lost", walk.now),
     ),
     ("end_without_node", "running", "failed"): (
         running_at_its_last_step,
-        lambda call, job, fleet: call(job.pk, "its node was lost", fleet.now),
+        lambda call, job, walk: call(job.pk, "its node was lost", walk.now),
     ),
     ("end_without_node", "stopping", "cancelled"): (
         stopping_for_a_cancel,
-        lambda call, job, fleet: call(job.pk, "its node was lost", fleet.now),
+        lambda call, job, walk: call(job.pk, "its node was lost", walk.now),
     ),
     ("end_without_node", "stopping", "stopped_no_credit"): (
         stopping_for_credit,
-        lambda call, job, fleet: call(job.pk, "its node was lost", fleet.now),
+        lambda call, job, walk: call(job.pk, "its node was lost", walk.now),
     ),
 }
 
 
 @pytest.fixture
-def fleet(enroll, alice) -> Fleet:
+def job_walk(enroll, alice) -> JobWalk:
     node, _ = enroll("walked")
-    return Fleet(owner=alice, node=node, now=timezone.now())
+    return JobWalk(owner=alice, node=node, now=timezone.now())
 
 
 def _name(transition: Transition) -> str:
@@ -241,14 +255,14 @@ def _name(transition: Transition) -> str:
 
 
 @pytest.mark.parametrize("transition", sorted(WALK), ids=_name)
-def test_each_documented_transition_takes_the_job_from_its_source_to_its_target(transition, fleet):
+def test_each_documented_transition_takes_the_job_from_its_source_to_its_target(transition, job_walk):
     function, source, target = transition
     setup, act = WALK[transition]
-    job = setup(fleet) if setup else None
+    job = setup(job_walk) if setup else None
     if job is not None:
         assert job.status == source, f"the walk's setup left the job {job.status}, not {source}"
     with transaction.atomic():
-        returned = act(getattr(lifecycle, function), job, fleet)
+        returned = act(getattr(lifecycle, function), job, job_walk)
     job = Job.objects.get(pk=job.pk) if job is not None else returned
     assert job.status == target, job.status_reason
 

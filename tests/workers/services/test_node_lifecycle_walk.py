@@ -26,7 +26,7 @@ SILENT = settings.AGENT_HEARTBEAT_DEADLINE_S + 3600  # well past the deadline, a
 
 
 @dataclass
-class Fleet:
+class NodeWalk:
     enroll: Callable
     now: datetime
 
@@ -34,54 +34,54 @@ class Fleet:
         return self.now + timedelta(seconds=seconds)
 
 
-def unenrolled(fleet: Fleet) -> Node:
+def unenrolled(node_walk: NodeWalk) -> Node:
     return Node.objects.filter(agent_status=AgentStatus.UNENROLLED).first()  # a seeded one
 
 
-def online(fleet: Fleet) -> Node:
-    node, _ = fleet.enroll("walked")
+def online(node_walk: NodeWalk) -> Node:
+    node, _ = node_walk.enroll("walked")
     return node
 
 
-def draining(fleet: Fleet) -> Node:
-    node = online(fleet)
+def draining(node_walk: NodeWalk) -> Node:
+    node = online(node_walk)
     assert node_lifecycle.drain(node.pk)
     return node
 
 
-def lost(fleet: Fleet) -> Node:
-    node = online(fleet)
-    assert node_lifecycle.declare_lost_if_silent(node.pk, fleet.later(SILENT))
+def lost(node_walk: NodeWalk) -> Node:
+    node = online(node_walk)
+    assert node_lifecycle.declare_lost_if_silent(node.pk, node_walk.later(SILENT))
     return node
 
 
-def reset(fleet: Fleet) -> Node:
-    node = online(fleet)
+def reset(node_walk: NodeWalk) -> Node:
+    node = online(node_walk)
     assert node_lifecycle.reset_node(node.pk, by="the walk").after == AgentStatus.LOST
     return node
 
 
-def on_the_locked_row(call: Callable, node: Node, fleet: Fleet) -> None:
+def on_the_locked_row(call: Callable, node: Node, node_walk: NodeWalk) -> None:
     """enroll and renew as enrollment.enroll_node calls them: on the locked row, saved with the enrollment."""
     node = Node.objects.select_for_update().get(pk=node.pk) if node.pk else node
-    call(node, fleet.now)
+    call(node, node_walk.now)
     node.save()
 
 
-def for_maintenance(call: Callable, node: Node, fleet: Fleet) -> None:
-    call(node.pk, "the walk", 30, fleet.now)
+def for_maintenance(call: Callable, node: Node, node_walk: NodeWalk) -> None:
+    call(node.pk, "the walk", 30, node_walk.now)
 
 
-def long_silent(call: Callable, node: Node, fleet: Fleet) -> None:
-    call(node.pk, fleet.later(SILENT))
+def long_silent(call: Callable, node: Node, node_walk: NodeWalk) -> None:
+    call(node.pk, node_walk.later(SILENT))
 
 
-def a_new_host(fleet: Fleet) -> Node:
+def a_new_host(node_walk: NodeWalk) -> Node:
     return Node(hostname="new-host", pool=Pool.objects.get(chip_type__slug="rtx-4090"), chips=1)
 
 
-Setup = Callable[[Fleet], Node]
-Act = Callable[[Callable, Node, Fleet], object]  # (the named function, the node, the fleet)
+Setup = Callable[[NodeWalk], Node]
+Act = Callable[[Callable, Node, NodeWalk], object]  # (the named function, the node, the fleet)
 
 WALK: dict[Transition, tuple[Setup, Act]] = {
     ("enroll", NEW, "online"): (a_new_host, on_the_locked_row),
@@ -90,21 +90,24 @@ WALK: dict[Transition, tuple[Setup, Act]] = {
     ("renew", "online", "online"): (online, on_the_locked_row),
     ("renew", "draining", "draining"): (draining, on_the_locked_row),
     ("renew", "lost", "lost"): (lost, on_the_locked_row),
-    ("record_heartbeat", "lost", "online"): (lost, lambda call, node, fleet: call(node, {}, [], now=fleet.now)),
-    ("drain", "online", "draining"): (online, lambda call, node, fleet: call(node.pk)),
-    ("return_to_service", "draining", "online"): (draining, lambda call, node, fleet: call(node.pk)),
+    ("record_heartbeat", "lost", "online"): (lost, lambda call, node, walk: call(node, {}, [], now=walk.now)),
+    ("drain", "online", "draining"): (online, lambda call, node, walk: call(node.pk)),
+    ("return_to_service", "draining", "online"): (draining, lambda call, node, walk: call(node.pk)),
     ("reclaim_for_maintenance", "online", "draining"): (online, for_maintenance),
     ("reclaim_for_maintenance", "draining", "draining"): (draining, for_maintenance),
     ("declare_lost_if_silent", "online", "lost"): (online, long_silent),
     ("declare_lost_if_silent", "draining", "lost"): (draining, long_silent),
-    ("reset_node", "online", "lost"): (online, lambda call, node, fleet: call(node.pk, "the walk", fleet.now)),
-    ("reset_node", "draining", "lost"): (draining, lambda call, node, fleet: call(node.pk, "the walk", fleet.now)),
+    ("reset_node", "online", "lost"): (online, lambda call, node, walk: call(node.pk, "the walk", walk.now)),
+    ("reset_node", "draining", "lost"): (
+        draining,
+        lambda call, node, walk: call(node.pk, "the walk", walk.now),
+    ),
 }
 
 
 @pytest.fixture
-def fleet(enroll) -> Fleet:
-    return Fleet(enroll=enroll, now=timezone.now())
+def node_walk(enroll) -> NodeWalk:
+    return NodeWalk(enroll=enroll, now=timezone.now())
 
 
 def _name(transition: Transition) -> str:
@@ -113,15 +116,15 @@ def _name(transition: Transition) -> str:
 
 
 @pytest.mark.parametrize("transition", sorted(WALK), ids=_name)
-def test_each_documented_transition_takes_the_node_from_its_source_to_its_target(transition, fleet):
+def test_each_documented_transition_takes_the_node_from_its_source_to_its_target(transition, node_walk):
     function, source, target = transition
     setup, act = WALK[transition]
-    node = setup(fleet)
+    node = setup(node_walk)
     if node.pk:
         node.refresh_from_db()
     assert node.agent_status == (AgentStatus.UNENROLLED if source == NEW else source)
     with transaction.atomic():
-        act(getattr(node_lifecycle, function), node, fleet)
+        act(getattr(node_lifecycle, function), node, node_walk)
     assert Node.objects.get(hostname=node.hostname).agent_status == target
 
 

@@ -11,10 +11,7 @@ from decimal import Decimal
 
 import pytest
 from django.urls import reverse
-from django.utils import timezone
 
-from fleet.choices import AgentStatus
-from fleet.models import Node
 from kernel.planner import objective_value
 from kernel.spec import JobSpec
 from workers.services.planning import policy_alternatives
@@ -28,12 +25,6 @@ ROW = re.compile(
     r'data-testid="policy-price">¥(?P<price>[\d,.]+)<.*?data-testid="policy-per-million">¥(?P<per_m>[\d,.]+)<',
     re.S,
 )
-
-
-@pytest.fixture
-def fleet(catalog):
-    """The seeded pools, every node online: several chip types at different prices and speeds."""
-    Node.objects.update(agent_status=AgentStatus.ONLINE, last_heartbeat_at=timezone.now())
 
 
 @pytest.fixture(autouse=True)
@@ -52,7 +43,7 @@ def spec(policy: str, budget: str) -> JobSpec:
 
 
 @pytest.mark.parametrize("budget", BUDGETS)
-def test_each_policys_plan_is_the_best_of_all_the_plans_shown_by_its_own_objective(fleet, budget):
+def test_each_policys_plan_is_the_best_of_all_the_plans_shown_by_its_own_objective(seeded_nodes_online, budget):
     plans = policy_alternatives(spec("cost-performance", budget))
     shown = [plan for plan in plans.values() if plan] + [p.baseline for p in plans.values() if p and p.baseline]
     for policy in POLICIES:
@@ -64,7 +55,7 @@ def test_each_policys_plan_is_the_best_of_all_the_plans_shown_by_its_own_objecti
 @pytest.mark.parametrize("budget", BUDGETS)
 @pytest.mark.parametrize("policy", POLICIES)
 def test_the_quote_box_lists_every_policys_plan_and_the_chosen_one_wins_on_its_own_terms(
-    client, alice, fund, fleet, policy, budget
+    client, alice, fund, seeded_nodes_online, policy, budget
 ):
     fund(alice)
     client.force_login(alice)
