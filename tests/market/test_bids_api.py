@@ -22,7 +22,7 @@ def clearing_inline(monkeypatch):
 
 
 @pytest.fixture
-def job(alice, fund, enroll):
+def alices_spot_job(alice, fund, enroll):
     fund(alice, "100")
     enroll("spot-1", "rtx-4090", chips=4, spot=True)
     return spot_job(alice)
@@ -45,8 +45,8 @@ def bid_body(for_job, **changes):
     return {"job": for_job.pk, "chip": "rtx-4090", "chips": 2, "max_price": "0.90", **changes}
 
 
-def test_a_bid_enters_the_auction_at_once_and_wins_free_chips_at_the_floor(alice, job):
-    response = token_client(alice).post("/api/v1/bids/", bid_body(job), format="json")
+def test_a_bid_enters_the_auction_at_once_and_wins_free_chips_at_the_floor(alice, alices_spot_job):
+    response = token_client(alice).post("/api/v1/bids/", bid_body(alices_spot_job), format="json")
     assert response.status_code == 201, response.json()
     body = response.json()
     assert (body["chip"], body["chips"], body["max_price"], body["status"]) == ("rtx-4090", 2, "0.90", "active")
@@ -56,9 +56,9 @@ def test_a_bid_enters_the_auction_at_once_and_wins_free_chips_at_the_floor(alice
     assert [b["id"] for b in listed] == [bid.pk] and listed[0]["won_chips"] == 2
 
 
-def test_raising_and_lowering_a_bid_keeps_its_place_in_time(alice, job):
+def test_raising_and_lowering_a_bid_keeps_its_place_in_time(alice, alices_spot_job):
     api = token_client(alice)
-    bid_id = api.post("/api/v1/bids/", bid_body(job), format="json").json()["id"]
+    bid_id = api.post("/api/v1/bids/", bid_body(alices_spot_job), format="json").json()["id"]
     placed_at = Bid.objects.get(pk=bid_id).placed_at
     raised = api.patch(f"/api/v1/bids/{bid_id}/", {"max_price": "1.10"}, format="json")
     assert raised.status_code == 200 and raised.json()["max_price"] == "1.10"
@@ -67,12 +67,14 @@ def test_raising_and_lowering_a_bid_keeps_its_place_in_time(alice, job):
     assert Bid.objects.get(pk=bid_id).placed_at == placed_at
 
 
-def test_the_highest_bids_win_when_demand_exceeds_capacity_and_all_pay_the_highest_losing_bid(alice, bob, fund, job):
+def test_the_highest_bids_win_when_demand_exceeds_capacity_and_all_pay_the_highest_losing_bid(
+    alice, bob, fund, alices_spot_job
+):
     fund(bob, "100")
     bobs_job = spot_job(bob)
-    token_client(alice).post("/api/v1/bids/", bid_body(job, chips=3, max_price="0.90"), format="json")
+    token_client(alice).post("/api/v1/bids/", bid_body(alices_spot_job, chips=3, max_price="0.90"), format="json")
     token_client(bob).post("/api/v1/bids/", bid_body(bobs_job, chips=2, max_price="1.20"), format="json")
-    alice_bid, bob_bid = Bid.objects.get(job=job), Bid.objects.get(job=bobs_job)
+    alice_bid, bob_bid = Bid.objects.get(job=alices_spot_job), Bid.objects.get(job=bobs_job)
     assert (bob_bid.won_chips, alice_bid.won_chips) == (2, 2)  # alice's bid is the marginal one: filled in part
     assert bob_bid.clearing_price == alice_bid.clearing_price == 900_000
     history = APIClient().get("/api/v1/prices/history/?chip=rtx-4090").json()["results"]
@@ -91,16 +93,16 @@ def test_the_highest_bids_win_when_demand_exceeds_capacity_and_all_pay_the_highe
         ({"max_price": "900", "chips": 4}, "balance", "can't hold this bid"),
     ],
 )
-def test_bad_bids_are_refused_naming_the_field_and_nothing_is_written(alice, job, changes, field, words):
-    response = token_client(alice).post("/api/v1/bids/", bid_body(job, **changes), format="json")
+def test_bad_bids_are_refused_naming_the_field_and_nothing_is_written(alice, alices_spot_job, changes, field, words):
+    response = token_client(alice).post("/api/v1/bids/", bid_body(alices_spot_job, **changes), format="json")
     assert response.status_code == 400, response.json()
     assert words in " ".join(response.json()["errors"][field])
     assert not Bid.objects.exists() and not SpotPrice.objects.exists()
 
 
-def test_a_cancelled_bid_cannot_be_raised(alice, job):
+def test_a_cancelled_bid_cannot_be_raised(alice, alices_spot_job):
     api = token_client(alice)
-    bid_id = api.post("/api/v1/bids/", bid_body(job), format="json").json()["id"]
+    bid_id = api.post("/api/v1/bids/", bid_body(alices_spot_job), format="json").json()["id"]
     assert api.post(f"/api/v1/bids/{bid_id}/cancel/").json()["status"] == "cancelled"
     response = api.patch(f"/api/v1/bids/{bid_id}/", {"max_price": "2.00"}, format="json")
     assert response.status_code == 400
@@ -108,15 +110,15 @@ def test_a_cancelled_bid_cannot_be_raised(alice, job):
     assert Bid.objects.get(pk=bid_id).max_price_per_hour == 900_000
 
 
-def test_another_users_bid_is_not_found_and_not_listed(alice, bob, job):
-    bid_id = token_client(alice).post("/api/v1/bids/", bid_body(job), format="json").json()["id"]
+def test_another_users_bid_is_not_found_and_not_listed(alice, bob, alices_spot_job):
+    bid_id = token_client(alice).post("/api/v1/bids/", bid_body(alices_spot_job), format="json").json()["id"]
     other = token_client(bob)
     assert other.get(f"/api/v1/bids/{bid_id}/").status_code == 404
     assert other.patch(f"/api/v1/bids/{bid_id}/", {"max_price": "0.60"}, format="json").status_code == 404
     assert other.post(f"/api/v1/bids/{bid_id}/cancel/").status_code == 404
     assert other.get("/api/v1/bids/").json()["results"] == []
     # and bob can't bid for alice's job
-    response = other.post("/api/v1/bids/", bid_body(job), format="json")
+    response = other.post("/api/v1/bids/", bid_body(alices_spot_job), format="json")
     assert response.status_code == 400 and "not found" in response.json()["errors"]["job"][0]
 
 

@@ -16,7 +16,7 @@ from billing.services.ledger import InsufficientFunds, platform_account, transfe
 from fleet.choices import JobStatus
 from fleet.models import ChipType, Job
 from market.services.bids import BidRefused, place_bid
-from tests.portal.test_training_pages import LAUNCH, bring_online, no_scheduling, quote_html, storage  # noqa: F401
+from tests.portal.test_training_pages import LAUNCH, bring_online, no_scheduling, own_store, quote_html  # noqa: F401
 from tests.support.accounts import token_client
 
 pytestmark = pytest.mark.django_db

@@ -41,7 +41,7 @@ def policy(response) -> dict[str, list[str]]:
 
 
 @pytest.fixture
-def signed_in(catalog, alice, bob) -> tuple[Client, dict]:
+def alice_signed_in(catalog, alice, bob) -> tuple[Client, dict]:
     march = seed_march(alice, bob)
     client = Client()
     client.force_login(alice)
@@ -55,8 +55,8 @@ def stripe_at_localstripe(settings):
 
 
 @pytest.mark.parametrize("page", PAGES)
-def test_a_page_carries_a_policy_that_runs_only_our_own_scripts(signed_in, stripe_at_localstripe, page):
-    client, ids = signed_in
+def test_a_page_carries_a_policy_that_runs_only_our_own_scripts(alice_signed_in, stripe_at_localstripe, page):
+    client, ids = alice_signed_in
     if page.startswith("/accounts/"):
         client = Client()  # signed-in visitors are sent on from the sign-in pages
 
@@ -72,8 +72,8 @@ def test_a_page_carries_a_policy_that_runs_only_our_own_scripts(signed_in, strip
     assert not INLINE_HANDLER.search(html), INLINE_HANDLER.search(html)[0]
 
 
-def test_the_billing_page_alone_may_load_stripe_js_from_the_configured_origin(signed_in, stripe_at_localstripe):
-    client, _ = signed_in
+def test_the_billing_page_alone_may_load_stripe_js_from_the_configured_origin(alice_signed_in, stripe_at_localstripe):
+    client, _ = alice_signed_in
 
     billing = policy(client.get("/billing/"))
     pricing = policy(client.get("/pricing/"))
@@ -83,10 +83,10 @@ def test_the_billing_page_alone_may_load_stripe_js_from_the_configured_origin(si
     assert all(LOCALSTRIPE not in sources for sources in pricing.values())
 
 
-def test_stripes_own_js_is_allowed_with_its_frames_and_api(signed_in, settings):
+def test_stripes_own_js_is_allowed_with_its_frames_and_api(alice_signed_in, settings):
     settings.STRIPE_SECRET_KEY, settings.STRIPE_PUBLISHABLE_KEY = "sk_test_x", "pk_test_x"
     settings.STRIPE_API_BASE, settings.STRIPE_JS_URL = "https://api.stripe.com", "https://js.stripe.com/v3/"
-    client, _ = signed_in
+    client, _ = alice_signed_in
 
     billing = policy(client.get("/billing/"))
 

@@ -16,12 +16,12 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture(autouse=True)
-def store(settings, tmp_path) -> None:
+def own_store(settings, tmp_path) -> None:
     settings.STORAGE_URL = own_store_url(tmp_path)
 
 
 @pytest.fixture(scope="module")
-def archives(model_dirs, tmp_path_factory) -> dict[str, Path]:
+def page_archives(model_dirs, tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("page-archives")
     return {
         "good": pack(model_dirs["llama"], root / "page-llama.tar.gz"),
@@ -54,8 +54,8 @@ def test_the_page_needs_a_login():
     assert Client().get("/models/")["Location"].startswith("/accounts/login/")
 
 
-def test_an_upload_from_the_form_is_listed_with_its_reference(browser, alice, archives):
-    page = post_upload(browser, archives["good"], name="From the page")
+def test_an_upload_from_the_form_is_listed_with_its_reference(browser, alice, page_archives):
+    page = post_upload(browser, page_archives["good"], name="From the page")
 
     model = UploadedModel.objects.get(owner=alice)
     html = page.content.decode()
@@ -65,9 +65,9 @@ def test_an_upload_from_the_form_is_listed_with_its_reference(browser, alice, ar
 
 
 def test_an_uploaded_model_has_a_train_on_it_button_that_opens_the_train_page_with_it_chosen(
-    browser, alice, archives, catalog
+    browser, alice, page_archives, catalog
 ):
-    post_upload(browser, archives["good"], name="mine")
+    post_upload(browser, page_archives["good"], name="mine")
     model = UploadedModel.objects.get(owner=alice)
     html = browser.get("/models/").content.decode()
     link = f'href="/train/?model=model%3A{model.pk}">Train on it</a>'
@@ -78,34 +78,34 @@ def test_an_uploaded_model_has_a_train_on_it_button_that_opens_the_train_page_wi
     assert f'<option value="{model.reference}" selected>' in train
 
 
-def test_a_refused_upload_shows_why_in_the_form(browser, archives):
-    page = post_upload(browser, archives["pickle"])
+def test_a_refused_upload_shows_why_in_the_form(browser, page_archives):
+    page = post_upload(browser, page_archives["pickle"])
 
     assert page.status_code == 400
     assert "pytorch_model.bin" in page.content.decode() and "field-error" in page.content.decode()
     assert not UploadedModel.objects.exists() and keys("models") == []
 
 
-def test_an_upload_over_the_limit_shows_the_limit_in_the_form(browser, archives, settings):
+def test_an_upload_over_the_limit_shows_the_limit_in_the_form(browser, page_archives, settings):
     settings.MODEL_MAX_BYTES = 5_000
 
-    page = post_upload(browser, archives["good"])
+    page = post_upload(browser, page_archives["good"])
 
     assert page.status_code == 413
     assert "the limit is 5,000 bytes" in page.content.decode()
     assert not UploadedModel.objects.exists()
 
 
-def test_an_upload_needs_the_csrf_token(alice, archives):
+def test_an_upload_needs_the_csrf_token(alice, page_archives):
     client = Client(enforce_csrf_checks=True)
     client.force_login(alice)
 
-    assert post_upload(client, archives["good"]).status_code == 403
+    assert post_upload(client, page_archives["good"]).status_code == 403
     assert not UploadedModel.objects.exists()
 
 
-def test_the_delete_button_deletes_ones_own_model_only(browser, bob, archives, django_capture_on_commit_callbacks):
-    post_upload(browser, archives["good"])
+def test_the_delete_button_deletes_ones_own_model_only(browser, bob, page_archives, django_capture_on_commit_callbacks):
+    post_upload(browser, page_archives["good"])
     model = UploadedModel.objects.get()
     url = f"/models/{model.pk}/delete/"
     others = Client()
@@ -120,8 +120,8 @@ def test_the_delete_button_deletes_ones_own_model_only(browser, bob, archives, d
     assert not UploadedModel.objects.exists() and keys(model.store_prefix) == []
 
 
-def test_deleting_a_model_a_job_trains_says_which_job(browser, alice, archives):
-    post_upload(browser, archives["good"])
+def test_deleting_a_model_a_job_trains_says_which_job(browser, alice, page_archives):
+    post_upload(browser, page_archives["good"])
     model = UploadedModel.objects.get()
     job = Job.objects.create(
         owner=alice, model_name=model.reference, per_device_batch_size=4, max_steps=10,

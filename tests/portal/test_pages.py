@@ -33,18 +33,18 @@ def catalog():
 
 
 @pytest.fixture
-def alice(django_user_model):
+def unverified_alice(django_user_model):
     return django_user_model.objects.create_user("alice", "alice@example.com", "pw-alice-123")
 
 
 @pytest.fixture
-def bob(django_user_model):
+def unverified_bob(django_user_model):
     return django_user_model.objects.create_user("bob", "bob@example.com", "pw-bob-123")
 
 
 @pytest.fixture
-def alice_client(client, alice):
-    client.force_login(alice)
+def alice_client(client, unverified_alice):
+    client.force_login(unverified_alice)
     return client
 
 
@@ -122,17 +122,17 @@ def test_signed_in_pages_need_a_login(client, name):
     assert response["Location"].startswith(reverse("account_login"))
 
 
-def test_the_dashboard_shows_the_balance_and_the_ledger(alice_client, alice):
-    grant_trial_credit(alice)
+def test_the_dashboard_shows_the_balance_and_the_ledger(alice_client, unverified_alice):
+    grant_trial_credit(unverified_alice)
     html = alice_client.get(reverse("dashboard")).content.decode()
     assert f'data-testid="balance">{money("¥10.00")}<' in html
     assert "trial credit" in html
     assert money("+¥10.00") in html
 
 
-def test_the_ledger_history_pages_by_25(alice_client, alice):
+def test_the_ledger_history_pages_by_25(alice_client, unverified_alice):
     for n in range(30):
-        adjust_credit(alice, 1_000_000, reason=f"goodwill {n}", actor=None, key=f"test-adjust-{n}")
+        adjust_credit(unverified_alice, 1_000_000, reason=f"goodwill {n}", actor=None, key=f"test-adjust-{n}")
     first = alice_client.get(reverse("dashboard")).content.decode()
     second = alice_client.get(reverse("dashboard"), {"page": 2}).content.decode()
     assert first.count("goodwill ") == 25
@@ -140,10 +140,10 @@ def test_the_ledger_history_pages_by_25(alice_client, alice):
     assert "goodwill 29" in first and "goodwill 0" in second
 
 
-def test_creating_a_token_shows_it_once_and_stores_only_its_hash(alice_client, alice):
+def test_creating_a_token_shows_it_once_and_stores_only_its_hash(alice_client, unverified_alice):
     response = alice_client.post(reverse("tokens"), {"name": "laptop", "scope": TokenScope.READ_ONLY})
     raw = NEW_TOKEN.search(response.content.decode()).group(1).strip()
-    token = ApiToken.objects.get(user=alice)
+    token = ApiToken.objects.get(user=unverified_alice)
     assert token.token_hash == hash_token(raw)
     assert raw not in {token.name, token.prefix, token.token_hash}
     assert token.scope == TokenScope.READ_ONLY
@@ -153,7 +153,7 @@ def test_creating_a_token_shows_it_once_and_stores_only_its_hash(alice_client, a
     assert f"{token.prefix}…" in again
 
 
-def test_a_new_token_comes_with_a_curl_and_a_cli_line_to_copy(alice_client, alice):
+def test_a_new_token_comes_with_a_curl_and_a_cli_line_to_copy(alice_client, unverified_alice):
     html = alice_client.post(reverse("tokens"), {"name": "laptop", "scope": TokenScope.READ_WRITE}).content.decode()
     raw = NEW_TOKEN.search(html).group(1).strip()
 
@@ -164,7 +164,7 @@ def test_a_new_token_comes_with_a_curl_and_a_cli_line_to_copy(alice_client, alic
     assert 'data-copy="#curl-line"' in html and 'data-copy="#cli-line"' in html
 
 
-def test_the_token_form_offers_90_days_and_a_token_made_with_it_expires_then(alice_client, alice):
+def test_the_token_form_offers_90_days_and_a_token_made_with_it_expires_then(alice_client, unverified_alice):
     form = alice_client.get(reverse("tokens")).content.decode()
     assert re.search(r'name="expires_in_days" value="90"', form)
 
@@ -172,13 +172,13 @@ def test_the_token_form_offers_90_days_and_a_token_made_with_it_expires_then(ali
         reverse("tokens"), {"name": "ci", "scope": TokenScope.READ_WRITE, "expires_in_days": 90}
     ).content.decode()
 
-    token = ApiToken.objects.get(user=alice)
+    token = ApiToken.objects.get(user=unverified_alice)
     assert f"It expires on {token.expires_at:%Y-%m-%d}." in html
 
 
-def test_a_token_can_expire_in_some_days(alice_client, alice):
+def test_a_token_can_expire_in_some_days(alice_client, unverified_alice):
     alice_client.post(reverse("tokens"), {"name": "ci", "scope": TokenScope.READ_WRITE, "expires_in_days": 30})
-    token = ApiToken.objects.get(user=alice)
+    token = ApiToken.objects.get(user=unverified_alice)
     assert abs(token.expires_at - token.created_at - timedelta(days=30)) < timedelta(minutes=1)
 
 
@@ -204,24 +204,24 @@ def test_bad_token_form_input_shows_a_field_error(alice_client, data, error):
     assert not ApiToken.objects.exists()
 
 
-def test_a_user_cannot_revoke_another_users_token(alice_client, bob):
-    token, _ = ApiToken.issue(bob, name="bob's")
+def test_a_user_cannot_revoke_another_users_token(alice_client, unverified_bob):
+    token, _ = ApiToken.issue(unverified_bob, name="bob's")
     response = alice_client.post(reverse("token_revoke", args=[token.pk]))
     assert response.status_code == 404
     token.refresh_from_db()
     assert token.revoked_at is None
 
 
-def test_revoking_a_token_redirects_back_to_the_list(alice_client, alice):
-    token, _ = ApiToken.issue(alice, name="old")
+def test_revoking_a_token_redirects_back_to_the_list(alice_client, unverified_alice):
+    token, _ = ApiToken.issue(unverified_alice, name="old")
     response = alice_client.post(reverse("token_revoke", args=[token.pk]), follow=True)
     token.refresh_from_db()
     assert token.revoked_at is not None
     assert "Revoked the token “old”" in response.content.decode()
 
 
-def test_revoking_with_htmx_swaps_only_the_row(alice_client, alice):
-    token, _ = ApiToken.issue(alice, name="old")
+def test_revoking_with_htmx_swaps_only_the_row(alice_client, unverified_alice):
+    token, _ = ApiToken.issue(unverified_alice, name="old")
     response = alice_client.post(reverse("token_revoke", args=[token.pk]), headers={"HX-Request": "true"})
     html = response.content.decode()
     assert html.lstrip().startswith(f'<tr id="token-{token.pk}"')
@@ -229,14 +229,14 @@ def test_revoking_with_htmx_swaps_only_the_row(alice_client, alice):
     assert "Revoke</button>" not in html
 
 
-def test_the_dashboard_says_when_a_job_was_stopped_for_credit(client, alice):
+def test_the_dashboard_says_when_a_job_was_stopped_for_credit(client, unverified_alice):
     from django.utils import timezone
 
     from fleet.choices import JobStatus
     from fleet.models import Job
 
     job = Job.objects.create(
-        owner=alice,
+        owner=unverified_alice,
         model_name="llama-tiny",
         per_device_batch_size=4,
         max_steps=10,
@@ -245,7 +245,7 @@ def test_the_dashboard_says_when_a_job_was_stopped_for_credit(client, alice):
         status_reason="Your balance would run out within 2 minutes.",
         finished_at=timezone.now(),
     )
-    client.force_login(alice)
+    client.force_login(unverified_alice)
     html = client.get("/dashboard/").content.decode()
     assert f"Job {job.pk}</a> was stopped before your credit ran out" in html
     assert "would run out within 2 minutes" in html

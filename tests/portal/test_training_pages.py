@@ -35,7 +35,7 @@ def no_scheduling(monkeypatch):
 
 
 @pytest.fixture(autouse=True)
-def storage(settings, tmp_path):
+def own_store(settings, tmp_path):
     settings.STORAGE_URL = own_store_url(tmp_path)
 
 

@@ -31,7 +31,7 @@ def clean_environment(monkeypatch, tmp_path):
 
 
 @pytest.fixture
-def history(catalog):
+def clearing_history(catalog):
     """12 h of RTX 4090 clearings: at or below 0.80 for 2 h, above for 3 h, at or below for 4 h, above for 3 h."""
     chip = ChipType.objects.get(slug="rtx-4090")
     now = timezone.now()
@@ -85,7 +85,7 @@ def running_bid(catalog, alice, bob, fund) -> Bid:
     return Bid.objects.get(job=job)
 
 
-def test_the_sdk_gives_bid_advice_from_the_price_history(live_server, alice, token_for, history):
+def test_the_sdk_gives_bid_advice_from_the_price_history(live_server, alice, token_for, clearing_history):
     client = starverse.Client(live_server.url, token_for(alice), backoff=0.01)
     advice = client.bid_advice("rtx-4090", "0.80")
 
@@ -110,7 +110,9 @@ def test_the_sdk_needs_confirm_to_cancel_a_bid_that_moves_a_running_job(live_ser
     assert client.cancel_bid(running_bid.pk, confirm=True)["status"] == "cancelled"
 
 
-def test_the_cli_prints_bid_advice_and_asks_for_confirm(capsys, monkeypatch, live_server, alice, token_for, history):
+def test_the_cli_prints_bid_advice_and_asks_for_confirm(
+    capsys, monkeypatch, live_server, alice, token_for, clearing_history
+):
     monkeypatch.setenv("STARVERSE_URL", live_server.url)
     monkeypatch.setenv("STARVERSE_API_KEY", token_for(alice))
 

@@ -43,7 +43,7 @@ ANSWERS = {
 
 
 @pytest.fixture(autouse=True)
-def api(monkeypatch):
+def canned_api(monkeypatch):
     """The CLI talks to canned answers, in an 80-column terminal."""
     monkeypatch.setenv("COLUMNS", "80")
     transport = httpx.MockTransport(lambda request: httpx.Response(200, json=ANSWERS[request.url.path]))

@@ -126,7 +126,7 @@ class Platform:
 
 
 @pytest.fixture
-def platform(transactional_db, tmp_path: Path) -> Iterator[Platform]:
+def launched_platform(transactional_db, tmp_path: Path) -> Iterator[Platform]:
     running = Platform(tmp_path)
     running.start()
     try:
@@ -145,14 +145,18 @@ def job_timeline(job_id: int) -> str:
     return "\n".join(lines)
 
 
-def kill_and_time_recovery(platform: Platform, name: str) -> float:
+def kill_and_time_recovery(launched_platform: Platform, name: str) -> float:
     """SIGKILL the process (its leader only, as `kill -9 PID` does); seconds until the API answers again."""
-    starts = platform.starts(name)
-    os.kill(platform.pid_of(name), signal.SIGKILL)
+    starts = launched_platform.starts(name)
+    os.kill(launched_platform.pid_of(name), signal.SIGKILL)
     killed = time.monotonic()
-    wait_until(platform.answers, 60, f"the platform to answer after killing {name}", explain=platform.tail)
+    wait_until(
+        launched_platform.answers, 60, f"the platform to answer after killing {name}", explain=launched_platform.tail
+    )
     back = time.monotonic() - killed
-    wait_until(lambda: platform.starts(name) > starts, 60, f"{name} to be restarted", explain=platform.tail)
+    wait_until(
+        lambda: launched_platform.starts(name) > starts, 60, f"{name} to be restarted", explain=launched_platform.tail
+    )
     return back
 
 
@@ -167,17 +171,17 @@ def assert_billed_exactly_once(job: Job) -> None:
 
 
 def test_killing_each_kind_of_process_leaves_the_platform_serving_and_the_job_finishing_billed_once(
-    platform: Platform, make_user, fund
+    launched_platform: Platform, make_user, fund
 ):
     alice = make_user("alice")
     fund(alice, "1000")
     _, raw = ApiToken.issue(alice)
-    api = httpx.Client(base_url=platform.url, headers={"Authorization": f"Bearer {raw}"}, timeout=30)
+    api = httpx.Client(base_url=launched_platform.url, headers={"Authorization": f"Bearer {raw}"}, timeout=30)
     wait_until(
         lambda: Node.objects.filter(agent_status=AgentStatus.ONLINE).count() == 4,
         180,
         "the demo fleet to enroll",
-        explain=platform.tail,
+        explain=launched_platform.tail,
     )
     spec = {"model": "llama-tiny", "dataset": "synthetic", "per_device_batch_size": 4, "max_steps": 300}
     submitted = api.post("/api/v1/jobs/", json={**spec, "policy": "cost-performance", "max_budget": "100"})
@@ -187,13 +191,13 @@ def test_killing_each_kind_of_process_leaves_the_platform_serving_and_the_job_fi
         lambda: Job.objects.filter(pk=job_id, status=JobStatus.RUNNING, step__gte=5).exists(),
         240,
         "the job to train",
-        explain=lambda: job_timeline(job_id) + "\n" + platform.tail(),
+        explain=lambda: job_timeline(job_id) + "\n" + launched_platform.tail(),
     )
     agent = Allocation.objects.filter(job_id=job_id, ended_at__isnull=True).first().node.hostname
 
     recovery = {}
     for name in ("web", "worker", "beat", agent, "redis"):
-        recovery[name] = kill_and_time_recovery(platform, name)
+        recovery[name] = kill_and_time_recovery(launched_platform, name)
         assert (
             not Job.objects.filter(pk=job_id, status__in=JobStatus.finished())
             .exclude(status=JobStatus.SUCCEEDED)
@@ -207,7 +211,7 @@ def test_killing_each_kind_of_process_leaves_the_platform_serving_and_the_job_fi
         lambda: Job.objects.filter(pk=job_id, status__in=JobStatus.finished()).first(),
         600,
         "the job to finish",
-        explain=lambda: job_timeline(job_id) + "\n" + platform.tail(),
+        explain=lambda: job_timeline(job_id) + "\n" + launched_platform.tail(),
     )
     assert job.status == JobStatus.SUCCEEDED, job_timeline(job_id)
     # The killed agent's ranks died with it: the run resumed from its checkpoint (lost or restarted node alike).
@@ -219,8 +223,8 @@ def test_killing_each_kind_of_process_leaves_the_platform_serving_and_the_job_fi
         ),
         60,
         "the meter's last charges",
-        explain=platform.tail,
+        explain=launched_platform.tail,
     )
-    platform.stop()
+    launched_platform.stop()
     assert_billed_exactly_once(job)
     assert not audit_ledger()

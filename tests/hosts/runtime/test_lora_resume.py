@@ -21,7 +21,7 @@ LORA = {**TINY, "mode": "lora", "lora": {"r": 4, "alpha": 8, "dropout": 0.0}}
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def lora_runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("lora")
     first = run_job(root / "l", [3, 5], model=LORA, zero_stage=0, max_steps=12, checkpoint_every=6)
     step6 = str(root / "l" / "checkpoints" / "step-6")
@@ -33,20 +33,20 @@ def losses(job) -> dict[int, float]:
     return {step: event["loss"] for step, event in metrics(job.events(0)).items()}
 
 
-def test_a_lora_job_resumed_on_another_mix_reproduces_the_uninterrupted_losses(runs):
-    reference, resumed = losses(runs["l"]), losses(runs["m"])
+def test_a_lora_job_resumed_on_another_mix_reproduces_the_uninterrupted_losses(lora_runs):
+    reference, resumed = losses(lora_runs["l"]), losses(lora_runs["m"])
     assert sorted(resumed) == list(range(7, 13))
     for step in resumed:
         assert resumed[step] == pytest.approx(reference[step], rel=1e-4), step
-    assert "resumed universal from" in runs["m"].stderr_path(0).read_text()
+    assert "resumed universal from" in lora_runs["m"].stderr_path(0).read_text()
     assert reference[12] < reference[1]  # the adapter learns
 
 
-def test_lora_checkpoints_hold_the_adapter_only_and_export_both_forms(runs):
-    step6 = Path(runs["root"]) / "l" / "checkpoints" / "step-6" / "ds" / "mp_rank_00_model_states.pt"
+def test_lora_checkpoints_hold_the_adapter_only_and_export_both_forms(lora_runs):
+    step6 = Path(lora_runs["root"]) / "l" / "checkpoints" / "step-6" / "ds" / "mp_rank_00_model_states.pt"
     module = torch.load(step6, map_location="cpu", weights_only=False)["module"]
     assert module and all("lora_" in name for name in module)
-    final = Path(runs["root"]) / "m" / "checkpoints" / "step-12"
+    final = Path(lora_runs["root"]) / "m" / "checkpoints" / "step-12"
     assert (final / "adapter" / "adapter_model.safetensors").is_file()
     assert (final / "adapter" / "adapter_config.json").is_file()
     assert (final / "model" / "model.safetensors").is_file()

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def resume_runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("matrix")
     c = run_job(root / "c", [3, 5], zero_stage=0, max_steps=12, checkpoint_every=6)
     c_ckpt = root / "c" / "checkpoints"
@@ -43,9 +43,9 @@ def losses(job) -> dict[int, float]:
 @pytest.mark.parametrize(
     ("name", "first", "how"), [("d", 7, "universal"), ("e", 10, "universal-plain"), ("f", 7, "native")]
 )
-def test_a_resumed_job_reproduces_the_uninterrupted_losses(runs, name, first, how):
-    reference, resumed = losses(runs["c"]), losses(runs[name])
+def test_a_resumed_job_reproduces_the_uninterrupted_losses(resume_runs, name, first, how):
+    reference, resumed = losses(resume_runs["c"]), losses(resume_runs[name])
     assert sorted(resumed) == list(range(first, 13))
     for step in resumed:
         assert resumed[step] == pytest.approx(reference[step], rel=1e-4), (name, step)
-    assert f"resumed {how} from" in runs[name].stderr_path(0).read_text()
+    assert f"resumed {how} from" in resume_runs[name].stderr_path(0).read_text()

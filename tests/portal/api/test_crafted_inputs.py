@@ -62,7 +62,7 @@ PROBES = [
 
 
 @pytest.fixture
-def job(alice) -> Job:
+def alices_job(alice) -> Job:
     return Job.objects.create(
         owner=alice, name="mine", model_name="llama-tiny", per_device_batch_size=4, max_steps=10,
         max_budget_per_hour=28_000_000,
@@ -95,13 +95,13 @@ def test_a_crafted_input_is_a_json_4xx_in_the_error_format(
     alice,
     fund,
     token_for,
-    job,
+    alices_job,
 ):
     fund(alice)
     headers = {"HTTP_AUTHORIZATION": f"Bearer {token_for(alice)}"} if signed_in else {}
     client = Client(raise_request_exception=False, **headers)
 
-    response = send(client, method, url.format(job=job.pk), body)
+    response = send(client, method, url.format(job=alices_job.pk), body)
 
     assert 400 <= response.status_code < 500, (what, response.status_code, response.content[:300])
     assert response["Content-Type"].startswith("application/json"), (what, response["Content-Type"])
@@ -146,9 +146,9 @@ def test_the_documented_maximum_price_is_accepted(alice, fund, token_for, small_
     assert field not in response.json().get("errors", {})
 
 
-def test_the_documented_maximums_of_bids_are_accepted_and_one_micro_more_is_not(alice, token_for, job):
+def test_the_documented_maximums_of_bids_are_accepted_and_one_micro_more_is_not(alice, token_for, alices_job):
     client = Client(HTTP_AUTHORIZATION=f"Bearer {token_for(alice)}")
-    bid = {"job": job.pk, "chip": "rtx-4090", "chips": 1}
+    bid = {"job": alices_job.pk, "chip": "rtx-4090", "chips": 1}
 
     at_max = client.post("/api/v1/bids/", json.dumps({**bid, "max_price": "1000000"}), content_type="application/json")
     over = client.post(

@@ -27,7 +27,7 @@ VIEWPORTS = {"desktop": {"width": 1366, "height": 900}, "phone": {"width": 390, 
 
 
 @pytest.fixture(autouse=True)
-def storage(settings, tmp_path):
+def own_store(settings, tmp_path):
     settings.STORAGE_URL = own_store_url(tmp_path)
 
 

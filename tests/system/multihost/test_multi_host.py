@@ -96,7 +96,7 @@ def netns_platform(committed_rows, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def api(netns_platform, committed_rows):
+def user_api(netns_platform, committed_rows):
     user = get_user_model().objects.create_user(username="fleet-user", email="fleet@example.com", password="x-x-x-x")
     EmailAddress.objects.create(user=user, email=user.email, primary=True, verified=True)  # tokens need it (#28)
     adjust_credit(user, to_micros("500"), reason="test funds", actor=None, key="fleet-funds")
@@ -123,7 +123,7 @@ def with_hosts(platform: FleetPlatform, count: int) -> None:
     wait_online(platform, [f"host-{host.index}" for host in platform.network.hosts])
 
 
-def submit(api: httpx.Client, max_steps: int) -> int:
+def submit(user_api: httpx.Client, max_steps: int) -> int:
     spec = {
         "model": "llama-tiny",
         "dataset": "synthetic",
@@ -133,7 +133,7 @@ def submit(api: httpx.Client, max_steps: int) -> int:
         "max_budget": "28",
         "chip_counts": {"rtx-4090": 3},
     }
-    response = api.post("/api/v1/jobs/", json=spec)
+    response = user_api.post("/api/v1/jobs/", json=spec)
     assert response.status_code == 201, response.text
     return response.json()["id"]
 
@@ -222,8 +222,8 @@ def test_each_host_is_recorded_at_the_address_the_platform_sees_it_at(netns_plat
         assert (node.address, node.address_observed) == (host.address, True)
 
 
-def test_one_job_trains_across_three_hosts_that_share_only_the_network(netns_platform, api):
-    job_id = submit(api, max_steps=30)
+def test_one_job_trains_across_three_hosts_that_share_only_the_network(netns_platform, user_api):
+    job_id = submit(user_api, max_steps=30)
     job = wait_finished(netns_platform, job_id)
 
     assert sorted(hosts_of(job)) == ["host-1", "host-2", "host-3"]
@@ -238,9 +238,9 @@ def test_one_job_trains_across_three_hosts_that_share_only_the_network(netns_pla
     assert_checkpoints_in_object_storage(netns_platform, job, 30)
 
 
-def test_a_maintenance_reclaim_moves_the_job_to_a_host_that_joined_later(netns_platform, api):
+def test_a_maintenance_reclaim_moves_the_job_to_a_host_that_joined_later(netns_platform, user_api):
     with_hosts(netns_platform, HOSTS + 1)
-    job_id = submit(api, max_steps=50)
+    job_id = submit(user_api, max_steps=50)
     job = wait_for_checkpoint(netns_platform, job_id, step=12)
     before = hosts_of(job)
     leaving = Node.objects.get(hostname=before[-1])
@@ -261,9 +261,11 @@ def test_a_maintenance_reclaim_moves_the_job_to_a_host_that_joined_later(netns_p
     Node.objects.filter(pk=leaving.pk).update(agent_status=AgentStatus.ONLINE)  # back from maintenance
 
 
-def test_a_host_whose_cable_is_cut_is_lost_within_ten_seconds_and_the_job_resumes_on_the_others(netns_platform, api):
+def test_a_host_whose_cable_is_cut_is_lost_within_ten_seconds_and_the_job_resumes_on_the_others(
+    netns_platform, user_api
+):
     with_hosts(netns_platform, HOSTS + 1)  # three for the job, one to take the lost host's place
-    job_id = submit(api, max_steps=50)
+    job_id = submit(user_api, max_steps=50)
     job = wait_for_checkpoint(netns_platform, job_id, step=12)
     lost_name = hosts_of(job)[0]  # rank 0's host: the rendezvous goes with it
     lost = next(host for host in netns_platform.network.hosts if f"host-{host.index}" == lost_name)

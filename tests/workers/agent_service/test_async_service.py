@@ -113,7 +113,7 @@ def enroll(catalog):
 
 
 @pytest.fixture
-def job(alice) -> Job:
+def alices_job(alice) -> Job:
     return Job.objects.create(
         owner=alice,
         model_name="llama-tiny",
@@ -138,9 +138,9 @@ def one_rank_on(node: Node) -> Plan:
     return Plan.from_dict({"zero_stage": 0, "ranks": [rank]})
 
 
-def checkpoint_for(node: Node, job: Job) -> int:
+def checkpoint_for(node: Node, alices_job: Job) -> int:
     """Queue a checkpoint command as the platform does (woken after commit); its id."""
-    return queue_for_node(node.pk, job, CommandType.CHECKPOINT, {"reason": "test"}, timezone.now()).pk
+    return queue_for_node(node.pk, alices_job, CommandType.CHECKPOINT, {"reason": "test"}, timezone.now()).pk
 
 
 def poll_in_background(service: RunningService, token: str) -> tuple[threading.Thread, dict]:
@@ -152,47 +152,53 @@ def poll_in_background(service: RunningService, token: str) -> tuple[threading.T
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_poll_returns_the_commands_already_pending(service, enroll, job):
+def test_a_poll_returns_the_commands_already_pending(service, enroll, alices_job):
     node, token = enroll("pending-1")
-    queued = checkpoint_for(node, job)
+    queued = checkpoint_for(node, alices_job)
     answer = service.poll(token, wait_s=LONG_WAIT_S)
     assert answer.status_code == 200
     body = answer.json()
     assert [command["id"] for command in body["commands"]] == [queued]
     assert body["commands"] == [
-        {"id": queued, "type": "checkpoint", "job_id": job.pk, "epoch": job.epoch, "payload": {"reason": "test"}}
+        {
+            "id": queued,
+            "type": "checkpoint",
+            "job_id": alices_job.pk,
+            "epoch": alices_job.epoch,
+            "payload": {"reason": "test"},
+        }
     ]
     assert body["address"] == "127.0.0.1"
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_command_queued_while_a_poll_waits_is_delivered_by_the_pubsub_wake_up(service, enroll, job):
+def test_a_command_queued_while_a_poll_waits_is_delivered_by_the_pubsub_wake_up(service, enroll, alices_job):
     node, token = enroll("waiting-1")
     channel.clear_wake(node.pk)
     thread, answer = poll_in_background(service, token)
-    queued = checkpoint_for(node, job)
+    queued = checkpoint_for(node, alices_job)
     thread.join(timeout=LONG_WAIT_S + 10)
     assert [command["id"] for command in answer["commands"]] == [queued]
     assert service.health()["wakeups"] >= 1
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_wake_up_for_another_node_leaves_a_poll_waiting(service, enroll, job):
+def test_a_wake_up_for_another_node_leaves_a_poll_waiting(service, enroll, alices_job):
     node, token = enroll("quiet-1")
     other, _ = enroll("busy-1")
     thread, answer = poll_in_background(service, token)
-    checkpoint_for(other, job)
+    checkpoint_for(other, alices_job)
     wait_for(lambda: service.health()["wakeups"] >= 1, what="the other node's wake-up")
     assert thread.is_alive() and not answer  # still waiting: no command of its own
-    queued = checkpoint_for(node, job)
+    queued = checkpoint_for(node, alices_job)
     thread.join(timeout=LONG_WAIT_S + 10)
     assert [command["id"] for command in answer["commands"]] == [queued]
 
 
 @pytest.mark.django_db(transaction=True)
-def test_acks_are_recorded_and_an_acked_command_is_not_sent_again(service, enroll, job):
+def test_acks_are_recorded_and_an_acked_command_is_not_sent_again(service, enroll, alices_job):
     node, token = enroll("acks-1")
-    done, refused = checkpoint_for(node, job), checkpoint_for(node, job)
+    done, refused = checkpoint_for(node, alices_job), checkpoint_for(node, alices_job)
     assert len(service.poll(token).json()["commands"]) == 2
     acks = [done, {"id": refused, "error": "stale epoch"}]
     assert service.poll(token, acks=acks).json()["commands"] == []
@@ -252,25 +258,25 @@ def test_polls_are_heartbeats_written_in_batches(service, enroll):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_report_is_ingested_and_a_stale_epoch_is_a_409(service, enroll, job):
+def test_a_report_is_ingested_and_a_stale_epoch_is_a_409(service, enroll, alices_job):
     node, token = enroll("report-1")
-    allocate(job, one_rank_on(node))
-    job.refresh_from_db()
+    allocate(alices_job, one_rank_on(node))
+    alices_job.refresh_from_db()
     items = [{"kind": "log", "rank": 0, "line": "hello from rank 0"}]
-    answer = service.post("report", {"job_id": job.pk, "epoch": job.epoch, "items": items}, token)
+    answer = service.post("report", {"job_id": alices_job.pk, "epoch": alices_job.epoch, "items": items}, token)
     assert (answer.status_code, answer.json()) == (200, {"accepted": 1})
-    assert list(JobLogLine.objects.filter(job=job).values_list("line", flat=True)) == ["hello from rank 0"]
-    stale = service.post("report", {"job_id": job.pk, "epoch": job.epoch + 1, "items": items}, token)
+    assert list(JobLogLine.objects.filter(job=alices_job).values_list("line", flat=True)) == ["hello from rank 0"]
+    stale = service.post("report", {"job_id": alices_job.pk, "epoch": alices_job.epoch + 1, "items": items}, token)
     assert stale.status_code == 409
 
 
 @pytest.mark.django_db(transaction=True)
-def test_storage_urls_are_signed_within_the_grant_as_the_sync_view_signs_them(service, enroll, job, alice, fund):
+def test_storage_urls_are_signed_within_the_grant_as_the_sync_view_signs_them(service, enroll, alices_job, alice, fund):
     node, _ = enroll("storage-1")
     fund(alice)
-    allocate(job, one_rank_on(node))
-    grant = job.commands.get(type="start").payload["ranks"][0]["storage_grant"]
-    own = f"checkpoints/job-{job.pk}/step-1/meta.json"
+    allocate(alices_job, one_rank_on(node))
+    grant = alices_job.commands.get(type="start").payload["ranks"][0]["storage_grant"]
+    own = f"checkpoints/job-{alices_job.pk}/step-1/meta.json"
 
     signed = service.post("storage", {"method": "PUT", "keys": [own]}, grant)
     outside = service.post("storage", {"method": "PUT", "keys": ["datasets/1/x/data.txt"]}, grant)
@@ -316,7 +322,7 @@ def test_a_crafted_enrollment_body_is_a_400_naming_the_field(service, catalog, b
 
 @pytest.mark.django_db(transaction=True)
 def test_with_redis_unreachable_a_waiting_poll_still_gets_its_command_by_reading_the_database(
-    settings, long_polls, enroll, job
+    settings, long_polls, enroll, alices_job
 ):
     settings.REDIS_URL = "redis://127.0.0.1:1/0"  # nothing listens on port 1
     channel._redis.cache_clear()
@@ -326,7 +332,7 @@ def test_with_redis_unreachable_a_waiting_poll_still_gets_its_command_by_reading
         node, token = enroll("no-redis-1")
         thread, answer = poll_in_background(running, token)
         assert running.health()["listening"] is False
-        queued = checkpoint_for(node, job)  # its wake-up is lost: Redis is down
+        queued = checkpoint_for(node, alices_job)  # its wake-up is lost: Redis is down
         thread.join(timeout=LONG_WAIT_S + 10)
         assert [command["id"] for command in answer["commands"]] == [queued]
     finally:

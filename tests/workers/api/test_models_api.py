@@ -32,7 +32,7 @@ BEYOND_THE_FLEET = {
 
 
 @pytest.fixture(autouse=True)
-def store(settings, tmp_path) -> None:
+def own_store(settings, tmp_path) -> None:
     settings.STORAGE_URL = own_store_url(tmp_path)
 
 
@@ -80,9 +80,9 @@ def archives(model_dirs, tmp_path_factory) -> dict[str, Path]:
     }
 
 
-def upload(api, archive: Path, **fields):
+def upload(alice_api, archive: Path, **fields):
     with open(archive, "rb") as file:
-        return api.post("/api/v1/models/", {"file": file, **fields}, format="multipart")
+        return alice_api.post("/api/v1/models/", {"file": file, **fields}, format="multipart")
 
 
 def stored_files() -> list[str]:
@@ -90,7 +90,7 @@ def stored_files() -> list[str]:
 
 
 @pytest.fixture
-def api(alice):
+def alice_api(alice):
     return token_client(alice)
 
 
@@ -98,8 +98,8 @@ def api(alice):
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2"])
-def test_a_tiny_model_is_stored_with_its_exact_parameter_count(api, alice, archives, real_parameters, family):
-    answer = upload(api, archives[family], name=f"my {family}")
+def test_a_tiny_model_is_stored_with_its_exact_parameter_count(alice_api, alice, archives, real_parameters, family):
+    answer = upload(alice_api, archives[family], name=f"my {family}")
 
     assert answer.status_code == 201, answer.json()
     body = answer.json()
@@ -118,24 +118,26 @@ def test_a_tiny_model_is_stored_with_its_exact_parameter_count(api, alice, archi
     assert stored_files() == sorted(f"{model.store_prefix}/{name}" for name in [*manifest.files, MANIFEST])
 
 
-def test_an_uploaded_model_in_a_storage_folder_is_private_files_in_private_folders(api, archives, settings, tmp_path):
+def test_an_uploaded_model_in_a_storage_folder_is_private_files_in_private_folders(
+    alice_api, archives, settings, tmp_path
+):
     settings.STORAGE_URL = f"file://{tmp_path / 'storage'}"
-    assert upload(api, archives["llama"]).status_code == 201
+    assert upload(alice_api, archives["llama"]).status_code == 201
 
     modes = {stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "storage" / "models").rglob("*")}
     assert modes == {0o600, 0o700}
     assert stat.S_IMODE((tmp_path / "storage" / "models").stat().st_mode) == 0o700
 
 
-def test_the_name_defaults_to_the_archive_name(api, archives):
-    assert upload(api, archives["llama"]).json()["name"] == "tiny-llama"
+def test_the_name_defaults_to_the_archive_name(alice_api, archives):
+    assert upload(alice_api, archives["llama"]).json()["name"] == "tiny-llama"
 
 
-def test_the_list_has_the_catalog_and_only_your_uploads(api, alice, bob, archives):
-    mine = upload(api, archives["llama"]).json()
+def test_the_list_has_the_catalog_and_only_your_uploads(alice_api, alice, bob, archives):
+    mine = upload(alice_api, archives["llama"]).json()
     upload(token_client(bob), archives["qwen2"])
 
-    listed = api.get("/api/v1/models/").json()
+    listed = alice_api.get("/api/v1/models/").json()
 
     catalog = [entry for entry in listed if entry["source"] == "catalog"]
     assert {entry["reference"] for entry in catalog} >= {"llama-tiny", "llama-2-7b", "llama-2-70b"}
@@ -145,11 +147,11 @@ def test_the_list_has_the_catalog_and_only_your_uploads(api, alice, bob, archive
     assert [entry["reference"] for entry in uploads] == [mine["reference"]]
 
 
-def test_a_model_is_shown_with_its_config_and_shape_to_its_owner_only(api, bob, archives):
-    model = upload(api, archives["llama"]).json()
+def test_a_model_is_shown_with_its_config_and_shape_to_its_owner_only(alice_api, bob, archives):
+    model = upload(alice_api, archives["llama"]).json()
     url = f"/api/v1/models/{model['id']}/"
 
-    shown = api.get(url).json()
+    shown = alice_api.get(url).json()
 
     assert shown["config"]["model_type"] == "llama"
     assert shown["shape"]["parameters"] == model["parameters"] and "q_proj" in shown["shape"]["linears"]
@@ -158,33 +160,33 @@ def test_a_model_is_shown_with_its_config_and_shape_to_its_owner_only(api, bob, 
     assert bobs.delete(url).status_code == 404
     assert UploadedModel.objects.filter(pk=model["id"]).exists()
     for unknown in ["99999999999999999999999", "abc", "²"]:
-        assert api.get(f"/api/v1/models/{unknown}/").status_code == 404
+        assert alice_api.get(f"/api/v1/models/{unknown}/").status_code == 404
 
 
-def test_deleting_a_model_removes_it_and_its_files(api, archives, django_capture_on_commit_callbacks):
-    model = upload(api, archives["llama"]).json()
+def test_deleting_a_model_removes_it_and_its_files(alice_api, archives, django_capture_on_commit_callbacks):
+    model = upload(alice_api, archives["llama"]).json()
 
     with django_capture_on_commit_callbacks(execute=True):
-        assert api.delete(f"/api/v1/models/{model['id']}/").status_code == 204
+        assert alice_api.delete(f"/api/v1/models/{model['id']}/").status_code == 204
 
     assert not UploadedModel.objects.exists()
     assert stored_files() == []
 
 
-def test_a_model_a_job_still_trains_cannot_be_deleted_until_the_job_ends(api, alice, archives):
-    model = upload(api, archives["llama"]).json()
+def test_a_model_a_job_still_trains_cannot_be_deleted_until_the_job_ends(alice_api, alice, archives):
+    model = upload(alice_api, archives["llama"]).json()
     job = Job.objects.create(
         owner=alice, model_name=model["reference"], per_device_batch_size=4, max_steps=10,
         max_budget_per_hour=28_000_000, status=JobStatus.RUNNING,
     )  # fmt: skip
 
-    refused = api.delete(f"/api/v1/models/{model['id']}/")
+    refused = alice_api.delete(f"/api/v1/models/{model['id']}/")
 
     assert refused.status_code == 409
     assert f"used by job {job.pk} (running)" in refused.json()["detail"]
     assert stored_files()
     Job.objects.filter(pk=job.pk).update(status=JobStatus.SUCCEEDED)
-    assert api.delete(f"/api/v1/models/{model['id']}/").status_code == 204
+    assert alice_api.delete(f"/api/v1/models/{model['id']}/").status_code == 204
 
 
 # -- bad uploads: a 4xx naming the problem, nothing stored -----------------------------------------
@@ -211,8 +213,8 @@ def test_a_model_a_job_still_trains_cannot_be_deleted_until_the_job_ends(api, al
         ("no-fleet-fits", "model_too_large_for_fleet", "even as LoRA on 128 chips (the most a job may use)"),
     ],
 )
-def test_a_bad_upload_is_refused_naming_the_problem_with_nothing_stored(api, archives, archive, code, says):
-    answer = upload(api, archives[archive])
+def test_a_bad_upload_is_refused_naming_the_problem_with_nothing_stored(alice_api, archives, archive, code, says):
+    answer = upload(alice_api, archives[archive])
 
     assert answer.status_code == 400
     body = answer.json()
@@ -222,33 +224,33 @@ def test_a_bad_upload_is_refused_naming_the_problem_with_nothing_stored(api, arc
     assert stored_files() == []
 
 
-def test_an_upload_over_the_size_limit_is_refused_as_it_streams_in(api, archives, settings):
+def test_an_upload_over_the_size_limit_is_refused_as_it_streams_in(alice_api, archives, settings):
     settings.MODEL_MAX_BYTES = 10_000
 
-    answer = upload(api, archives["llama"])
+    answer = upload(alice_api, archives["llama"])
 
     assert answer.status_code == 413
     assert "the limit is 10,000 bytes" in answer.json()["detail"]
     assert not UploadedModel.objects.exists() and stored_files() == []
 
 
-def test_an_archive_that_unpacks_past_the_size_limit_is_refused(api, settings, tmp_path):
+def test_an_archive_that_unpacks_past_the_size_limit_is_refused(alice_api, settings, tmp_path):
     settings.MODEL_MAX_BYTES = 1024 * 1024
     bomb = tmp_path / "bomb.zip"
     with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as bundle:
         bundle.writestr("model.safetensors", bytes(8 * 1024 * 1024))
 
-    answer = upload(api, bomb)
+    answer = upload(alice_api, bomb)
 
     assert answer.status_code == 413
     assert "unpacks to more than that" in answer.json()["detail"]
     assert stored_files() == []
 
 
-def test_a_model_past_the_storage_quota_is_refused_naming_it_and_nothing_is_stored(api, archives, settings):
+def test_a_model_past_the_storage_quota_is_refused_naming_it_and_nothing_is_stored(alice_api, archives, settings):
     settings.STORAGE_QUOTA_BYTES = 100_000
 
-    answer = upload(api, archives["llama"])
+    answer = upload(alice_api, archives["llama"])
 
     assert answer.status_code == 400 and answer.json()["code"] == "storage_quota_exceeded"
     refusal = answer.json()["errors"]["file"][0]
@@ -256,16 +258,16 @@ def test_a_model_past_the_storage_quota_is_refused_naming_it_and_nothing_is_stor
     assert not UploadedModel.objects.exists() and stored_files() == []
 
 
-def test_an_upload_without_a_file_names_the_field(api):
-    answer = api.post("/api/v1/models/", {"name": "nothing"}, format="multipart")
+def test_an_upload_without_a_file_names_the_field(alice_api):
+    answer = alice_api.post("/api/v1/models/", {"name": "nothing"}, format="multipart")
 
     assert answer.status_code == 400
     assert answer.json()["code"] == "required" and "archive" in answer.json()["errors"]["file"][0]
 
 
-def test_an_unknown_field_is_refused_by_name(api, archives):
+def test_an_unknown_field_is_refused_by_name(alice_api, archives):
     with open(archives["llama"], "rb") as file:
-        answer = api.post("/api/v1/models/", {"file": file, "nmae": "typo"}, format="multipart")
+        answer = alice_api.post("/api/v1/models/", {"file": file, "nmae": "typo"}, format="multipart")
 
     assert answer.status_code == 400
     assert answer.json()["code"] == "unknown_field" and "nmae" in answer.json()["errors"]
@@ -279,38 +281,38 @@ def test_a_read_only_token_cannot_upload(alice, archives):
 # -- checking one model by name --------------------------------------------------------------------
 
 
-def test_a_name_is_checked_against_what_the_platform_can_train(api, bob, archives, monkeypatch, tmp_path):
+def test_a_name_is_checked_against_what_the_platform_can_train(alice_api, bob, archives, monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HOME", str(tmp_path / "empty-hf-home"))
     monkeypatch.delenv("HF_HUB_CACHE", raising=False)
-    mine = upload(api, archives["llama"]).json()
+    mine = upload(alice_api, archives["llama"]).json()
     bobs = upload(token_client(bob), archives["qwen2"]).json()
 
-    assert api.get("/api/v1/models/", {"name": "llama-tiny"}).json()[0]["source"] == "catalog"
-    assert api.get("/api/v1/models/", {"name": mine["reference"]}).json() == [mine]
+    assert alice_api.get("/api/v1/models/", {"name": "llama-tiny"}).json()[0]["source"] == "catalog"
+    assert alice_api.get("/api/v1/models/", {"name": mine["reference"]}).json() == [mine]
     for name, says in [
         (bobs["reference"], f"no model {bobs['reference']} among yours"),
         ("meta-llama/Llama-2-7b-hf", "isn't in this platform's Hugging Face cache"),
         ("gpt-5", "Unknown model 'gpt-5'"),
     ]:
-        answer = api.get("/api/v1/models/", {"name": name})
+        answer = alice_api.get("/api/v1/models/", {"name": name})
         assert answer.status_code == 400
         assert answer.json()["code"] == "model_unavailable"
         assert says in answer.json()["errors"]["name"][0]
 
 
-def test_the_schema_documents_the_models_endpoints(api):
-    paths = api.get("/api/v1/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json").json()["paths"]
+def test_the_schema_documents_the_models_endpoints(alice_api):
+    paths = alice_api.get("/api/v1/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json").json()["paths"]
 
     assert {"get", "post"} <= set(paths["/api/v1/models/"])
     assert {"get", "delete"} <= set(paths["/api/v1/models/{id}/"])
     assert "413" in paths["/api/v1/models/"]["post"]["responses"]
 
 
-def test_a_store_that_fails_is_a_503_and_nothing_is_kept(api, archives, settings, tmp_path):
+def test_a_store_that_fails_is_a_503_and_nothing_is_kept(alice_api, archives, settings, tmp_path):
     (tmp_path / "a-file").write_text("not a folder")
     settings.STORAGE_URL = f"file://{tmp_path / 'a-file' / 'store'}"
 
-    answer = upload(api, archives["llama"])
+    answer = upload(alice_api, archives["llama"])
 
     assert answer.status_code == 503
     assert answer.json()["detail"].startswith("The model could not be stored right now")

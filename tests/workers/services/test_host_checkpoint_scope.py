@@ -23,7 +23,7 @@ REPORT = "/api/v1/agent/report/"
 
 
 @pytest.fixture(autouse=True)
-def store(settings, tmp_path):
+def own_store(settings, tmp_path):
     settings.STORAGE_URL = own_store_url(tmp_path)
     settings.CHECKPOINT_KEEP = 1
 

@@ -165,13 +165,13 @@ WALK: dict[Transition, tuple[Setup, Act]] = {
     ("reclaim", "provisioning", "migrating"): (
         provisioning,
         lambda call, job, walk: call(
-            job.pk, MigrationReason.MAINTENANCE, "walk", nodes=[job_walk.node], notice_seconds=30, now=job_walk.now
+            job.pk, MigrationReason.MAINTENANCE, "walk", nodes=[walk.node], notice_seconds=30, now=walk.now
         ),
     ),
     ("reclaim", "running", "migrating"): (
         running,
         lambda call, job, walk: call(
-            job.pk, MigrationReason.MAINTENANCE, "walk", nodes=[job_walk.node], notice_seconds=30, now=job_walk.now
+            job.pk, MigrationReason.MAINTENANCE, "walk", nodes=[walk.node], notice_seconds=30, now=walk.now
         ),
     ),
     ("resume", "migrating", "queued"): (migrating, lambda call, job, walk: call(job.pk, now=walk.now)),

@@ -35,14 +35,16 @@ PAGE_LAUNCH = {
 
 
 @pytest.fixture
-def funded_alice(alice, fund, catalog):
+def funded_alice_and_a_node(alice, fund, catalog):
     fund(alice, "100")
     online_node("od-4090", "rtx-4090", spot=False)
     return alice
 
 
-def test_a_total_budget_below_two_minutes_of_spend_is_refused_naming_the_minimum(funded_alice, no_celery):
-    response = token_client(funded_alice).post("/api/v1/jobs/", {**ONE_4090, "total_budget": "0.04"}, format="json")
+def test_a_total_budget_below_two_minutes_of_spend_is_refused_naming_the_minimum(funded_alice_and_a_node, no_celery):
+    response = token_client(funded_alice_and_a_node).post(
+        "/api/v1/jobs/", {**ONE_4090, "total_budget": "0.04"}, format="json"
+    )
 
     assert response.status_code == 400
     body = response.json()
@@ -53,8 +55,10 @@ def test_a_total_budget_below_two_minutes_of_spend_is_refused_naming_the_minimum
     assert not Job.objects.exists() and not no_celery
 
 
-def test_a_total_budget_above_the_stop_margin_runs_and_is_not_stopped_at_once(funded_alice, no_celery):
-    response = token_client(funded_alice).post("/api/v1/jobs/", {**ONE_4090, "total_budget": "0.05"}, format="json")
+def test_a_total_budget_above_the_stop_margin_runs_and_is_not_stopped_at_once(funded_alice_and_a_node, no_celery):
+    response = token_client(funded_alice_and_a_node).post(
+        "/api/v1/jobs/", {**ONE_4090, "total_budget": "0.05"}, format="json"
+    )
     assert response.status_code == 201, response.json()
     job = Job.objects.get(pk=response.json()["id"])
 
@@ -64,9 +68,9 @@ def test_a_total_budget_above_the_stop_margin_runs_and_is_not_stopped_at_once(fu
     assert job.status == JobStatus.PROVISIONING
 
 
-def test_launch_refusals_are_typed_with_the_field_and_code_the_api_and_page_use(funded_alice):
+def test_launch_refusals_are_typed_with_the_field_and_code_the_api_and_page_use(funded_alice_and_a_node):
     with pytest.raises(LaunchRefused) as refused:
-        launch(funded_alice, launch_fields(total_budget=10_000))
+        launch(funded_alice_and_a_node, launch_fields(total_budget=10_000))
     assert (refused.value.field, refused.value.code, refused.value.title) == (
         "total_budget",
         "budget_too_low",
@@ -74,26 +78,26 @@ def test_launch_refusals_are_typed_with_the_field_and_code_the_api_and_page_use(
     )
 
 
-def test_the_page_and_the_api_refuse_the_same_launch_the_same_way(client, funded_alice, settings, no_celery):
+def test_the_page_and_the_api_refuse_the_same_launch_the_same_way(client, funded_alice_and_a_node, settings, no_celery):
     settings.MAX_QUEUED_JOBS_PER_USER = 1
-    api = token_client(funded_alice)
+    api = token_client(funded_alice_and_a_node)
     assert api.post("/api/v1/jobs/", ONE_4090, format="json").status_code == 201
 
     over_api = api.post("/api/v1/jobs/", ONE_4090, format="json")
-    client.force_login(funded_alice)
+    client.force_login(funded_alice_and_a_node)
     over_page = client.post(reverse("train"), PAGE_LAUNCH)
 
     assert over_api.status_code == 400 and over_api.json()["code"] == "too_many_queued"
     message = over_api.json()["errors"]["non_field_errors"][0]
     assert over_page.status_code == 200
     assert f"Too many queued jobs: {message}" in over_page.content.decode().replace("&#x27;", "'")
-    assert Job.objects.filter(owner=funded_alice).count() == 1
+    assert Job.objects.filter(owner=funded_alice_and_a_node).count() == 1
 
 
-def test_the_page_launches_through_the_same_checks_and_holds_credit(client, funded_alice, no_celery):
-    client.force_login(funded_alice)
+def test_the_page_launches_through_the_same_checks_and_holds_credit(client, funded_alice_and_a_node, no_celery):
+    client.force_login(funded_alice_and_a_node)
     response = client.post(reverse("train"), PAGE_LAUNCH)
 
     assert response.status_code == 302
-    job = Job.objects.get(owner=funded_alice)
+    job = Job.objects.get(owner=funded_alice_and_a_node)
     assert job.status == JobStatus.QUEUED and job.credit_hold == 100_000  # 5 minutes of 1.20/h

@@ -21,7 +21,7 @@ WEIGHTS = bytes(range(256)) * 5000  # over one chunk
 
 
 @pytest.fixture(autouse=True)
-def store(settings, tmp_path):
+def own_store(settings, tmp_path):
     settings.STORAGE_URL = own_store_url(tmp_path)
 
 

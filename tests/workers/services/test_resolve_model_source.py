@@ -23,7 +23,7 @@ REVISION = "0123456789abcdef0123456789abcdef01234567"
 
 
 @pytest.fixture(autouse=True)
-def store(settings, tmp_path) -> None:
+def own_store(settings, tmp_path) -> None:
     settings.STORAGE_URL = own_store_url(tmp_path)
 
 

@@ -33,7 +33,7 @@ STORAGE = "/api/v1/agent/storage/"
 
 
 @pytest.fixture(autouse=True)
-def store(settings, tmp_path):
+def own_store(settings, tmp_path):
     settings.STORAGE_URL = own_store_url(tmp_path)
 
 

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture(autouse=True)
-def store(settings, tmp_path):
+def own_store(settings, tmp_path):
     settings.STORAGE_URL = own_store_url(tmp_path)
 
 

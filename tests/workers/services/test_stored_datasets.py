@@ -25,7 +25,7 @@ MIB = 1024 * 1024
 
 
 @pytest.fixture(autouse=True)
-def store(settings, tmp_path):
+def own_store(settings, tmp_path):
     settings.STORAGE_URL = own_store_url(tmp_path)
     settings.STAGING_CACHE_DIR = tmp_path / "web-cache"
 

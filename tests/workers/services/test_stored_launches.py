@@ -29,7 +29,7 @@ CHAT = {"messages": [{"role": "user", "content": "the chip runs"}, {"role": "ass
 
 
 @pytest.fixture(autouse=True)
-def store(settings, tmp_path, monkeypatch):
+def own_store(settings, tmp_path, monkeypatch):
     """The platform's store; this test's "host" reaches it only with the grants in its launches (the AWS_*
     variables stay: the platform, in this same process, signs with them)."""
     settings.STORAGE_URL = own_store_url(tmp_path)
