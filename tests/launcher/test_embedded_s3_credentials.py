@@ -18,7 +18,7 @@ import pytest
 from launcher import s3
 from launcher.s3 import EmbeddedS3
 from launcher.stores import free_port
-from tests.support.packaging.pyproject_extras import names
+from tests.support.probes.pyproject_extras import names
 
 H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes.fromhex("000000040000000000")  # + an empty SETTINGS
 PATHS = ("/col/delete?collection={bucket}", "/buckets/{bucket}/starverse/secret.txt", "/dir/status", "/status")

@@ -10,7 +10,7 @@ from hosts.agent.loop import Agent
 from kernel.protocol import RankLaunch
 from tests.support.fake_platform import FakePlatform
 
-FAKE_RANK = str(Path(__file__).with_name("fake_rank.py"))
+FAKE_RANK = str(Path(__file__).parent / "scripts" / "fake_rank.py")
 
 
 def wait_for(predicate, timeout: float = 10.0, what: str = "condition"):

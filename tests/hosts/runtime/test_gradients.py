@@ -19,9 +19,9 @@ import torch
 from hosts.runtime.hfmodel import ModelSource, build_model, token_loss_sum
 from hosts.runtime.local import REPO, LocalJob, job_launches
 from kernel.modelspecs import resolve_model
-from tests.support.grad_worker import MaskedCorpus
+from tests.support.scripts.grad_worker import MaskedCorpus
 
-WORKER = Path(__file__).resolve().parents[2] / "support" / "grad_worker.py"
+WORKER = Path(__file__).resolve().parents[2] / "support" / "scripts" / "grad_worker.py"
 MICRO_BATCHES = [1, 2, 5]
 CASES = (("full", 0), ("full", 2), ("lora", 0))
 SEED = 1234

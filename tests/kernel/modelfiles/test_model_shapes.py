@@ -1,5 +1,5 @@
 """The web tier sizes models without torch: kernel.modelfiles.hfconfig works the shapes out of the config, and they
-are exactly those of the model transformers builds on torch's meta device (tests/support/packaging/meta_oracle.py)."""
+are exactly those of the model transformers builds on torch's meta device (tests/support/probes/meta_oracle.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from kernel.modelfiles.hfconfig import UnsupportedModel, model_shape, parameter_shapes
 from kernel.modelspecs import CATALOG, resolve_model
 from tests.support.hfmodels import tiny_config
-from tests.support.packaging.meta_oracle import meta_shapes
+from tests.support.probes.meta_oracle import meta_shapes
 
 
 def worked_out(config: dict):

