@@ -35,9 +35,9 @@ browser:
 		($(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium chromium-driver)
 
 # PNGs of the pricing, train, job and bids pages at 1366x900 and 390x844 in artifacts/screenshots/: the test that
-# takes them (tests/e2e/test_responsive_layout.py, marked `screenshots`) also runs in `make test`, so it can't rot.
+# takes them (tests/system/browser/test_responsive_layout.py, marked `screenshots`) also runs in `make test`, so it can't rot.
 screenshots: install-test browser
-	$(BIN)/python -m pytest -q -m screenshots tests/e2e/test_responsive_layout.py
+	$(BIN)/python -m pytest -q -m screenshots tests/system/browser/test_responsive_layout.py
 
 lint:
 	$(BIN)/ruff check .

@@ -47,7 +47,7 @@ from hosts.runtime.local import LocalJob, job_launches, metrics  # noqa: E402
 from kernel.modelfiles.hfconfig import lora_settings, model_shape  # noqa: E402
 from kernel.modelspecs import LORA, ModelSpec, resolve_model, spec_from_config  # noqa: E402
 from kernel.planner.memory import rank_bytes  # noqa: E402
-from tests.hfmodels import tiny_config  # noqa: E402
+from tests.support.hfmodels import tiny_config  # noqa: E402
 
 SEED = 1234
 SPEED_GOAL = 0.90  # transformers tokens/s / legacy tokens/s: no more than 10% slower

@@ -3,7 +3,7 @@
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/x REDIS_URL=redis://127.0.0.1:6379/3 \\
         .venv/bin/python bench/spot_migration.py [--runs 2]
 
-Runs the two end-to-end spot scenarios of tests/e2e/test_spot_run.py (a real Celery worker and beat,
+Runs the two end-to-end spot scenarios of tests/system/runs/test_spot_run.py (a real Celery worker and beat,
 real agents, real DeepSpeed ranks on simulated chips) `--runs` times and prints what each migration
 took, measured by the platform's own timestamps:
 
@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def run_once(record: Path) -> int:
     env = {**os.environ, "STARVERSE_BENCH_RECORD": str(record)}
-    command = [sys.executable, "-m", "pytest", "tests/e2e/test_spot_run.py", "-q", "-p", "no:cacheprovider"]
+    command = [sys.executable, "-m", "pytest", "tests/system/runs/test_spot_run.py", "-q", "-p", "no:cacheprovider"]
     return subprocess.call(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
 
 
@@ -76,7 +76,7 @@ def main() -> int:
     if load > (os.cpu_count() or 1):
         print("note: the host was busier than its CPUs; the times include waiting for a CPU.")
     if failures:
-        print(f"{failures} run(s) failed; see `pytest tests/e2e/test_spot_run.py`.", file=sys.stderr)
+        print(f"{failures} run(s) failed; see `pytest tests/system/runs/test_spot_run.py`.", file=sys.stderr)
     return 1 if failures else 0
 
 

@@ -6,7 +6,7 @@ importing this module stays cheap.
 
 The exact shapes are worked out from the config, the way transformers' Llama, Mistral and Qwen2
 classes lay out their weights: every tensor's name and shape, so a 70B config is counted in
-milliseconds. tests/packaging checks them against the model built on torch's meta device.
+milliseconds. tests/kernel/modelfiles/test_model_shapes.py checks them against the model built on torch's meta device.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 `fleet.build_kinds` now walks the offers once and sorts only the pools a plan can reach; this is
 the straightforward version it replaced (one `on_node` call per offer, every tier sorted whole),
-frozen here so tests (tests/planner/test_plan_identity.py) and `bench/planner.py` can check that
+frozen here so tests (tests/kernel/planner/test_plan_identity.py) and `bench/planner.py` can check that
 every plan is still identical and measure the gain. Nothing in the platform calls it.
 """
 

@@ -8,15 +8,14 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from test_meter import T0, exact_cost, fund, open_allocation
 
 from billing.models import BillingLine
 from billing.services.meter import run_meter
 from fleet.choices import AllocationMode, JobStatus
 from fleet.models import Allocation
-from tests.compute.conftest import enroll, planning_job  # noqa: F401 - fixtures
-from tests.lines import line_of
-from tests.migrating import latest, migrate
+from tests.support.lines import line_of
+from tests.support.meter import T0, exact_cost, fund, open_allocation
+from tests.support.migrating import latest, migrate
 
 BEFORE = ("billing", "0010_charge_per_billing_line")
 

@@ -9,14 +9,13 @@ from datetime import timedelta
 import pytest
 from django.db import connection, transaction
 from django.db.utils import IntegrityError
-from test_meter import T0, fund, open_allocation
 
 from billing.choices import AccountKind, TransactionKind
 from billing.models import Charge
 from billing.services.ledger import platform_account, transfer, wallet_for
 from fleet.choices import JobStatus
-from tests.compute.conftest import enroll, planning_job  # noqa: F401 - fixtures
-from tests.migrating import latest, migrate
+from tests.support.meter import T0, fund, open_allocation
+from tests.support.migrating import latest, migrate
 
 BEFORE = ("billing", "0009_notification_settings")
 

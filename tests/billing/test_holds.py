@@ -16,8 +16,9 @@ from billing.signals import credit_shortfall
 from fleet.choices import JobStatus
 from fleet.models import Allocation, Job
 from kernel.protocol import CommandType
-from tests.compute.conftest import enroll, hand_plan, planning_job  # noqa: F401 - fixtures
-from tests.conftest import JOB_SPEC, token_client
+from tests.support.accounts import token_client
+from tests.support.jobs import JOB_SPEC
+from tests.support.plans import hand_plan
 from workers.models import AgentCommand
 from workers.receivers import stop_job_short_of_credit
 from workers.services import lifecycle, monitor, reports
@@ -37,11 +38,11 @@ def stop_low_balance(now=None) -> int:
 
 
 @pytest.fixture
-def fleet(enroll):  # noqa: F811
+def rtx_and_tpu_nodes(enroll):  # noqa: F811
     return [enroll("h-4090", "rtx-4090", chips=2)[0], enroll("h-v5e", "tpu-v5e")[0]]
 
 
-def test_a_launch_the_balance_cannot_hold_is_refused_naming_the_balance(alice, fleet, monkeypatch):
+def test_a_launch_the_balance_cannot_hold_is_refused_naming_the_balance(alice, rtx_and_tpu_nodes, monkeypatch):
     monkeypatch.setattr("workers.tasks.schedule_job.delay", lambda job_id: None)
     response = api_for(alice).post("/api/v1/jobs/", SPEC, format="json")
     assert response.status_code == 400
@@ -50,7 +51,7 @@ def test_a_launch_the_balance_cannot_hold_is_refused_naming_the_balance(alice, f
     assert not Job.objects.exists()
 
 
-def test_a_launch_the_balance_can_hold_is_queued(alice, fleet, monkeypatch):
+def test_a_launch_the_balance_can_hold_is_queued(alice, rtx_and_tpu_nodes, monkeypatch):
     monkeypatch.setattr("workers.tasks.schedule_job.delay", lambda job_id: None)
     adjust_credit(alice, 10_000_000, reason="top-up", actor=None, key="fund")
     response = api_for(alice).post("/api/v1/jobs/", SPEC, format="json")
@@ -64,20 +65,20 @@ def test_the_hold_is_hold_minutes_of_the_plan(alice):
         check_hold(alice, 1_200_012)
 
 
-def test_a_queued_job_that_can_no_longer_be_held_fails_at_placement(alice, fleet, planning_job):  # noqa: F811
+def test_a_queued_job_that_can_no_longer_be_held_fails_at_placement(alice, rtx_and_tpu_nodes, planning_job):  # noqa: F811
     job = planning_job()
-    assert allocate(job, hand_plan((fleet[0], 1), price_per_hour=1_200_000)) == []
+    assert allocate(job, hand_plan((rtx_and_tpu_nodes[0], 1), price_per_hour=1_200_000)) == []
     job.refresh_from_db()
     assert job.status == JobStatus.FAILED and "Your balance is ¥0.00" in job.status_reason
     assert not Allocation.objects.exists()
 
 
 @pytest.fixture
-def running(alice, fleet, planning_job):  # noqa: F811
+def running(alice, rtx_and_tpu_nodes, planning_job):  # noqa: F811
     """A job on 2 RTX 4090 chips (¥2.40/h) that started a minute ago."""
     adjust_credit(alice, 10_000_000, reason="top-up", actor=None, key="fund")
     job = planning_job()
-    allocate(job, hand_plan((fleet[0], 1), (fleet[0], 1)))
+    allocate(job, hand_plan((rtx_and_tpu_nodes[0], 1), (rtx_and_tpu_nodes[0], 1)))
     Job.objects.filter(pk=job.pk).update(status=JobStatus.RUNNING)
     job.refresh_from_db()
     return job
@@ -123,7 +124,7 @@ def test_the_total_budget_stops_the_job(alice, running):
     assert job.status == JobStatus.STOPPING and "total budget of ¥0.10" in job.status_reason
 
 
-def test_the_ranks_exiting_after_a_credit_stop_end_the_job_as_stopped_no_credit(alice, running, fleet):
+def test_the_ranks_exiting_after_a_credit_stop_end_the_job_as_stopped_no_credit(alice, running, rtx_and_tpu_nodes):
     adjust_credit(alice, -(10_000_000 - 70_000), reason="spent elsewhere", actor=None, key="drain")
     stop_low_balance()
     job = Job.objects.get(pk=running.pk)

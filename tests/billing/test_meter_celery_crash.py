@@ -32,7 +32,6 @@ import redis
 from django.db import connection
 from django.db.models import Sum
 from django.utils import timezone
-from test_meter import set_price
 
 from billing.choices import AccountKind, TransactionKind
 from billing.models import Charge, Entry
@@ -43,9 +42,9 @@ from billing.services.reconciliation import differences
 from fleet.choices import AllocationMode, JobStatus
 from fleet.models import Allocation, Job
 from portal.celery import app as celery_app
-from tests.compute.conftest import enroll  # noqa: F401 - fixture
-from tests.e2e.stack import REPO, wait_until
-from tests.e2e.stack import test_database_url as database_url
+from tests.support.meter import set_price
+from tests.support.stack import REPO, wait_until
+from tests.support.stack import test_database_url as database_url
 
 FUNDS = 10**12
 QUEUE_DEPTH = 3  # tasks waiting: enough to tick back to back, few enough that a requeued task runs soon

@@ -12,7 +12,6 @@ from datetime import timedelta
 
 import pytest
 from django.utils import timezone
-from test_meter import fund, open_allocation, set_price
 
 from billing.models import Charge
 from billing.services.ledger import audit_ledger, balance_of
@@ -20,9 +19,9 @@ from billing.services.meter import SECOND, billing_mark, charge_allocations
 from billing.services.reconciliation import differences
 from fleet.choices import JobStatus
 from fleet.models import Allocation
-from tests.compute.conftest import enroll, planning_job  # noqa: F401 - fixtures
-from tests.e2e.stack import REPO
-from tests.e2e.stack import test_database_url as database_url
+from tests.support.meter import fund, open_allocation, set_price
+from tests.support.stack import REPO
+from tests.support.stack import test_database_url as database_url
 
 METER_LOOP = """
 import django, time

@@ -10,14 +10,13 @@ from django.core.management import call_command
 from django.db import connection
 from django.db.models import F
 from django.utils import timezone
-from test_meter import fund, open_allocation
 
 from billing.models import BillingLine, Charge
 from billing.services.meter import run_meter
 from fleet.choices import JobStatus
 from fleet.models import Allocation
-from tests.compute.conftest import enroll, planning_job  # noqa: F401 - fixtures
-from tests.lines import line_of
+from tests.support.lines import line_of
+from tests.support.meter import fund, open_allocation
 
 pytestmark = pytest.mark.django_db
 

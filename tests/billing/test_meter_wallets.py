@@ -11,7 +11,6 @@ from django.db import IntegrityError, connection, transaction
 from hypothesis import given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
-from test_meter import FOUR_CHIPS_PER_HOUR, T0, exact_cost, fund, open_allocation, set_price
 
 from billing.choices import AccountKind, TransactionKind
 from billing.models import Charge, Entry, Transaction
@@ -22,8 +21,8 @@ from billing.services.meter.columns import PriceLines, to_us
 from billing.services.pricing import PriceBook
 from fleet.choices import AllocationMode, JobStatus
 from fleet.models import Allocation, Job
-from tests.compute.conftest import enroll, planning_job  # noqa: F401 - fixtures
-from tests.lines import line_of
+from tests.support.lines import line_of
+from tests.support.meter import FOUR_CHIPS_PER_HOUR, T0, exact_cost, fund, open_allocation, set_price
 
 pytestmark = pytest.mark.django_db
 

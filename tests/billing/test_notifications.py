@@ -9,7 +9,6 @@ from datetime import timedelta
 import pytest
 from django.db import transaction
 from django.urls import reverse
-from test_meter import T0, fund, open_allocation
 
 from billing.models import NotificationSettings
 from billing.notifications import save_settings, send_job_end_email
@@ -17,7 +16,7 @@ from billing.services.ledger import balance_of
 from billing.services.meter import run_meter
 from fleet.choices import JobStatus
 from portal.celery import app as celery_app
-from tests.compute.conftest import enroll, planning_job  # noqa: F401 - fixtures
+from tests.support.meter import T0, fund, open_allocation
 from workers.services import lifecycle
 
 pytestmark = pytest.mark.django_db

@@ -12,7 +12,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from billing.models import SpotPrice
-from fleet.choices import AgentStatus, JobStatus, MigrationReason, MigrationStatus
+from fleet.choices import JobStatus, MigrationReason, MigrationStatus
 from fleet.models import ChipType, Job, Node
 from market.models import Bid, BidStatus
 from workers.models import JobMigration
@@ -281,11 +281,6 @@ LAUNCH = {
 }
 
 
-@pytest.fixture
-def fleet(catalog):
-    Node.objects.update(agent_status=AgentStatus.ONLINE, last_heartbeat_at=timezone.now())
-
-
 def test_the_launch_page_offers_spot_with_a_bid_and_both_fallbacks(alice_client):
     html = alice_client.get(reverse("train")).content.decode()
     assert 'name="spot"' in html
@@ -294,7 +289,7 @@ def test_the_launch_page_offers_spot_with_a_bid_and_both_fallbacks(alice_client)
     assert re.search(r'name="allow_other_chips"[^>]*checked', html)
 
 
-def test_launching_a_spot_job_stores_its_bid_and_fallbacks(alice_client, alice, fleet):
+def test_launching_a_spot_job_stores_its_bid_and_fallbacks(alice_client, alice, seeded_nodes_online):
     response = alice_client.post(reverse("train"), {**LAUNCH, "spot": "on", "bid": "0.90", "allow_other_chips": "on"})
     assert response.status_code == 302
     job = Job.objects.get(owner=alice)
@@ -307,9 +302,9 @@ def test_launching_a_spot_job_stores_its_bid_and_fallbacks(alice_client, alice, 
 
 
 def test_a_spot_job_without_a_bid_is_refused_on_the_bid_field_when_no_chip_type_takes_spot_bids(
-    alice_client, alice, fleet
+    alice_client, alice, seeded_nodes_online
 ):
-    """Else the bid left empty is the default bid (tests/test_train_form_extras.py)."""
+    """Else the bid left empty is the default bid (tests/portal/test_train_form_extras.py)."""
     Node.objects.update(spot_eligible=False)
     response = alice_client.post(reverse("train"), {**LAUNCH, "spot": "on", "bid": ""})
     assert field_errors(response.content.decode(), "Spot bid (¥ per chip-hour)") == [
@@ -318,14 +313,16 @@ def test_a_spot_job_without_a_bid_is_refused_on_the_bid_field_when_no_chip_type_
     assert not Job.objects.exists()
 
 
-def test_an_on_demand_job_ignores_a_leftover_bid_and_keeps_the_default_fallbacks(alice_client, alice, fleet):
+def test_an_on_demand_job_ignores_a_leftover_bid_and_keeps_the_default_fallbacks(
+    alice_client, alice, seeded_nodes_online
+):
     response = alice_client.post(reverse("train"), {**LAUNCH, "bid": "0.90"})
     assert response.status_code == 302
     job = Job.objects.get(owner=alice)
     assert (job.spot, job.spot_bid_per_hour, job.allow_on_demand, job.allow_other_chips) == (False, None, True, True)
 
 
-def test_the_live_quote_follows_the_spot_box(alice_client, fleet):
+def test_the_live_quote_follows_the_spot_box(alice_client, seeded_nodes_online):
     on_demand = alice_client.post(reverse("train_quote"), LAUNCH).content.decode()
     spot = alice_client.post(reverse("train_quote"), {**LAUNCH, "spot": "on", "bid": "5.00"}).content.decode()
     assert 'data-testid="quote-chips"' in on_demand and 'data-testid="quote-chips"' in spot

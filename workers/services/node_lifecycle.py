@@ -13,7 +13,7 @@ agent), so it never waits for the row; its status rule is a conditional UPDATE d
 it is when written, which is what keeps a drain the operator set while a poll was in flight.
 
 Obligations: a new status or transition goes here, in the table of docs/ARCHITECTURE.md and in the
-diagram above; tests/test_architecture.py fails on a status write anywhere else.
+diagram above; tests/system/test_architecture.py fails on a status write anywhere else.
 """
 
 from __future__ import annotations
