@@ -208,7 +208,7 @@ class Plan:
             island["chips"][rank.chip] = island["chips"].get(rank.chip, 0) + 1
             island["ranks"].append(number)
             island["batch"] += rank.micro_batch
-            island["tokens_per_s"] += rank.tokens_per_s
+            island["tokens_per_s"] += round(rank.tokens_per_s, 3)  # as to_dict writes it: the same after a read-back
         return list(order.values())
 
     @property

@@ -8,7 +8,8 @@ from fleet.choices import JobStatus
 from fleet.models import Job, Node, Pool
 from kernel.protocol import job_rank
 from kernel.spec import JobSpec
-from tests.conftest import JOB_SPEC, token_client
+from tests.support.accounts import token_client
+from tests.support.jobs import JOB_SPEC
 from workers.models import EnrollmentToken
 from workers.services import planning
 from workers.services.enrollment import enroll_node
