@@ -260,9 +260,9 @@ def run_islands(
     }
     if net is not None:
         net.throttle(rate)
-        lighthouse = BridgeLighthouse(root / "lighthouse", net.address)
+        lighthouse = BridgeLighthouse(root / "lighthouse", net.address, args.join_timeout_ms, args.heartbeat_timeout_ms)
     else:
-        lighthouse = Lighthouse(root / "lighthouse")
+        lighthouse = Lighthouse(root / "lighthouse", args.join_timeout_ms, args.heartbeat_timeout_ms)
     with lighthouse:
         launches = island_launches(
             [[m] for m in plan.micro], root / "run", lighthouse.address, spec, **common_fields(args, root, model, steps)
@@ -378,6 +378,10 @@ def main() -> int:
     parser.add_argument("--rate-step", type=float, default=10e9, help="bridge rate for step mode, bit/s")
     parser.add_argument("--rate-diloco", type=float, default=1e9, help="bridge rate for diloco mode, bit/s")
     parser.add_argument("--quorum-timeout", type=float, default=15.0, help="IslandLaunch.quorum_timeout_s")
+    # The platform's Lighthouse settings (workers/services/lighthouses.py): local.Lighthouse's 2 s join timeout
+    # is shorter than the spread of the islands' arrival at a diloco sync (H x the step-time imbalance).
+    parser.add_argument("--join-timeout-ms", type=int, default=5000, help="torchft_lighthouse --join_timeout_ms")
+    parser.add_argument("--heartbeat-timeout-ms", type=int, default=5000, help="torchft_lighthouse --heartbeat_timeout")
     parser.add_argument("--reclaim-mode", default="diloco", choices=("step", "diloco", "none"))
     parser.add_argument("--no-flat", action="store_true", help="skip the flat run (no loss gap)")
     parser.add_argument("--no-netns", action="store_true", help="no namespaces: 127.0.0.1, unthrottled")
@@ -494,6 +498,19 @@ def main() -> int:
                         )
                         / steps
                     )
+            if mode == "diloco":
+                syncs = [[e["syncs"] for e in ev if e["change"] == "sync"] for ev in run.island_events]
+                committed = [max(counts, default=0) for counts in syncs]
+                drops = [sum(1 for e in ev if e["change"] == "dropped") for ev in run.island_events]
+                want = steps // H
+                rows.append(
+                    Row(
+                        f"{label}: outer syncs committed per island (dropped attempts)",
+                        " / ".join(f"{c} ({d})" for c, d in zip(committed, drops, strict=True)),
+                        f"{want} each",
+                        all(c == want for c in committed),
+                    )
+                )
             value = f"bridge {human_bytes(counted)}"
             if run.wire:
                 sent = sum(s for s, _ in run.wire) / steps
