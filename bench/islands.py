@@ -597,6 +597,14 @@ def reclaim_rows(run: Run, mode: str, steps: int, victim: int, args, H: int) -> 
     ]
 
 
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 if __name__ == "__main__":
+    # SIGTERM (and SIGINT, which a shell's background job ignores) end the bench through its cleanup:
+    # the ranks, the Lighthouse, the namespaces.
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
     with contextlib.suppress(KeyboardInterrupt):
         sys.exit(main())
