@@ -11,6 +11,7 @@ What still gets through is folded away on the job page (kernel/logtext.py).
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 import warnings
@@ -32,6 +33,9 @@ def quiet_libraries() -> None:
     for name, value in QUIET_ENV.items():
         os.environ.setdefault(name, value)
     warnings.filterwarnings("ignore", module=LIBRARIES)
+    # torchft's Manager warns at every quorum that it can't reset NCCL's flight recorder (there is none on
+    # gloo); its errors still show.
+    logging.getLogger("torchft").setLevel(logging.ERROR)
 
 
 def progress_line(step: int, max_steps: int, loss: float | None, tokens_per_s: float, step_s: float) -> str:

@@ -31,6 +31,7 @@ from fleet.choices import AllocationMode, JobStatus, TrainingMode
 from fleet.models import ChipType, Job
 from kernel.money import format_price, to_decimal
 from kernel.storage import StorageError
+from portal.views.job_islands import island_rows, sync_summary
 from portal.views.job_log_view import log_context, log_groups, log_query
 from portal.views.training import summarize_plan
 from workers.api.job_serializers import JobSpecSerializer
@@ -136,6 +137,8 @@ def job_context(job: Job, now: datetime | None = None) -> dict:
         "budget": format_price(job.max_budget_per_hour),
         "plan": summarize_plan(job.plan, names),
         "ranks": rank_rows(job, names),
+        "islands": island_rows(job),
+        "sync": sync_summary(job),
         "timeline": timeline(job),
         "artifacts": group_artifacts(list_artifacts(job)),
         "model": model_links(job),

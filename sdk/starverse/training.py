@@ -57,6 +57,18 @@ class Plan:
     def total_cost(self) -> Decimal:
         return Decimal(self.data.get("total_cost") or "0")
 
+    @property
+    def islands(self) -> list[dict]:
+        """The plan's islands: the ranks of one software stack each ({"index", "stack", "simulated",
+        "chips", "ranks", "batch", "tokens_per_s"}); one island when every chip is of one stack."""
+        return list(self.data.get("islands") or [])
+
+    @property
+    def sync(self) -> dict | None:
+        """How several islands keep in step: {"mode": "step" | "diloco", "sync_every", "bridge_gbps",
+        "bytes_per_step", "seconds_per_sync", "exact"}; None for one island."""
+        return self.data.get("sync")
+
     def __getitem__(self, key: str) -> Any:
         return self.data[key]
 
@@ -71,6 +83,8 @@ class Plan:
             "tokens/step",
             f"  total       ¥{cents(self.total_cost)}",
         ]
+        if self.sync:
+            lines.insert(2, f"  islands     {describe_islands(self.islands, self.sync)}")
         baseline = self.data.get("baseline")
         if baseline and self.data.get("speedup_vs_baseline"):
             best = ", ".join(describe_chips(baseline.get("chip_counts") or {}))
@@ -81,6 +95,16 @@ class Plan:
         return "\n".join(lines)
 
     __repr__ = __str__
+
+
+def describe_islands(islands: list[dict], sync: dict) -> str:
+    """ "3 (cuda-simulated, xla-simulated, cann-simulated), diloco every 40 steps: not exactly one world" """
+    names = ", ".join(str(island.get("island") or island.get("stack")) for island in islands)
+    if sync.get("mode") == "step":
+        how = "gradients synced every step: exactly one world"
+    else:
+        how = f"diloco, synced every {sync.get('sync_every')} steps: close to one world, not exactly it"
+    return f"{len(islands)} ({names}), {how}; bridge {sync.get('bridge_gbps')} Gbit/s"
 
 
 @dataclass

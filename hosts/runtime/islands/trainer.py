@@ -29,6 +29,7 @@ from hosts.runtime.islands.layout import Header
 from hosts.runtime.train import Trainer, finish_boundary, forward_backward, start_boundary
 from kernel.protocol import SYNC_DILOCO, IslandLaunch
 
+FIGURES_EVERY = 10  # step mode syncs every step: its figures are reported every this many steps
 SYNC_RETRIES = 3  # diloco: times a failed outer sync is tried again (with a new quorum) before it is given up
 
 
@@ -195,6 +196,8 @@ class IslandTrainer(Trainer):
         self._report(tokens, time.perf_counter() - started)
         if changed:
             self._event("members")
+        elif self.state.step % FIGURES_EVERY == 0 or self.state.step >= self.launch.max_steps:
+            self._event("sync")  # the figures (syncs, bytes across) now and then, not every step
         return self._request(outcome, Request())
 
     def _header(self, weight: float, loss_sum: float, loss_tokens: int, request: Request) -> Header:

@@ -27,6 +27,8 @@ def job_spec(
     spot: bool,
     bid: str | None,
     name: str = "",
+    sync_mode: str = "",
+    sync_every: int | None = None,
 ) -> dict:
     spec: dict[str, Any] = {
         "model": model,
@@ -45,6 +47,10 @@ def job_spec(
         if bid is None:
             raise typer.BadParameter("--spot needs --bid (¥ per chip-hour).", param_hint="--bid")
         spec["bid"] = decimal_text(bid, "--bid")
+    if sync_mode:
+        spec["sync_mode"] = sync_mode
+    if sync_every is not None:
+        spec["sync_every"] = sync_every
     return spec
 
 
@@ -69,6 +75,10 @@ Dataset = Annotated[str, typer.Option(help="'synthetic' or 'upload:<id>'.")]
 Chips = Annotated[list[str] | None, typer.Option("--chip", help="Pick chips by hand: SLUG=COUNT (repeatable).")]
 Spot = Annotated[bool, typer.Option(help="Run on spot chips at up to --bid.")]
 BidPrice = Annotated[str | None, typer.Option(help="Spot bid, ¥ per chip-hour.")]
+SyncMode = Annotated[
+    str, typer.Option(help="Chips of several stacks (islands): 'step' (exact) or 'diloco'; blank: the planner's.")
+]
+SyncEvery = Annotated[int | None, typer.Option(help="diloco: inner steps between the islands' syncs (H).")]
 
 
 @app.command()
@@ -82,10 +92,25 @@ def quote(
     chip: Chips = None,
     spot: Spot = False,
     bid: BidPrice = None,
+    sync_mode: SyncMode = "",
+    sync_every: SyncEvery = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """The plan a job would get now: chips, tokens/s, ¥/h, ETA."""
-    plan = common.client().quote(job_spec(model, max_budget, policy, max_steps, batch, dataset, chip, spot, bid))
+    """The plan a job would get now: chips, islands, tokens/s, ¥/h, ETA."""
+    spec = job_spec(
+        model,
+        max_budget,
+        policy,
+        max_steps,
+        batch,
+        dataset,
+        chip,
+        spot,
+        bid,
+        sync_mode=sync_mode,
+        sync_every=sync_every,
+    )
+    plan = common.client().quote(spec)
     emit(plan, as_json, str(Plan(plan)))
 
 
@@ -101,12 +126,14 @@ def run(
     spot: Spot = False,
     bid: BidPrice = None,
     name: Annotated[str, typer.Option(help="A name for the job.")] = "",
+    sync_mode: SyncMode = "",
+    sync_every: SyncEvery = None,
     follow: Annotated[bool, typer.Option(help="Follow the job with a progress bar until it ends.")] = True,
     as_json: JsonFlag = False,
 ) -> None:
     """Submit a training job and follow it to the end (exit 5 if it doesn't succeed)."""
     api = common.client()
-    spec = job_spec(model, max_budget, policy, max_steps, batch, dataset, chip, spot, bid, name)
+    spec = job_spec(model, max_budget, policy, max_steps, batch, dataset, chip, spot, bid, name, sync_mode, sync_every)
     job = Run(api, api.create_job(spec))
     if not as_json:
         common.err.print(f"Submitted job {job.id}.")

@@ -97,7 +97,9 @@ def test_step_mode_three_uneven_islands_train_to_one_flat_worlds_parameters(flat
     # One leader per island sends the gradient across at every step; the islands' other ranks don't.
     leaders = [0, 2, 3]
     for index in leaders:
-        assert island_events(job, index) == []  # nobody joined, left or was dropped
+        changes = [event["change"] for event in island_events(job, index)]
+        assert changes == ["sync", "sync"]  # figures at steps 10 and 20; nobody joined, left or was dropped
+        assert island_events(job, index)[-1]["syncs"] == STEPS
     done = [next(e for e in job.events(index) if e["event"] == "done") for index in range(4)]
     assert {event["step"] for event in done} == {STEPS}
 
@@ -114,7 +116,7 @@ def test_diloco_with_one_inner_step_no_momentum_and_outer_rate_one_is_step_mode(
     assert_same_parameters(final_weights(tmp_path / "diloco"), final_weights(tmp_path / "step"))
     syncs = island_events(diloco, 0)
     assert [event["step"] for event in syncs] == list(range(1, STEPS + 1))
-    assert not island_events(step, 0)
+    assert [event["step"] for event in island_events(step, 0)] == [10, 20]  # step mode: figures every 10 steps
 
 
 def test_diloco_meets_every_h_steps_and_sends_h_times_fewer_bytes(tmp_path):
