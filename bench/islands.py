@@ -41,6 +41,7 @@ import dataclasses
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -484,6 +485,18 @@ def main() -> int:
                     f"{ratio:.3f} ({sum(rates):,.1f} tok/s)",
                     f">= {goal:.2f}",
                     ratio >= goal,
+                )
+            )
+            # Where the time went: wall time per step (syncs included) against the slowest island's modelled step
+            # (what the island run would take with a free bridge and no work outside the pacing).
+            wall = statistics.mean((s[steps]["t"] - s[start]["t"]) / (steps - start) for s in run.steps)
+            modelled = max(plan.step_s(i) for i in range(n))
+            balanced = sum(m * spec.seq_len for m in plan.micro) / modelled / alone_sum
+            rows.append(
+                Row(
+                    f"{label}: wall s per step (syncs included) vs slowest modelled step",
+                    f"{wall:.2f} s vs {modelled:.2f} s (+{wall - modelled:.2f} s/step)",
+                    f"ratio bound by island imbalance: {balanced:.3f}",
                 )
             )
             syncs_per_step = 1.0 if mode == "step" else 1.0 / H
