@@ -109,3 +109,5 @@ class MigrationStatus(models.TextChoices):
     # The ranks trained the last step and saved the model before the notice reached them: no move needed.
     FINISHED = "finished", "Finished before moving"
     ABANDONED = "abandoned", "Abandoned"
+    # A run of islands: the affected islands left and the others trained on (workers/services/lifecycle/islands.py).
+    ISLAND_LEFT = "island_left", "Island left; the others went on"

@@ -18,10 +18,13 @@ from workers.models import AgentCommand
 from workers.services import channel
 
 
-def send_to_nodes(job: Job, command: str, payload: dict, now: datetime | None = None) -> list[int]:
-    """Queue a command for every node that holds the job's chips now, then wake them; their ids."""
+def send_to_nodes(
+    job: Job, command: str, payload: dict, now: datetime | None = None, node_ids: list[int] | None = None
+) -> list[int]:
+    """Queue a command for every node that holds the job's chips now (or for `node_ids`), then wake them."""
     now = now or timezone.now()
-    node_ids = list(Allocation.objects.open().filter(job=job).values_list("node_id", flat=True).distinct())
+    if node_ids is None:
+        node_ids = list(Allocation.objects.open().filter(job=job).values_list("node_id", flat=True).distinct())
     AgentCommand.objects.bulk_create(
         [
             AgentCommand(node_id=node_id, job=job, epoch=job.epoch, type=command, payload=payload, created_at=now)

@@ -27,6 +27,9 @@ def record_island(job: Job, item: dict, now) -> None:
         "members": item.get("members", before.get("members", [])),
         "step": item.get("step", before.get("step", 0)),
         "change": item["change"],
+        # Where its last outer sync was (diloco): what a leave loses is the work after it.
+        "synced_step": item.get("step", 0) if item["change"] == "sync" else before.get("synced_step", 0),
+        **{key: before[key] for key in ("left", "left_reason") if key in before},
     }
     job.island_stats = stats
     job.save(update_fields=["island_stats", "updated_at"])

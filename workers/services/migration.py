@@ -74,7 +74,7 @@ def note_placement(job: Job, now: datetime) -> None:
 
 def abandon_open_migrations(job: Job) -> None:
     """The job ended while moving: its unfinished moves are abandoned (no refund)."""
-    closed = [MigrationStatus.RESUMED, MigrationStatus.FINISHED, MigrationStatus.ABANDONED]
+    closed = [MigrationStatus.RESUMED, MigrationStatus.FINISHED, MigrationStatus.ABANDONED, MigrationStatus.ISLAND_LEFT]
     job.migrations.exclude(status__in=closed).update(status=MigrationStatus.ABANDONED)
 
 

@@ -15,6 +15,7 @@ from fleet.choices import JobStatus
 from fleet.models import Job, Node
 from workers.models import RankExit
 from workers.services import lifecycle, node_lifecycle
+from workers.services.lifecycle.islands import departed_ranks
 from workers.services.migration import overdue_notices
 from workers.services.reports import crash_reason
 
@@ -60,9 +61,8 @@ def fail_jobs_with_crashed_ranks(now) -> int:
     for job_id in set(crashed.values_list("job_id", flat=True)):
         with transaction.atomic():
             job = Job.objects.select_for_update().get(pk=job_id)
-            first = (
-                RankExit.objects.filter(job=job, epoch=job.epoch).exclude(code=0).order_by("created_at", "pk").first()
-            )
+            exits = RankExit.objects.filter(job=job, epoch=job.epoch).exclude(code=0)
+            first = exits.exclude(rank__in=departed_ranks(job)).order_by("created_at", "pk").first()
             if job.status not in (JobStatus.PROVISIONING, JobStatus.RUNNING) or first is None:
                 continue
             nodes = Node.objects.filter(allocations__job=job, allocations__ended_at__isnull=True).distinct()

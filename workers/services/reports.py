@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from fleet.choices import JobEventKind, JobStatus
+from fleet.choices import JobEventKind, JobStatus, MigrationStatus
 from fleet.models import Allocation, Job, Node
 from kernel.protocol import ReportKind
 from workers.models import JobEval, JobLogLine, JobMetric, RankExit
@@ -20,6 +20,7 @@ from workers.services.allocations import release_leaving_chips
 from workers.services.checkpoints import job_checkpoints, own_checkpoint_key, record_checkpoint
 from workers.services.events import record_event
 from workers.services.island_reports import record_island
+from workers.services.lifecycle.islands import departed_ranks
 from workers.services.redaction import redact
 from workers.services.throughput import remember_throughput
 
@@ -210,12 +211,15 @@ def _record_exit(job: Job, item: dict, now) -> None:
         return  # a re-sent exit report
     if job.is_finished:
         return
+    departed = departed_ranks(job)
+    if item["rank"] in departed:
+        return  # an island that left the run: the others go on without it
     if job.status == JobStatus.MIGRATING:
         # Leaving reclaimed chips: once every rank of this placement is gone, the job moves on.
         if RankExit.objects.filter(job=job, epoch=job.epoch).count() == job.plan.world_size:
             lifecycle.resume(job.pk, now=now)
         return
-    if job.migrations.filter(from_epoch=job.epoch).exists():
+    if job.migrations.filter(from_epoch=job.epoch).exclude(status=MigrationStatus.ISLAND_LEFT).exists():
         return  # moved on from its checkpoint already; the chips were let go as the ranks left
     if item["code"] != 0:
         lifecycle.finish_after_crash(job, _crash_reason(item), now)
@@ -223,8 +227,8 @@ def _record_exit(job: Job, item: dict, now) -> None:
         # nodes has shown it is alive after this exit (monitor.fail_jobs_with_crashed_ranks); a node
         # that never does is declared lost and the job moves instead.
         return
-    world = job.plan.world_size
-    if RankExit.objects.filter(job=job, epoch=job.epoch, code=0).count() == world:
+    world = job.plan.world_size - len(departed)
+    if RankExit.objects.filter(job=job, epoch=job.epoch, code=0).exclude(rank__in=departed).count() == world:
         if job.step >= job.max_steps and not job.cancel_requested_at:
             remember_throughput(job, now)  # a whole run's measured speed feeds the next quotes
         lifecycle.finish_when_ranks_done(job, now)

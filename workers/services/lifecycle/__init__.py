@@ -6,10 +6,12 @@
     provisioning, running ─cancel or credit stop─> stopping ─ranks gone─> cancelled, stopped_no_credit
     migrating ─credit stop─> stopping
     queued, planning, migrating ─cancel─> cancelled          any live status ─crash, loss, timeout─> failed
+    running (a run of islands) ─reclaim of some islands' chips─> running: those islands leave (`islands`)
 
 Every arrow with the function that makes it and its callers: docs/ARCHITECTURE.md, section 3. The
 transitions live by topic: how a job is queued, planned and placed (`starts`), how it stops and ends
-(`ends`), and how it moves to other chips (`moves`); this package is their one address,
+(`ends`), how it moves to other chips (`moves`), and how islands of a run leave it in place (`islands`);
+this package is their one address,
 `lifecycle.<transition>`, for every caller.
 
 Every transition locks the job's row, re-reads it and does nothing when it has already happened

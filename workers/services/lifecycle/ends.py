@@ -30,13 +30,22 @@ NO_CREDIT = "no_credit"  # marks the notice event of a credit stop (its `data["s
 STOPPABLE = {JobStatus.PROVISIONING, JobStatus.RUNNING, JobStatus.MIGRATING}
 
 
-def stop_ranks(job: Job, reason: str, *, checkpoint: bool, grace_s: int | None = None, now: datetime) -> list[int]:
-    """The one STOP command: every node holding the job's chips stops its ranks, rank 0 saving a
-    checkpoint first when asked; `grace_s` bounds the wait before they are killed (0: at once)."""
+def stop_ranks(
+    job: Job,
+    reason: str,
+    *,
+    checkpoint: bool,
+    grace_s: int | None = None,
+    now: datetime,
+    node_ids: list[int] | None = None,
+) -> list[int]:
+    """The one STOP command: every node holding the job's chips (or only `node_ids`: an island leaving a
+    run) stops its ranks, rank 0 saving a checkpoint first when asked; `grace_s` bounds the wait before
+    they are killed (0: at once)."""
     payload: dict = {"reason": reason[:200], "checkpoint": checkpoint}
     if grace_s is not None:
         payload["grace_s"] = grace_s
-    return commands.send_to_nodes(job, CommandType.STOP, payload, now=now)
+    return commands.send_to_nodes(job, CommandType.STOP, payload, now=now, node_ids=node_ids)
 
 
 def cancel(job: Job, now: datetime | None = None, *, operator_reason: str = "") -> Job:

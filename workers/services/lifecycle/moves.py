@@ -13,6 +13,7 @@ from fleet.models import Allocation, Job, Node
 from workers.models import JobMigration
 from workers.services import allocations, migration
 from workers.services.events import record_event
+from workers.services.lifecycle import islands
 from workers.services.lifecycle.ends import fence, finish, stop_ranks
 from workers.services.lifecycle.starts import announce_queued
 
@@ -46,13 +47,26 @@ def reclaim(
         held = list(Allocation.objects.open().filter(job=job).select_related("node"))
         if not held:
             return None
-        hostnames = sorted(
-            {
-                a.node.hostname
-                for a in held
-                if (chip_type_id is None or a.chip_type_id == chip_type_id) and (nodes is None or a.node in nodes)
-            }
-        )
+        affected = [
+            a
+            for a in held
+            if (chip_type_id is None or a.chip_type_id == chip_type_id) and (nodes is None or a.node in nodes)
+        ]
+        if job.status == JobStatus.RUNNING:  # a run of islands: the affected islands leave, the others go on
+            left = islands.leave_in_place(
+                job,
+                held,
+                affected,
+                reason,
+                detail,
+                lost=lost,
+                notice_seconds=notice_seconds,
+                last_seen=migration.last_sign_of_work(job, last_seen, now) if lost else None,
+                now=now,
+            )
+            if left is not None:
+                return left
+        hostnames = sorted({a.node.hostname for a in affected})
         move = migration.open_migration(
             job,
             reason,
