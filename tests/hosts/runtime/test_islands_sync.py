@@ -131,3 +131,29 @@ def test_diloco_meets_every_h_steps_and_sends_h_times_fewer_bytes(tmp_path):
     # Between syncs each island trains on its own: its losses are its own batch's, not the others'.
     own = [metrics(job.events(index))[3]["loss"] for index in (0, 1)]
     assert own[0] != own[1]
+
+
+def final_eval_loss(job: LocalJob) -> float:
+    evals = [event for event in job.events(0) if event["event"] == "eval"]
+    return evals[-1]["eval_loss"]
+
+
+def test_diloco_on_the_demo_stacks_reaches_one_worlds_held_out_loss_within_two_percent(tmp_path):
+    """Three islands as on the demo fleet (RTX 4090s, TPU v5e, Ascend 910B: micro-batches by speed), DiLoCo
+    every 5 steps with its default outer step, against one world on the same batches: equal tokens.
+
+    "Within 2%" is the quality bar: no more than 2% above one world's held-out loss. Here DiLoCo's outer
+    Nesterov momentum ends lower than one world's AdamW alone (2.589 against 2.684 when written), which
+    is no loss of quality, so only the upper side is held to 2%."""
+    steps, held_out = 60, {"eval_dataset": "synthetic", "max_steps": 60}
+    flat = run_flat(tmp_path / "flat", [1, 2, 1], **held_out)
+    diloco = run_islands(tmp_path / "diloco", [[1], [2], [1]], island={"mode": "diloco", "sync_every": 5}, **held_out)
+    one_world, islands = final_eval_loss(flat), final_eval_loss(diloco)
+    assert (islands - one_world) / one_world <= 0.02, f"diloco {islands:.4f} vs one world {one_world:.4f}"
+    assert islands < 0.8 * first_step_loss(diloco)  # it trained: not equal by standing still
+    assert max(metrics(diloco.events(0))) == steps
+
+
+def first_step_loss(job: LocalJob) -> float:
+    """The loss of the first step: where training started from."""
+    return metrics(job.events(0))[1]["loss"]
