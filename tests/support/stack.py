@@ -120,8 +120,11 @@ def wait_until(
 
 
 @contextmanager
-def platform_stack(live_server, settings, tmp_path: Path) -> Iterator[Stack]:
+def platform_stack(live_server, settings, tmp_path: Path, islands: bool = False) -> Iterator[Stack]:
     """Worker + beat on a private queue (and its planning queue), run folders under tmp_path.
+
+    `islands`: the platform runs its torchft Lighthouses (`manage.py run_lighthouses`), so a plan across
+    stacks trains as islands; without, plans stay on one backend as on a platform without torchft.
 
     The in-process producer sends to the private queues too: the default queue is swapped below, and
     planning tasks are routed to `<default queue>.planning` whatever the default is when they are sent.
@@ -145,7 +148,11 @@ def platform_stack(live_server, settings, tmp_path: Path) -> Iterator[Stack]:
         "SIMULATION_SLOWDOWN": str(settings.SIMULATION_SLOWDOWN),
         "PYTHONUNBUFFERED": "1",
     }
+    if not islands:
+        settings.LIGHTHOUSE_PROGRAM = env["LIGHTHOUSE_PROGRAM"] = ""
     stack = Stack(live_server.url, tmp_path, env)
+    if islands:
+        stack.start("lighthouses", ["manage.py", "run_lighthouses", "--interval", "0.5"])
     stack.start(
         "worker",
         [
