@@ -29,6 +29,11 @@ in diloco's outer sync counts, which `step_time_s` leaves out):
 - reclaim: an island run in `--reclaim-mode` where one island's rank is killed with SIGKILL mid-run
   (a reclaimed host); the survivors' longest pause between steps, and the steps of work lost.
 
+The Lighthouse runs with the platform's timeouts (5 s join, 5 s heartbeat: workers/services/lighthouses.py).
+In diloco the islands reach a sync up to H x (slowest - fastest step) apart; an island that arrives more than
+the join timeout after the first is left out of that quorum and has to heal (raise --join-timeout-ms for a
+large H).
+
 Steps are few (the model has >= 100M parameters and this host has few cores) and the host is
 shared: figures are noisy. `--quick` runs a ~5M-parameter model for a smoke run.
 """
