@@ -568,7 +568,7 @@ def main() -> int:
     title = (
         f"Islands bench: 3 islands (RTX 4090/cuda, TPU v5e/xla, Ascend 910B/cann, simulated, 1 rank each), "
         f"{spec.name} ({spec.parameters / 1e6:.1f}M parameters), {os.cpu_count()} cores, "
-        f"bridge {'throttled with tc tbf' if net else 'NOT throttled (' + str(reason) + ')'}"
+        f"bridge {'throttled with tc tbf (rate per row)' if net else 'NOT throttled (' + str(reason) + ')'}"
     )
     print()
     print_table(title, rows)
