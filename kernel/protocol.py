@@ -184,6 +184,7 @@ class IslandLaunch:
     outer_momentum: float = 0.9
     quorum_timeout_s: float = 30.0  # how long a leader waits for a quorum, and for a peer's allreduce
     start_timeout_s: float = 120.0  # how long the first step waits for every planned island to arrive
+    joining: bool = False  # added to a running job: it trains only once healed from a healthy island
 
     def as_dict(self) -> dict:
         return asdict(self)

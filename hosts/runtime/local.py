@@ -172,7 +172,7 @@ def island_launches(islands: list[list[int]], run_dir: Path, lighthouse: str, is
 class Lighthouse:
     """torchft's Lighthouse for one local run (its `torchft_lighthouse` program), on a free port."""
 
-    def __init__(self, workdir: Path, join_timeout_ms: int = 2000, heartbeat_timeout_ms: int = 2000) -> None:
+    def __init__(self, workdir: Path, join_timeout_ms: int = 30_000, heartbeat_timeout_ms: int = 2000) -> None:
         self.port = free_port()
         self.address = f"http://127.0.0.1:{self.port}"
         self.workdir = Path(workdir)

@@ -127,6 +127,9 @@ class Rank:
     # Its island: its chip's stack, "-simulated" for simulated chips (kernel/stacks.py). Out of repr, as
     # `Plan.bridge`: tests/planner/golden_plans.json holds digests of plans' reprs from before islands.
     island: str = field(default="", repr=False)
+    # The island's number when it was added to a running job (a new island, numbered after every earlier
+    # one); None in a plan as the planner makes it, whose islands are numbered in order of appearance.
+    island_index: int | None = field(default=None, repr=False)
 
     @property
     def is_spot(self) -> bool:
@@ -150,6 +153,8 @@ class Rank:
             "simulated": self.simulated,
             "island": self.island,
         }
+        if self.island_index is not None:
+            data["island_index"] = self.island_index
         if self.paced_tokens_per_s is not None:
             data["paced_tokens_per_s"] = self.paced_tokens_per_s
         return data
@@ -168,6 +173,7 @@ class Rank:
             simulated=bool(data.get("simulated", False)),
             paced_tokens_per_s=data.get("paced_tokens_per_s"),
             island=data.get("island", ""),
+            island_index=data.get("island_index"),
         )
 
 
@@ -202,9 +208,11 @@ class Plan:
 
     def islands(self) -> list[dict]:
         """Its islands in order: each one's stack, chips, ranks (their numbers), batch and modelled speed."""
-        order: dict[str, dict] = {}
+        order: dict[str | int, dict] = {}
         for number, rank in enumerate(self.ranks):
-            island = order.setdefault(rank.island, _island(len(order), rank))
+            key = rank.island if rank.island_index is None else rank.island_index
+            index = len(order) if rank.island_index is None else rank.island_index
+            island = order.setdefault(key, _island(index, rank))
             island["chips"][rank.chip] = island["chips"].get(rank.chip, 0) + 1
             island["ranks"].append(number)
             island["batch"] += rank.micro_batch

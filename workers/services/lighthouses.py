@@ -29,7 +29,10 @@ log = logging.getLogger(__name__)
 
 PORT_SPAN = 1000
 RUNNING = (JobStatus.PROVISIONING, JobStatus.RUNNING, JobStatus.MIGRATING)
-JOIN_TIMEOUT_MS = 5000  # how long a quorum waits for an island that heartbeats but hasn't asked to join
+# How long a quorum waits for an island that heartbeats but hasn't asked to join yet. In diloco the islands
+# reach a sync up to H x their step-time spread apart, and one left out must heal, losing its H steps: so
+# the wait is long (a dead island stops heartbeating and is dropped after HEARTBEAT_TIMEOUT_MS anyway).
+JOIN_TIMEOUT_MS = 30_000
 HEARTBEAT_TIMEOUT_MS = 5000  # an island silent this long is out of the next quorum
 
 

@@ -83,8 +83,8 @@ def _allocate(job: Job, plan: Plan, now) -> list[Allocation]:
             if node_id not in nodes or free.get(node_id, 0) < len(ranks):
                 raise CapacityChanged(f"node {node_id} no longer has {len(ranks)} free chip(s)")
         lifecycle.place(job, plan, now)
-        held = [_allocation(job, nodes[node_id], ranks, now) for node_id, ranks in wanted.items()]
-        _queue_start_commands(job, plan, nodes, now)
+        held = [new_allocation(job, nodes[node_id], ranks, now) for node_id, ranks in wanted.items()]
+        queue_start_commands(job, plan, nodes, now)
         end_job_reservations(job, now)  # from now its allocations bill the chips its bids won
         if job.spot:
             spot.sync_bids_with_plan(job, plan, now)
@@ -107,7 +107,7 @@ def _model_files_stored(job: Job, now) -> bool:
     return True
 
 
-def _allocation(job: Job, node: Node, ranks: list[Rank], now) -> Allocation:
+def new_allocation(job: Job, node: Node, ranks: list[Rank], now) -> Allocation:
     mode = AllocationMode.SPOT if any(rank.is_spot for rank in ranks) else AllocationMode.ON_DEMAND
     return Allocation.objects.create(
         job=job,
@@ -121,8 +121,9 @@ def _allocation(job: Job, node: Node, ranks: list[Rank], now) -> Allocation:
     )
 
 
-def _queue_start_commands(job: Job, plan: Plan, nodes: dict[int, Node], now) -> None:
-    launches = rank_launches(job, plan, nodes)
+def queue_start_commands(job: Job, plan: Plan, nodes: dict[int, Node], now, only_island: int | None = None) -> None:
+    """START commands for the plan's ranks (or one island's), one per node."""
+    launches = rank_launches(job, plan, nodes, only_island)
     by_node: dict[int, list[dict]] = defaultdict(list)
     for node_id, launch in launches:
         by_node[node_id].append(launch.as_dict())
@@ -130,18 +131,30 @@ def _queue_start_commands(job: Job, plan: Plan, nodes: dict[int, Node], now) -> 
         commands.queue_for_node(node_id, job, CommandType.START, {"ranks": ranks}, now)
 
 
-def rank_launches(job: Job, plan: Plan, nodes: dict[int, Node]) -> list[tuple[int, RankLaunch]]:
+def rank_launches(
+    job: Job, plan: Plan, nodes: dict[int, Node], only_island: int | None = None
+) -> list[tuple[int, RankLaunch]]:
     """One RankLaunch per rank of the plan, in rank order: one world, or one per island of a run of islands
-    (each its own DeepSpeed world and rendezvous, its ranks numbered from 0, `island` saying where it fits)."""
+    (each its own DeepSpeed world and rendezvous, its ranks numbered from 0, `island` saying where it fits);
+    `only_island`: that island's alone (one joining a running job)."""
     model = launch_model(job)
     if plan.bridge is None:
         worlds = [(list(range(plan.world_size)), None)]
     else:
         islands = plan.islands()
-        worlds = [(island["ranks"], island_launch(job, plan, nodes, island, islands)) for island in islands]
+        worlds = [
+            (island["ranks"], island_launch(job, plan, nodes, island, islands))
+            for island in islands
+            if only_island is None or island["index"] == only_island
+        ]
     launches = []
     for numbers, island in worlds:
         launches += _world_launches(job, plan, nodes, model, [plan.ranks[n] for n in numbers], island)
+    if only_island is not None:  # joining a run: its state comes live from a healthy island, not a checkpoint
+        launches = [
+            (node_id, dataclasses.replace(launch, resume_from=None, island={**launch.island, "joining": True}))
+            for node_id, launch in launches
+        ]
     # Each host gets a grant for its own placement's objects, never the store's credentials (#28).
     return [(node_id, with_grant(job, nodes[node_id], launch)) for node_id, launch in launches]
 
@@ -195,9 +208,10 @@ def island_launch(job: Job, plan: Plan, nodes: dict[int, Node], island: dict, is
     """Where one island fits in the run: its number, every island's batch, the job's Lighthouse, its leader."""
     leader = nodes[plan.ranks[island["ranks"][0]].node_pk]
     bridge = plan.bridge
+    gone = {int(index) for index, figures in (job.island_stats or {}).items() if figures.get("left")}
     return IslandLaunch(
         index=island["index"],
-        batches={str(other["index"]): other["batch"] for other in islands},
+        batches={str(other["index"]): other["batch"] for other in islands if other["index"] not in gone},
         lighthouse=lighthouse_of(job),
         address=leader.address or "127.0.0.1",
         first_rank=island["ranks"][0],

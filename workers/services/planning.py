@@ -123,7 +123,7 @@ def plan_request(spec: JobSpec) -> planner.PlanRequest:
 def quote(spec: JobSpec, market: spot.ChipView | None = None) -> planner.Plan:
     """The plan the job would get now (raises planner.PlanningError)."""
     request, chips, offers, throughput = _planning_inputs(spec, market)
-    return _with_pacing(planner.plan(request, list(chips.values()), offers, throughput), request.model, chips)
+    return with_pacing(planner.plan(request, list(chips.values()), offers, throughput), request.model, chips)
 
 
 # The policies a quote compares its plan with, in the order the page lists them.
@@ -198,7 +198,7 @@ def fleet_chips(spot_only: bool = False) -> dict[str, int]:
     return counts
 
 
-def _with_pacing(plan: planner.Plan, model, chips: dict[str, planner.ChipInfo]) -> planner.Plan:
+def with_pacing(plan: planner.Plan, model, chips: dict[str, planner.ChipInfo]) -> planner.Plan:
     """Simulated ranks train paced to their chip's modelled speed, scaled down fleet-wide."""
     flops_model = planner.ThroughputModel()
     plan.ranks = [

@@ -227,8 +227,12 @@ def _record_exit(job: Job, item: dict, now) -> None:
         # nodes has shown it is alive after this exit (monitor.fail_jobs_with_crashed_ranks); a node
         # that never does is declared lost and the job moves instead.
         return
-    world = job.plan.world_size - len(departed)
-    if RankExit.objects.filter(job=job, epoch=job.epoch, code=0).exclude(rank__in=departed).count() == world:
+    expected = set(range(job.plan.world_size)) - departed
+    if job.step >= job.max_steps:  # an island added too late to take a step has nothing to wait for
+        stepped = set(JobMetric.objects.filter(job=job, epoch=job.epoch).values_list("rank", flat=True).distinct())
+        expected &= stepped
+    done = set(RankExit.objects.filter(job=job, epoch=job.epoch, code=0).values_list("rank", flat=True))
+    if expected <= done:
         if job.step >= job.max_steps and not job.cancel_requested_at:
             remember_throughput(job, now)  # a whole run's measured speed feeds the next quotes
         lifecycle.finish_when_ranks_done(job, now)

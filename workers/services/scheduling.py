@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from kernel import planner
 from workers.services import lifecycle, spot
+from workers.services.island_joins import grow_runs
 from workers.services.placement import CapacityChanged, allocate
 from workers.services.planning import quote
 from workers.services.queue import due_jobs, wake_on_fleet_change
@@ -46,7 +47,9 @@ def schedule_waiting_jobs(now=None) -> int:
     """The planning pass: plan every queued job whose backoff is over; how many were placed."""
     now = now or timezone.now()
     wake_on_fleet_change(now)
-    return sum(bool(schedule(job_id)) for job_id in due_jobs(now).values_list("pk", flat=True))
+    placed = sum(bool(schedule(job_id)) for job_id in due_jobs(now).values_list("pk", flat=True))
+    grow_runs(now)  # runs of islands that lost some: free chips join them as new islands
+    return placed
 
 
 @shared_task(name="workers.tasks.schedule_job", ignore_result=True)

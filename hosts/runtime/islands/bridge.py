@@ -64,6 +64,7 @@ class Bridge:
         from torchft.process_group import ProcessGroupGloo
 
         timeout = timedelta(seconds=self.island.quorum_timeout_s)
+        transport = _transport_at(self.island.address, timeout)
         # The island's own store for torchft (its DeepSpeed world keeps MASTER_PORT's): the other
         # islands reach it at the leader's address when their process groups are configured.
         self.store = TCPStore(self.island.address, 0, is_master=True, wait_for_workers=False)
@@ -84,6 +85,7 @@ class Bridge:
             replica_id=f"island-{self.island.index}",
             hostname=self.island.address,
             init_sync=False,  # every island builds the same weights from the run's seed
+            checkpoint_transport=transport,
         )
 
     def _receive(self, state: dict) -> None:
@@ -104,7 +106,9 @@ class Bridge:
                 self.manager.start_quorum()
                 self.participants = self.manager.num_participants()
                 joined = self._healed is not None
-                if joined or self.participants >= expected or time.monotonic() > deadline:
+                # A joining island waits to be healed; a starting one for its peers to arrive.
+                arrived = not self.island.joining and self.participants >= expected
+                if joined or arrived or time.monotonic() > deadline:
                     break
                 time.sleep(0.05)
         self._quorum_open = bool(self._share_scalars([float(joined)])[0])
@@ -169,3 +173,20 @@ class Bridge:
         if self.manager is not None:
             self.manager.shutdown(wait=False)
             self.manager = None
+
+
+def _transport_at(address: str, timeout: timedelta):
+    """torchft's HTTP checkpoint transport, advertised at the island's address.
+
+    Its own advertises `socket.gethostname()`, which on many hosts resolves to 127.0.0.1 (or to another
+    network): a joining island on another host could then never fetch the live state it heals from.
+    """
+    from torchft.checkpointing import HTTPTransport
+
+    class AtIslandAddress(HTTPTransport):
+        def address(self) -> str:
+            port = self._server.socket.getsockname()[1]
+            host = f"[{address}]" if ":" in address else address
+            return f"http://{host}:{port}/checkpoint/"
+
+    return AtIslandAddress(timeout=timeout, num_chunks=0)

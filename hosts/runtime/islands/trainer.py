@@ -63,6 +63,10 @@ class IslandTrainer(Trainer):
     def run(self) -> TrainState:
         try:
             joined = self.bridge.gather(len(self.island.planned))
+            if self.island.joining and not joined:  # never train a run's steps alone from scratch
+                self._log(f"island {self.island.index}: no island took it in (the run ended?): nothing to train")
+                self.events.done(self.state.step, None, path=None, stopped=True, eval_loss=None)
+                return self.state
             self._log(f"island {self.island.index} ({self.island.stack}, {self.island.mode}): {self._arrival(joined)}")
             if joined and self.diloco:
                 self._outer_sync(Request())  # the others are at a sync: meet them there with a zero delta
@@ -110,26 +114,31 @@ class IslandTrainer(Trainer):
         self._log(f"island {self.island.index} joined at step {self.state.step}, healed from a healthy island")
 
     def step(self) -> Request:
+        started = time.perf_counter()  # a step's time includes its quorum and what crosses the bridge
         if not self.diloco:
             healed = self.bridge.begin()
             if healed is not None:
                 self.heal(healed)
-        started = time.perf_counter()
+                started = time.perf_counter()  # the heal is the join's cost, not this step's
         first = layout.first_sample(self.state.samples_seen, self.members, self.island.index)
         loss_sum, loss_tokens, request = self._forward_backward(first)
         tokens = self.launch.micro_batches[self.placement.rank] * self.spec.seq_len
         if self.diloco:
             return self._inner_step(started, tokens, loss_sum, loss_tokens, request)
         grads = tensors.full_grads(self.engine)  # a collective inside the island at ZeRO 1-2
-        self.pacer.wait(started, tokens)  # the chip's modelled compute ends before it talks across
+        computed = time.perf_counter()
         header = self._header(loss_tokens, loss_sum, loss_tokens, request)
         outcome = self.bridge.exchange(header, grads * loss_tokens if self.bridge.leader else None)
+        exchanged = time.perf_counter()
         if not outcome.committed:  # an island left mid-sync: drop the step, its samples come again
             self.engine.zero_grad()
             self._report_dropped(started)
             return request
         tensors.set_full_grads(self.engine, outcome.payload / max(outcome.header.weight, 1.0))
         self.engine.step()
+        # The chip's modelled time covers its compute and its optimizer step, as in one world; the bridge
+        # comes on top of it, so the pacing's clock leaves the exchange out.
+        self.pacer.wait(started + (exchanged - computed), tokens)
         return self._advance(outcome, started, tokens, outcome.header.loss)
 
     def _forward_backward(self, first: int) -> tuple[float, int, Request]:
@@ -151,10 +160,11 @@ class IslandTrainer(Trainer):
         samples_seen = self.state.samples_seen + layout.step_samples(self.members)
         loss = loss_sum / loss_tokens if loss_tokens else None
         self.state = TrainState(self.state.step + 1, samples_seen, loss, self.state.eval_loss)
-        self._report(tokens, time.perf_counter() - started)
-        if self.since_sync < self.every and self.state.step < self.launch.max_steps:
-            return Request()  # control requests wait for the sync, where every island acts on them
-        return self._outer_sync(request)
+        decided = Request()  # control requests wait for the sync, where every island acts on them
+        if self.since_sync >= self.every or self.state.step >= self.launch.max_steps:
+            decided = self._outer_sync(request)
+        self._report(tokens, time.perf_counter() - started)  # a sync's time counts in its step's
+        return decided
 
     def _outer_sync(self, request: Request) -> Request:
         """DiLoCo's outer step: token-weighted mean delta across the islands, Nesterov SGD on it."""

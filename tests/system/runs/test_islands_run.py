@@ -2,9 +2,10 @@
 
 A run across simulated RTX 4090, TPU v5e and Ascend 910B trains as three islands in DiLoCo mode. The
 TPU host dies (SIGKILL of its agent, whose rank dies with it): the platform notices the lost node and
-lets that island leave in place; the other two never stop stepping, the job trains to its last step
-and succeeds, every allocation is billed to the second, and the leaver's work since its last sync is
-refunded by training insurance.
+lets that island leave in place; the other two never stop stepping. A new TPU host then enrolls and
+joins the run as a new island, healed from a healthy one, and reports steps. The job trains to its
+last step and succeeds, every allocation is billed to the second, and the leaver's work since its
+last sync is refunded by training insurance.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.django_db(transacti
 
 HOSTS = [("i-4090", "rtx-4090"), ("i-v5e", "tpu-v5e"), ("i-910b", "ascend-910b")]
 SYNC_EVERY = 5
+STEPS = 800  # long enough for a new host to enroll, start its rank and join
 QUORUM_TIMEOUT_S = 30  # a leader's wait for a quorum or a peer (IslandLaunch.quorum_timeout_s)
 
 
@@ -54,7 +56,7 @@ def test_a_killed_islands_host_leaves_the_run_and_the_others_train_it_to_success
         "model": "llama-tiny",
         "per_device_batch_size": 2,
         "max_budget": "28",
-        "max_steps": 150,
+        "max_steps": STEPS,
         "chip_counts": {chip: 1 for _, chip in HOSTS},
         "sync_mode": "diloco",
         "sync_every": SYNC_EVERY,
@@ -77,6 +79,14 @@ def test_a_killed_islands_host_leaves_the_run_and_the_others_train_it_to_success
 
     left = wait_until(
         lambda: JobMigration.objects.filter(job_id=job_id, status="island_left").first(), 120, "the leave", stack, why
+    )
+    stack.add_agent("i-v5e-2", "tpu-v5e")  # a new host: it joins the run as island 3
+    joined = wait_until(
+        lambda: JobMetric.objects.filter(job_id=job_id, rank=job.plan.world_size).order_by("step").first(),
+        120,
+        "the new island's first step",
+        stack,
+        why,
     )
     done = wait_until(
         lambda: Job.objects.filter(pk=job_id, status__in=[JobStatus.SUCCEEDED, JobStatus.FAILED]).first(),
@@ -102,7 +112,14 @@ def test_a_killed_islands_host_leaves_the_run_and_the_others_train_it_to_success
         gaps = [(b[0] - a[0]).total_seconds() for a, b in zip(after, after[1:], strict=False)]
         slowest = max(step_s for _, step_s in times)
         assert max(gaps, default=0) <= QUORUM_TIMEOUT_S + slowest + 5, f"rank {rank} stood still {max(gaps):.1f}s"
-        assert max(step for (step,) in JobMetric.objects.filter(job_id=job_id, rank=rank).values_list("step")) == 150
+        assert max(step for (step,) in JobMetric.objects.filter(job_id=job_id, rank=rank).values_list("step")) == STEPS
+
+    # The newcomer trained from where the run stood when it joined, to the end, as island 3.
+    newcomer = done.plan.world_size - 1
+    assert [island["index"] for island in done.plan.islands()] == [0, 1, 2, 3] and newcomer == job.plan.world_size
+    assert joined.step > left.step_at_notice
+    assert JobMetric.objects.filter(job_id=job_id, rank=newcomer, step=STEPS).exists()
+    assert done.events.filter(kind="island", message__contains="joined at step").exists()
 
     # Billed to the second: the leaver until its loss was noticed, the others until the end.
     for allocation in done.allocations.all():

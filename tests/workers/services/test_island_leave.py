@@ -18,7 +18,9 @@ from kernel.spec import JobSpec
 from workers.models import AgentCommand, JobMigration
 from workers.services import lifecycle
 from workers.services.lifecycle import submit as submit_job
+from workers.services.node_lifecycle import reset_node
 from workers.services.reports import accept_report
+from workers.services.scheduling import schedule_waiting_jobs
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("tasks_run_inline")]
 
@@ -150,3 +152,38 @@ def test_when_every_island_is_affected_the_job_moves_as_one_world_does(run):
     assert move.status != MigrationStatus.ISLAND_LEFT
     # Back to the queue and, the scheduler running inline here, placed again with a new epoch.
     assert job.status == JobStatus.QUEUED or (job.status == JobStatus.PROVISIONING and job.epoch > 1)
+
+
+def test_a_node_enrolled_after_an_island_left_joins_the_run_as_a_new_island(run, enroll):
+    job, nodes = run(sync_mode="step")
+    tpu = nodes["tpu-v5e"]
+    reset_node(tpu.pk, by="the operator")  # lost: its island leaves, the node takes no more work
+    job.refresh_from_db()
+    assert job.migrations.get().status == MigrationStatus.ISLAND_LEFT
+    before = job.plan
+    left = next(island for island in before.islands() if "tpu-v5e" in island["chips"])
+
+    new_tpu, _ = enroll("tpu-v5e-host-2", "tpu-v5e", chips=1)
+    schedule_waiting_jobs()
+
+    job.refresh_from_db()
+    assert job.status == JobStatus.RUNNING and job.epoch == 1
+    islands = job.plan.islands()
+    [added] = [island for island in islands if island["index"] == 3]
+    assert added["chips"] == {"tpu-v5e": 1} and added["batch"] == left["batch"]
+    assert added["ranks"] == [before.world_size]  # numbered after every earlier rank
+    assert job.island_stats[str(left["index"])]["replaced_by"] == 3
+    allocation = job.allocations.get(node=new_tpu)
+    assert allocation.ended_at is None and allocation.epoch == job.epoch
+    [start] = AgentCommand.objects.filter(job=job, node=new_tpu, type="start")
+    [launch] = start.payload["ranks"]
+    assert launch["rank"] == 0 and launch["world_size"] == 1
+    assert launch["island"]["index"] == 3 and launch["island"]["first_rank"] == before.world_size
+    assert str(left["index"]) not in launch["island"]["batches"]  # the islands taking part, and itself
+    assert "joins the run" in job.events.filter(kind="island").last().message
+    # Its steps are the job's: reports from its rank are accepted.
+    accept_report(new_tpu, job.pk, job.epoch, [metric(before.world_size, 12)])
+    assert job.metrics.filter(rank=before.world_size, step=12).exists()
+    schedule_waiting_jobs()  # nothing more is missing: no second island
+    job.refresh_from_db()
+    assert len(job.plan.islands()) == 4
