@@ -94,6 +94,8 @@ class FleetPlatform:
         worker = [sys.executable, "-m", "celery", "-A", "portal", "worker", "-B", "-Q", queues, "--concurrency", "1"]
         worker += ["--loglevel", "INFO", "--hostname", f"{self.queue}@%h", "--schedule", str(self.root / "beat")]
         self._start("worker", worker)
+        # The Lighthouse of each run of islands, on the platform's host: ranks reach it at the bridge address.
+        self._start("lighthouses", [sys.executable, "manage.py", "run_lighthouses", "--interval", "0.5"])
         wait_until(self._answers, START_TIMEOUT_S, f"the platform to answer at {self.url}", self.logs)
 
     def _start(self, name: str, argv: list[str]) -> None:

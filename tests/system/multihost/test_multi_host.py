@@ -8,7 +8,8 @@ at, and every rank listens on the interface holding its node's address. Checkpoi
 storage (SeaweedFS on the bridge), never to a disk the hosts share.
 
 One platform for the module; each test runs its own job: one that spans three hosts, one moved to
-a fourth host by a maintenance reclaim, one whose host's cable is cut mid-run.
+a fourth host by a maintenance reclaim, one whose host's cable is cut mid-run, and one of three
+islands (three stacks) on three hosts, kept in step over the bridge by the platform's Lighthouse.
 """
 
 from __future__ import annotations
@@ -123,7 +124,7 @@ def with_hosts(platform: FleetPlatform, count: int) -> None:
     wait_online(platform, [f"host-{host.index}" for host in platform.network.hosts])
 
 
-def submit(user_api: httpx.Client, max_steps: int) -> int:
+def submit(user_api: httpx.Client, max_steps: int, **fields) -> int:
     spec = {
         "model": "llama-tiny",
         "dataset": "synthetic",
@@ -132,6 +133,7 @@ def submit(user_api: httpx.Client, max_steps: int) -> int:
         "policy": "fastest",
         "max_budget": "28",
         "chip_counts": {"rtx-4090": 3},
+        **fields,
     }
     response = user_api.post("/api/v1/jobs/", json=spec)
     assert response.status_code == 201, response.text
@@ -297,3 +299,32 @@ def test_a_host_whose_cable_is_cut_is_lost_within_ten_seconds_and_the_job_resume
     # The cable back in: the agent gets its fenced ranks' kill first, then is back in service.
     lost.restore()
     wait_online(netns_platform, [lost_name], timeout=60)
+
+
+def test_three_islands_on_three_hosts_train_as_one_run_over_the_bridge(netns_platform, user_api):
+    hosts = netns_platform.network.hosts
+    netns_platform.add_agent(hosts[1], "island-tpu", chip="tpu-v5e")
+    netns_platform.add_agent(hosts[2], "island-910b", chip="ascend-910b")
+    wait_online(netns_platform, ["island-tpu", "island-910b"])
+    chips = {"rtx-4090": 1, "tpu-v5e": 1, "ascend-910b": 1}
+    job_id = submit(user_api, max_steps=30, chip_counts=chips, sync_mode="step")
+    job = wait_finished(netns_platform, job_id)
+
+    islands = job.plan.islands()
+    assert len(islands) == 3 and job.plan.bridge.mode == "step"
+    launches = ranks_of(netns_platform, job_id, job.epoch)
+    by_island = {launch["island"]["index"]: (hostname, launch) for hostname, launch in launches.items()}
+    for hostname, launch in by_island.values():
+        node = Node.objects.get(hostname=hostname)
+        # Each island is a world of its own on its host; its leader listens at the host's own address.
+        assert launch["world_size"] == 1 and launch["master_addr"] == node.address
+        assert launch["island"]["address"] == node.address
+        assert ipaddress.ip_address(node.address) in netns_platform.network.subnet
+        assert launch["island"]["lighthouse"].startswith(":")  # on the platform's host, at the bridge address
+    # The TPU and Ascend islands are on two hosts of their own (the RTX 4090 one on whichever host the plan took).
+    tpu, npu = Node.objects.get(hostname="island-tpu"), Node.objects.get(hostname="island-910b")
+    assert (tpu.address, npu.address) == (hosts[1].address, hosts[2].address)
+    assert set(JobMetric.objects.filter(job=job).values_list("rank", flat=True)) == {0, 1, 2}
+    assert job.step == 30 and job.loss < job.first_loss * 0.9, (job.first_loss, job.loss)
+    # Every island's leader sent its gradient across the bridge at every step.
+    assert all(figures["syncs"] == 30 and figures["bytes_across"] > 0 for figures in job.island_stats.values())
