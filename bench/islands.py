@@ -323,9 +323,13 @@ def run_islands(
 
 
 def rate(steps: dict[int, dict], start: int, end: int) -> float:
-    """Tokens/s of one rank from step `start`'s end to step `end`'s (wall time between their events)."""
-    tokens = sum(steps[s]["tokens"] for s in range(start + 1, end + 1))
-    return tokens / (steps[end]["t"] - steps[start]["t"])
+    """Tokens/s of one rank from step `start`'s end to step `end`'s (wall time between their events).
+
+    Steps the rank never reported (it was out of the quorum and was healed past them) trained nothing
+    on it: they count no tokens, and the time still passes."""
+    reported = sorted(step for step in steps if start <= step <= end)
+    tokens = sum(steps[step]["tokens"] for step in reported[1:])
+    return tokens / (steps[reported[-1]]["t"] - steps[reported[0]]["t"])
 
 
 def weighted_loss(run: Run, step: int, weights: list[int]) -> float:

@@ -289,6 +289,10 @@ class JobSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
     plan = serializers.SerializerMethodField()
     progress = serializers.FloatField(read_only=True)
     eval_dataset = serializers.SerializerMethodField(help_text="'upload:<id>' of the eval dataset, or null")
+    sync_mode = serializers.CharField(read_only=True, help_text="'step', 'diloco', or '' (the planner's choice)")
+    island_stats = serializers.JSONField(
+        read_only=True, help_text="A run of islands: each island's last figures, by island number (docs/ISLANDS.md)"
+    )
 
     def get_eval_dataset(self, job: Job) -> str | None:
         return f"upload:{job.eval_dataset_upload_id}" if job.eval_dataset_upload_id else None
