@@ -177,7 +177,7 @@ def _assemble(request: PlanRequest, ev: Evaluator, best: Candidate) -> Plan:
         eta_seconds=best.eta_seconds,
         total_cost=total_cost(best.price_per_hour, best.eta_seconds),
         throughput_source={k.slug: k.source for k, c in zip(kinds, best.counts, strict=True) if c},
-        chip_counts=_chip_counts(ranks),
+        chip_counts=chip_counts_of(ranks),
         overhead_seconds=max(k.overhead_s for k, c in zip(kinds, best.counts, strict=True) if c),
         uncertainty=_uncertainty([k for k, c in zip(kinds, best.counts, strict=True) if c]),
         bridge=best.bridge,
@@ -224,7 +224,8 @@ def _ranks(request: PlanRequest, ev: Evaluator, best: Candidate) -> list[Rank]:
     return ranks
 
 
-def _chip_counts(ranks: list[Rank]) -> dict[str, dict[str, int]]:
+def chip_counts_of(ranks: list[Rank]) -> dict[str, dict[str, int]]:
+    """{chip: {mode: ranks}} of a list of ranks (a plan's `chip_counts`)."""
     counts: dict[str, dict[str, int]] = {}
     for rank in ranks:
         per_mode = counts.setdefault(rank.chip, {})

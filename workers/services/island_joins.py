@@ -25,6 +25,7 @@ from fleet.choices import JobEventKind, JobStatus
 from fleet.models import Allocation, Job, Node
 from kernel import planner
 from kernel.planner.evaluate import objective_value
+from kernel.planner.quote import chip_counts_of
 from kernel.spec import JobSpec
 from kernel.stacks import CATALOG_STACKS, island_of
 from market.services.commitments import commitments
@@ -83,7 +84,7 @@ def add_island(job_id: int, now: datetime) -> int | None:
         index = max(island["index"] for island in job.plan.islands()) + 1
         joined = [replace(rank, island_index=index) for rank in offer.ranks]
         ranks = [*job.plan.ranks, *joined]
-        job.plan = replace(job.plan, ranks=ranks, price_per_hour=price, chip_counts=_chip_counts(ranks))
+        job.plan = replace(job.plan, ranks=ranks, price_per_hour=price, chip_counts=chip_counts_of(ranks))
         stats = dict(job.island_stats or {})
         for figures in stats.values():
             if figures.get("left") and figures.get("replaced_by") is None:
@@ -143,11 +144,3 @@ def _plan_island(job: Job, batch: int) -> planner.Plan | None:
 
 def _policy(request: planner.PlanRequest) -> str:
     return "cost-performance" if request.policy == "single-type" else request.policy
-
-
-def _chip_counts(ranks: list[planner.Rank]) -> dict[str, dict[str, int]]:
-    counts: dict[str, dict[str, int]] = {}
-    for rank in ranks:
-        counts.setdefault(rank.chip, {}).setdefault(rank.mode, 0)
-        counts[rank.chip][rank.mode] += 1
-    return counts

@@ -141,8 +141,8 @@ class Bridge:
         committed, primary = (flag > 0 for flag in self._share_scalars([float(committed), float(primary)]))
         if not committed:
             return Outcome(False, primary, header, None)
-        summed = self._share(summed)
-        total = self._share(total if self.leader else torch.empty(self.payload_size, dtype=torch.float32))
+        summed = self.share(summed)
+        total = self.share(total if self.leader else torch.empty(self.payload_size, dtype=torch.float32))
         return Outcome(True, primary, Header.unpack(summed), total)
 
     def _allreduce(self, header: Header, payload: torch.Tensor | None):
@@ -159,9 +159,9 @@ class Bridge:
         return committed, manager.participating_rank() == 0, summed, payload
 
     def _share_scalars(self, values: list[float]) -> list[float]:
-        return self._share(torch.tensor(values, dtype=torch.float64)).tolist()
+        return self.share(torch.tensor(values, dtype=torch.float64)).tolist()
 
-    def _share(self, tensor: torch.Tensor) -> torch.Tensor:
+    def share(self, tensor: torch.Tensor) -> torch.Tensor:
         """The leader's `tensor` on every rank of the island (a broadcast on the island's backend)."""
         if self.placement.world_size == 1:
             return tensor

@@ -189,7 +189,7 @@ class IslandTrainer(Trainer):
                 self.outer.step()
                 self.outer.zero_grad()
             new_params = self.global_params.detach().clone()
-        tensors.set_params(self.engine, self.bridge._share(new_params))  # a failed sync: back to the last one
+        tensors.set_params(self.engine, self.bridge.share(new_params))  # a failed sync: back to the last one
         self.since_sync, self.tokens_since_sync = 0, 0
         if outcome.committed:
             self.members = outcome.header.members

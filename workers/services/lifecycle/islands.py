@@ -61,7 +61,7 @@ def leave_in_place(
     plan = job.plan
     node_islands = {a.node_id: {islands[rank] for rank in plan.ranks_on(a.node_id)} for a in held}
     leaving = set().union(*(node_islands[a.node_id] for a in affected)) if affected else set()
-    departed = {rank_island for rank in departed_ranks(job) for rank_island in [islands[rank]]}
+    departed = {islands[rank] for rank in departed_ranks(job)}
     staying = set(islands.values()) - departed - leaving
     if not leaving or not staying:
         return None
