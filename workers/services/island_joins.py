@@ -41,7 +41,13 @@ def grow_runs(now: datetime | None = None) -> int:
     jobs = Job.objects.filter(status=JobStatus.RUNNING, spot=False, cancel_requested_at__isnull=True).exclude(
         island_stats={}
     )
-    return sum(bool(add_island(job.pk, now)) for job in jobs.only("pk", "plan", "island_stats") if missing_batch(job))
+    # Every planning pass runs this: read the small island figures, and a job's plan only when one left.
+    waiting = [job_id for job_id, stats in jobs.values_list("pk", "island_stats") if _unreplaced(stats)]
+    return sum(bool(add_island(job_id, now)) for job_id in waiting)
+
+
+def _unreplaced(stats: dict) -> bool:
+    return any(figures.get("left") and figures.get("replaced_by") is None for figures in stats.values())
 
 
 def missing_batch(job: Job) -> int:

@@ -91,10 +91,11 @@ def _record_leave(
 ) -> JobMigration:
     """The leave's record: the leaving islands' work since their last sync, refunded by insurance."""
     ranks = [rank for rank, island in island_of_ranks(job).items() if island in leaving]
-    reached = JobMetric.objects.filter(job=job, epoch=job.epoch, rank__in=ranks).aggregate(at=Max("created_at"))
+    reached = JobMetric.objects.filter(job=job, epoch=job.epoch, rank__in=ranks).aggregate(
+        at=Max("created_at"), step=Max("step")
+    )
     synced_step, synced_at = _last_sync(job, leaving, ranks)
-    step_now = JobMetric.objects.filter(job=job, epoch=job.epoch, rank__in=ranks).aggregate(step=Max("step"))
-    steps_lost = max(0, (step_now["step"] or synced_step) - synced_step)
+    steps_lost = max(0, (reached["step"] or synced_step) - synced_step)
     lost_from = synced_at if steps_lost else None
     refund = insurance_amount(going, [], lost_from=lost_from, work_end=work_end, notice_at=now, resumed_at=now)
     move = JobMigration.objects.create(
