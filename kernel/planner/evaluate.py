@@ -26,7 +26,7 @@ from decimal import Decimal
 
 from kernel.money import round_micros
 from kernel.planner.fleet import Kind
-from kernel.planner.islands import DEFAULT_BRIDGE_GBPS, Bridge, bridge_for
+from kernel.planner.islands import DEFAULT, DEFAULT_BRIDGE_GBPS, Bridge, bridge_for, slowest
 from kernel.planner.memory import GIB, ZERO_STAGES, activation_bytes_per_sample, fixed_bytes
 from kernel.planner.split import GroupShare, largest_remainder, split_groups
 from kernel.planner.throughput import MEASURED_ON_NODE, comm_seconds
@@ -202,10 +202,13 @@ class Evaluator:
         islands = {self.islands[i] for i in used}
         if len(islands) < 2:
             return None
-        declared = [self.kinds[i].bridge_gbps for i in used if self.kinds[i].bridge_gbps > 0]
-        gbps = min(declared, default=DEFAULT_BRIDGE_GBPS)
+        kinds = [self.kinds[i] for i in used]
+        known = [(kind.bridge_gbps, kind.bridge_source) for kind in kinds if kind.bridge_gbps > 0]
+        gbps, source = slowest(known) if known else (DEFAULT_BRIDGE_GBPS, DEFAULT)
         request = self.request
-        return bridge_for(len(islands), self.trainable, step_seconds, gbps, request.sync_mode, request.sync_every)
+        return bridge_for(
+            len(islands), self.trainable, step_seconds, gbps, request.sync_mode, request.sync_every, source
+        )
 
     def holds_a_sample(self, i: int, ranks: int) -> bool:
         """Whether a rank of kind i fits one sample at some ZeRO stage in a job of `ranks` ranks."""

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import NamedTuple
 
+from kernel.planner.islands import link_of
 from kernel.planner.throughput import ThroughputModel
 from kernel.planner.types import ON_DEMAND, SPOT, ChipInfo, NodeOffer, PlanRequest
 from kernel.stacks import CATALOG_STACKS, island_of
@@ -59,13 +60,13 @@ class Kind:
 
     limit: int = 0
     island: str = ""  # its chip's stack, "-simulated" for simulated chips (kernel/stacks.py)
-    bridge_gbps: float = 0.0  # the slowest link to other islands its nodes declare (0: none declared)
+    bridge_gbps: float = 0.0  # the slowest link to other islands its nodes have (islands.link_of; 0: none known)
+    bridge_source: str = ""  # where that figure came from: measured or declared
 
     def __post_init__(self) -> None:
         self.limit = len(self.slots)  # read in the optimiser's inner loop: a plain attribute
         self.island = island_of(self.chip.stack or CATALOG_STACKS.get(self.chip.slug, "unknown"), self.simulated)
-        declared = {slot.node.bridge_gbps for slot in self.slots if slot.node.bridge_gbps > 0}
-        self.bridge_gbps = min(declared, default=0.0)
+        self.bridge_gbps, self.bridge_source = link_of(slot.node for slot in self.slots)
         self.price_prefix, self.pools_prefix = [0], [frozenset()]
         for slot in self.slots:
             self.price_prefix.append(self.price_prefix[-1] + slot.price)

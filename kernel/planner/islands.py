@@ -2,8 +2,10 @@
 
 A rank's island is its chip's stack (kernel/stacks.py), simulated chips apart from real ones. Inside
 an island the ranks are one DeepSpeed world on the stack's own library; between islands only the
-islands' leaders talk, over TCP (torchft, hosts/runtime/islands/), at the bridge's bandwidth: the
-slowest declared for the plan's pools (`NodeOffer.bridge_gbps`), else `DEFAULT_BRIDGE_GBPS`.
+islands' leaders talk, over TCP (torchft, hosts/runtime/islands/), at the bridge's bandwidth
+(`link_of`): per pool, the slowest its nodes measured (an island leader's allreduces across the
+bridge, their effective Gbit/s) or else the slowest it declares; the slowest of the plan's pools;
+else `DEFAULT_BRIDGE_GBPS`. The bridge's `source` says which ("measured", "declared", "default").
 
 Each sync, every leader sends its whole gradient (`step` mode) or parameter delta (`diloco`) in
 float32 through a ring allreduce: 2(n-1)/n of it for n islands. The planner picks `step` while that
@@ -18,7 +20,7 @@ backend as before: real and simulated chips never train together (`one_backend`)
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -27,11 +29,13 @@ from kernel.protocol import SYNC_DILOCO, SYNC_STEP
 if TYPE_CHECKING:
     from kernel.planner.evaluate import Candidate, Evaluator
     from kernel.planner.fleet import Kind
+    from kernel.planner.types import NodeOffer
 STEP_SHARE = 0.05  # step mode while the bridge adds at most 5% to a step: 0.95 of the islands' speed
 DILOCO_SHARE = 0.10  # diloco: the fewest inner steps that keep the bridge under 10% of their time
 MAX_SYNC_EVERY = 500
 DEFAULT_BRIDGE_GBPS = 1.0  # between pools that declare nothing: a modest inter-site link
 BYTES_PER_VALUE = 4  # float32 across the bridge
+MEASURED, DECLARED, DEFAULT = "measured", "declared", "default"  # where a bridge's Gbit/s came from
 WHY = (
     "real and simulated chips never train in one job without islands: simulated ranks run on the CPU with "
     "gloo, real ones on CUDA with NCCL"
@@ -48,6 +52,7 @@ class Bridge:
     gbps: float
     bytes_per_sync: int  # what each island's leader sends across per sync
     seconds_per_sync: float
+    source: str = ""  # where `gbps` came from: MEASURED, DECLARED or DEFAULT ("": a plan from before it was said)
 
     @property
     def bytes_per_step(self) -> float:
@@ -62,6 +67,7 @@ class Bridge:
             "mode": self.mode,
             "sync_every": self.sync_every,
             "bridge_gbps": self.gbps,
+            "bridge_source": self.source,
             "bytes_per_sync": self.bytes_per_sync,
             "bytes_per_step": round(self.bytes_per_step),
             "seconds_per_sync": round(self.seconds_per_sync, 6),
@@ -77,6 +83,7 @@ class Bridge:
             gbps=float(data["bridge_gbps"]),
             bytes_per_sync=int(data["bytes_per_sync"]),
             seconds_per_sync=float(data["seconds_per_sync"]),
+            source=str(data.get("bridge_source") or ""),
         )
 
 
@@ -87,8 +94,10 @@ def bridge_for(
     gbps: float,
     mode: str | None = None,
     sync_every: int | None = None,
+    source: str = "",
 ) -> Bridge:
-    """The bridge of `islands` islands training a model with that many trainable parameters."""
+    """The bridge of `islands` islands training a model with that many trainable parameters, at `gbps`
+    (which came from `source`)."""
     bytes_per_sync = int(BYTES_PER_VALUE * trainable_parameters * 2 * (islands - 1) / islands)
     seconds = bytes_per_sync * 8 / (gbps * 1e9)
     if mode is None:
@@ -99,7 +108,26 @@ def bridge_for(
         every = sync_every
     else:
         every = min(max(math.ceil(seconds / (DILOCO_SHARE * max(step_seconds, 1e-9))), 2), MAX_SYNC_EVERY)
-    return Bridge(islands, mode, every, gbps, bytes_per_sync, seconds)
+    return Bridge(islands, mode, every, gbps, bytes_per_sync, seconds, source)
+
+
+def link_of(offers: Iterable[NodeOffer]) -> tuple[float, str]:
+    """The slowest bridge these nodes have, and where it came from: per pool, the slowest its nodes
+    measured, else the slowest it declares; then the slowest pool. (0.0, "") when none says anything."""
+    measured: dict[str, float] = {}
+    declared: dict[str, float] = {}
+    for offer in offers:
+        if offer.bridge_gbps > 0:
+            pools = measured if offer.bridge_measured else declared
+            pools[offer.pool] = min(offer.bridge_gbps, pools.get(offer.pool, math.inf))
+    links = [(gbps, MEASURED) for gbps in measured.values()]
+    links += [(gbps, DECLARED) for pool, gbps in declared.items() if pool not in measured]
+    return slowest(links)
+
+
+def slowest(links: Iterable[tuple[float, str]]) -> tuple[float, str]:
+    """The slowest (Gbit/s, source) of `links` (a measured one on a tie); (0.0, "") when there are none."""
+    return min(links, key=lambda link: (link[0], link[1] != MEASURED), default=(0.0, ""))
 
 
 def sides(kinds: Sequence[Kind], islands: bool = False) -> list[list[int]]:

@@ -51,7 +51,8 @@ class NodeOffer:
     pool: str = ""
     zone: str = ""
     simulated: bool = False
-    bridge_gbps: float = 0.0  # the node's link to other islands (declared per pool); 0: not known
+    bridge_gbps: float = 0.0  # the node's link to other islands (measured, else its pool's declared); 0: not known
+    bridge_measured: bool = False  # bridge_gbps is what the node measured (its island leader's allreduces)
 
     def __init__(
         self,
@@ -64,6 +65,7 @@ class NodeOffer:
         zone: str = "",
         simulated: bool = False,
         bridge_gbps: float = 0.0,
+        bridge_measured: bool = False,
     ) -> None:
         # pool = chips of one type in one zone (links inside a pool are fast); unnamed, it is named after both.
         vars(self).update(
@@ -76,6 +78,7 @@ class NodeOffer:
             zone=zone,
             simulated=simulated,
             bridge_gbps=bridge_gbps,
+            bridge_measured=bridge_measured,
         )
 
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
 from kernel.modelspecs import resolve_model
 from kernel.planner import InvalidRequest, NodeOffer, Plan, PlanRequest, catalog_chips, plan
-from kernel.planner.islands import DILOCO_SHARE, STEP_SHARE, bridge_for
+from kernel.planner.islands import DILOCO_SHARE, STEP_SHARE, bridge_for, link_of
 
 CHIPS = catalog_chips()
 DEMO = ("rtx-4090", "tpu-v5e", "ascend-910b")
@@ -56,6 +57,7 @@ def test_a_long_step_on_a_fast_bridge_syncs_every_step_exactly():
 def test_a_tiny_model_steps_too_fast_for_any_bridge_so_it_syncs_every_h_steps():
     quoted = quote(fleet=offers(*DEMO, bridge_gbps=10))
     assert quoted.bridge.mode == "diloco" and quoted.bridge.sync_every > 2
+    assert quoted.bridge.source == "declared"
 
 
 def test_a_big_model_on_a_slow_bridge_takes_h_inner_steps_and_says_it_is_not_one_world():
@@ -105,3 +107,46 @@ def test_without_islands_one_stack_plans_stay_one_world_and_carry_no_bridge():
     quoted = plan(request, CHIPS, offers(*DEMO))
     assert quoted.bridge is None and quoted.to_dict()["sync"] is None
     assert len(quoted.islands()) == len({rank.island for rank in quoted.ranks})
+
+
+def test_a_measured_bridge_beats_the_declared_one_and_changes_the_mode():
+    # The operator declared a slow link; the island leaders measured a fast one on every node.
+    big = {"model": "llama-2-7b", "chip_counts": dict.fromkeys(DEMO, 4), "per_device_batch_size": 8}
+    declared = quote(**big, fleet=offers(*DEMO, free=8, bridge_gbps=1))
+    assert (declared.bridge.mode, declared.bridge.source) == ("diloco", "declared")
+    fast = [replace(offer, bridge_gbps=400.0, bridge_measured=True) for offer in offers(*DEMO, free=8, bridge_gbps=1)]
+    measured = quote(**big, fleet=fast)
+    assert (measured.bridge.gbps, measured.bridge.source, measured.bridge.mode) == (400.0, "measured", "step")
+    assert measured.to_dict()["sync"]["bridge_source"] == "measured"
+
+
+def test_a_measured_bridge_slower_than_declared_raises_h():
+    big = {"model": "llama-2-7b", "chip_counts": dict.fromkeys(DEMO, 4), "per_device_batch_size": 8}
+    declared = quote(**big, fleet=offers(*DEMO, free=8, bridge_gbps=2))
+    slow = [replace(offer, bridge_gbps=0.5, bridge_measured=True) for offer in offers(*DEMO, free=8, bridge_gbps=2)]
+    measured = quote(**big, fleet=slow)
+    assert measured.bridge.source == "measured" and measured.bridge.gbps == 0.5
+    assert measured.bridge.mode == declared.bridge.mode == "diloco"
+    assert measured.bridge.sync_every > declared.bridge.sync_every
+
+
+def test_per_pool_a_measurement_replaces_the_declaration_and_a_slower_pool_still_counts():
+    # rtx-4090 pool: one node measured 40 Gbit/s, another only declares 1; tpu pool declares 5: 5, declared.
+    fleet = [
+        NodeOffer("1", "a", "rtx-4090", 4, pool="gpu", simulated=True, bridge_gbps=40, bridge_measured=True),
+        NodeOffer("2", "b", "rtx-4090", 4, pool="gpu", simulated=True, bridge_gbps=1),
+        NodeOffer("3", "c", "tpu-v5e", 4, pool="tpu", simulated=True, bridge_gbps=5),
+    ]
+    assert link_of(fleet) == (5, "declared")
+    assert link_of(fleet[:2]) == (40, "measured")
+    assert link_of([]) == (0.0, "")
+    assert quote(fleet=offers(*DEMO)).bridge.source == "default"
+
+
+def test_the_bridge_round_trips_with_its_source_and_old_plans_still_load():
+    quoted = quote(fleet=offers(*DEMO, bridge_gbps=10))
+    data = quoted.to_dict()
+    again = Plan.from_dict(data).bridge
+    assert again.source == "declared" and again.to_dict() == data["sync"]
+    old = {**data, "sync": {key: value for key, value in data["sync"].items() if key != "bridge_source"}}
+    assert replace(Plan.from_dict(old).bridge, source="declared") == again  # a plan from before: source ""
