@@ -146,6 +146,8 @@ class ReportItemSerializer(serializers.Serializer):
     )
     syncs = serializers.IntegerField(min_value=0, required=False)
     bytes_across = serializers.IntegerField(min_value=0, required=False)
+    # The bridge the leader measured since its last report (its allreduce's effective Gbit/s); absent: none sent.
+    bridge_gbps = serializers.FloatField(min_value=0, max_value=100_000, required=False)
     stack = serializers.CharField(required=False, max_length=40)
     mode = serializers.CharField(required=False, max_length=20)
 

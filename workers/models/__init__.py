@@ -5,6 +5,7 @@ from workers.models.agents import AgentCommand, EnrollmentToken, new_node_token
 from workers.models.checkpoints import JobCheckpoint
 from workers.models.relocation import JobMigration
 from workers.models.reports import (
+    BridgeMeasurement,
     JobEval,
     JobEvent,
     JobLogLine,
@@ -16,6 +17,7 @@ from workers.models.reports import (
 
 __all__ = [
     "AgentCommand",
+    "BridgeMeasurement",
     "EnrollmentToken",
     "JobCheckpoint",
     "JobEval",

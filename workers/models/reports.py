@@ -1,4 +1,5 @@
-"""What jobs and nodes report: timeline events, metrics, evals, log lines, measured throughput, rank exits."""
+"""What jobs and nodes report: timeline events, metrics, evals, log lines, measured throughput and bridges,
+rank exits."""
 
 from __future__ import annotations
 
@@ -125,6 +126,22 @@ class NodeThroughput(models.Model):
 
     def __str__(self) -> str:
         return f"{self.model_name} on node {self.node_id}: {self.tokens_per_s:.0f} tokens/s per rank"
+
+
+class BridgeMeasurement(models.Model):
+    """The bridge between islands as one node measured it: the Gbit/s its island leader's allreduces
+    across the bridge achieved (an effective throughput: gloo's ring and the links' latency included,
+    hosts/runtime/islands/bridge.py). The planner prices the bridge at it in place of its pool's
+    declared `bridge_gbps` once it exists."""
+
+    node = models.OneToOneField("fleet.Node", on_delete=models.CASCADE, related_name="bridge_measurement")
+    gbps = models.FloatField(help_text="The median of the recent reports' Gbit/s")
+    recent = models.JSONField(default=list, help_text="The last reports' Gbit/s, oldest first")
+    samples = models.PositiveIntegerField(default=0, help_text="Reports folded in, all time")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"bridge of node {self.node_id}: {self.gbps:.3g} Gbit/s measured"
 
 
 class RankExit(models.Model):

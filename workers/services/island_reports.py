@@ -4,18 +4,29 @@ Every report updates `Job.island_stats[island]` (the job page's islands table): 
 syncs done, bytes sent across the bridge, who took part at its last sync. A change of who takes part
 (an island joined, the others went on without one, a step dropped because one left mid-sync) is
 also a timeline event. Diloco's routine syncs only move the figures.
+
+A leader's report that sent something also carries `bridge_gbps`, the bridge it measured (its
+allreduces' effective throughput since its last report): it is kept in the island's figures, and in
+the reporting node's BridgeMeasurement, where the planner reads it (workers/services/planning.py).
 """
 
 from __future__ import annotations
 
+from statistics import median
+
+from django.db import transaction
+
 from fleet.choices import JobEventKind
-from fleet.models import Job
+from fleet.models import Job, Node
+from workers.models import BridgeMeasurement
 from workers.services.events import record_event
 
 TIMELINE_CHANGES = ("joined", "members", "dropped")
+RECENT_BRIDGE_REPORTS = 9  # a node's measured bridge: the median of its last this many reports
 
 
-def record_island(job: Job, item: dict, now) -> None:
+def record_island(job: Job, item: dict, now, node: Node | None = None) -> None:
+    """`node`: where the reporting rank runs (accept_report checked it); a measured bridge is kept on it."""
     island = str(item["island"])
     stats = dict(job.island_stats or {})
     before = stats.get(island, {})
@@ -31,10 +42,31 @@ def record_island(job: Job, item: dict, now) -> None:
         "synced_step": item.get("step", 0) if item["change"] == "sync" else before.get("synced_step", 0),
         **{key: before[key] for key in ("left", "left_reason") if key in before},
     }
+    gbps = item.get("bridge_gbps") or before.get("bridge_gbps")  # the newest measured, else the last one
+    if gbps:
+        stats[island]["bridge_gbps"] = gbps
     job.island_stats = stats
     job.save(update_fields=["island_stats", "updated_at"])
     if item["change"] in TIMELINE_CHANGES:
         record_event(job, JobEventKind.ISLAND, describe(item), data=_data(item), now=now)
+    if node is not None and item.get("bridge_gbps"):
+        remember_bridge(node, float(item["bridge_gbps"]))
+
+
+def remember_bridge(node: Node, gbps: float) -> BridgeMeasurement:
+    """Fold one report's measured Gbit/s into the node's bridge: the median of its recent reports."""
+    with transaction.atomic():
+        measure, _ = BridgeMeasurement.objects.select_for_update().get_or_create(node=node, defaults={"gbps": gbps})
+        measure.recent = [*measure.recent, gbps][-RECENT_BRIDGE_REPORTS:]
+        measure.gbps = float(f"{median(measure.recent):.6g}")
+        measure.samples += 1
+        measure.save()
+    return measure
+
+
+def measured_bridges() -> dict[int, float]:
+    """{node id: its measured bridge Gbit/s} for every node that has measured one."""
+    return dict(BridgeMeasurement.objects.values_list("node_id", "gbps"))
 
 
 def describe(item: dict) -> str:
@@ -50,5 +82,5 @@ def describe(item: dict) -> str:
 
 
 def _data(item: dict) -> dict:
-    keys = ("island", "change", "step", "members", "syncs", "bytes_across", "stack", "mode")
+    keys = ("island", "change", "step", "members", "syncs", "bytes_across", "bridge_gbps", "stack", "mode")
     return {key: item[key] for key in keys if key in item}

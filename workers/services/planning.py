@@ -18,6 +18,7 @@ from kernel.modelspecs import LORA, ModelSpec, spec_from_config
 from kernel.spec import JobSpec
 from workers.services import spot
 from workers.services.capacity import free_chips, schedulable_nodes
+from workers.services.island_reports import measured_bridges
 from workers.services.lighthouses import islands_enabled
 from workers.services.models import ModelSource, resolve_model_source
 from workers.services.throughput import measured_history, measured_on_nodes
@@ -45,6 +46,7 @@ def node_offers(market: spot.ChipView | None = None) -> list[planner.NodeOffer]:
     nodes = list(schedulable_nodes())
     free = free_chips(nodes)
     seen = market.adjust(nodes, free) if market else {node.pk: (free[node.pk], node.spot_eligible) for node in nodes}
+    bridges = measured_bridges()
     offers = []
     for node in nodes:
         chip = node.pool.chip_type
@@ -60,10 +62,18 @@ def node_offers(market: spot.ChipView | None = None) -> list[planner.NodeOffer]:
                     pool=node.pool.name,
                     zone=node.pool.zone,
                     simulated=node.simulated,
-                    bridge_gbps=node.pool.bridge_gbps,
+                    **bridge_of(node, bridges),
                 )
             )
     return offers
+
+
+def bridge_of(node: Node, measured: dict[int, float]) -> dict:
+    """The node's link to other islands for the planner: what it measured (`measured_bridges`), else
+    what its pool declares (0: nothing, the planner's default)."""
+    if node.pk in measured:
+        return {"bridge_gbps": measured[node.pk], "bridge_measured": True}
+    return {"bridge_gbps": node.pool.bridge_gbps, "bridge_measured": False}
 
 
 def throughput_model(model_name: str) -> planner.ThroughputModel:
@@ -170,6 +180,7 @@ def fleet_quote(spec: JobSpec) -> planner.Plan:
     NoCapacity here means the fleet can never place the job, however long it waits.
     """
     request = plan_request(spec)
+    bridges = measured_bridges()
     offers = [
         planner.NodeOffer(
             node_id=str(node.pk),
@@ -180,7 +191,7 @@ def fleet_quote(spec: JobSpec) -> planner.Plan:
             pool=node.pool.name,
             zone=node.pool.zone,
             simulated=node.simulated,
-            bridge_gbps=node.pool.bridge_gbps,
+            **bridge_of(node, bridges),
         )
         for node in enrolled_nodes()
         if node.chips > 0

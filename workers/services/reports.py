@@ -106,7 +106,7 @@ def _apply(job: Job, node: Node, items: list[dict], now) -> None:
         elif item["kind"] == ReportKind.EVAL:
             _record_eval(job, item, now)
         elif item["kind"] == ReportKind.ISLAND:
-            record_island(job, item, now)
+            record_island(job, item, now, node)
         elif item["kind"] == ReportKind.EXIT:
             _record_exit(job, item, now)
             if job.migrations.filter(from_epoch=job.epoch).exists():
