@@ -10,6 +10,12 @@ from fleet.models import Job
 from workers.models import JobMetric
 
 STACK_NAMES = {"cuda": "CUDA", "cann": "CANN", "bang": "BANG", "xla": "XLA"}
+# Where the plan's bridge figure came from (kernel/planner/islands.py); "": a plan from before it was said.
+BRIDGE_SOURCES = {
+    "measured": "measured by island leaders",
+    "declared": "as the operator declared it",
+    "default": "assumed: none measured or declared",
+}
 
 
 @dataclass(frozen=True)
@@ -22,6 +28,7 @@ class IslandRow:
     syncs: int
     bytes_across: int
     taking_part: bool  # in the quorum at its last report
+    bridge: str = ""  # "2.5 Gbit/s": what its leader measured across the bridge ("": nothing yet)
 
 
 def island_rows(job: Job) -> list[IslandRow]:
@@ -51,6 +58,7 @@ def island_rows(job: Job) -> list[IslandRow]:
                 syncs=figures.get("syncs", 0),
                 bytes_across=figures.get("bytes_across", 0),
                 taking_part=members is None or island["index"] in members,
+                bridge=f"{figures['bridge_gbps']:.3g} Gbit/s" if figures.get("bridge_gbps") else "",
             )
         )
     return rows
@@ -65,7 +73,8 @@ def sync_summary(job: Job) -> dict | None:
     return {
         "mode": bridge.mode,
         "every": bridge.sync_every,
-        "gbps": bridge.gbps,
+        "gbps": float(f"{bridge.gbps:.3g}"),
+        "source": BRIDGE_SOURCES.get(bridge.source, ""),
         "exact": bridge.mode == "step",
     }
 

@@ -66,7 +66,8 @@ class Plan:
     @property
     def sync(self) -> dict | None:
         """How several islands keep in step: {"mode": "step" | "diloco", "sync_every", "bridge_gbps",
-        "bytes_per_step", "seconds_per_sync", "exact"}; None for one island."""
+        "bridge_source" ("measured" | "declared" | "default"), "bytes_per_step", "seconds_per_sync", "exact"};
+        None for one island."""
         return self.data.get("sync")
 
     def __getitem__(self, key: str) -> Any:
@@ -98,13 +99,15 @@ class Plan:
 
 
 def describe_islands(islands: list[dict], sync: dict) -> str:
-    """ "3 (cuda-simulated, xla-simulated, cann-simulated), diloco every 40 steps: not exactly one world" """
+    """ "3 (cuda-simulated, xla-simulated, cann-simulated), diloco, synced every 40 steps: close to one world,
+    not exactly it; bridge 1.0 Gbit/s (default)" """
     names = ", ".join(str(island.get("island") or island.get("stack")) for island in islands)
     if sync.get("mode") == "step":
         how = "gradients synced every step: exactly one world"
     else:
         how = f"diloco, synced every {sync.get('sync_every')} steps: close to one world, not exactly it"
-    return f"{len(islands)} ({names}), {how}; bridge {sync.get('bridge_gbps')} Gbit/s"
+    source = f" ({sync['bridge_source']})" if sync.get("bridge_source") else ""
+    return f"{len(islands)} ({names}), {how}; bridge {sync.get('bridge_gbps')} Gbit/s{source}"
 
 
 @dataclass
