@@ -66,8 +66,10 @@ Report (one item) =
 | {"kind": "checkpoint", "rank", "step", "path", "seconds", "stopping", "t"}   (stopping: the last one before a stop)
 | {"kind": "eval", "rank", "step", "eval_loss", "eval_tokens", "t"}   (rank 0, the held-out loss after step)
 | {"kind": "exit", "rank", "code", "error", "t"}      (error: the rank's last stderr lines)
-| {"kind": "island", "rank", "step", "island", "change", "members", "syncs", "bytes_across", "stack", "mode", "t"}
-    (an island's leader: change = joined | members | dropped | sync; see hosts/runtime/islands/)
+| {"kind": "island", "rank", "step", "island", "change", "members", "syncs", "bytes_across", "bridge_gbps",
+   "stack", "mode", "t"}
+    (an island's leader: change = joined | members | dropped | sync; bridge_gbps, only when it sent
+    something since its last one: the Gbit/s its allreduces across the bridge achieved; see hosts/runtime/islands/)
 
 A report's "rank" is the rank's number in the job (`job_rank`): in a run of islands, its island's first
 rank's number plus its rank inside the island.

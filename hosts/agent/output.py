@@ -37,7 +37,18 @@ EVENT_FIELDS = {
     ),
     ReportKind.CHECKPOINT: ("step", "path", "seconds", "stopping", "t"),
     ReportKind.EVAL: ("step", "eval_loss", "eval_tokens", "t"),
-    ReportKind.ISLAND: ("step", "island", "change", "members", "syncs", "bytes_across", "stack", "mode", "t"),
+    ReportKind.ISLAND: (
+        "step",
+        "island",
+        "change",
+        "members",
+        "syncs",
+        "bytes_across",
+        "bridge_gbps",
+        "stack",
+        "mode",
+        "t",
+    ),
 }
 DONE = "done"
 

@@ -8,11 +8,18 @@ a healthy one (`state_dict` / `load_state_dict` below, over its HTTP checkpoint 
 
 Only the leader holds a Manager, so islands of different sizes can meet. What came across reaches
 the island's other ranks by a broadcast on the island's own backend.
+
+The leader also times what it sends: `take_gbps` is the bridge's measured bandwidth, the bits this
+leader sent in each committed sync's payload allreduce over the wall time of that allreduce (the
+median over the syncs since it was last asked). It is the allreduce's *effective* throughput (gloo's
+ring, its copies and the links' latency included), not the raw link rate: what the planner's bridge
+time (bytes per sync × 8 / Gbit/s) must be to predict a sync, which is how the planner uses it.
 """
 
 from __future__ import annotations
 
 import os
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -54,6 +61,7 @@ class Bridge:
         self.bytes_across = 0  # what this island's leader sent across, all syncs together
         self.syncs = 0  # committed syncs
         self.participants = 0  # islands in the last quorum
+        self._transfers: list[tuple[int, float]] = []  # (bytes sent, seconds) per committed sync since take_gbps
         self._healed: dict | None = None
         self._quorum_open = False  # the quorum `gather` formed is this island's first sync (it joined mid-run)
         self._state_dict = state_dict
@@ -148,15 +156,31 @@ class Bridge:
     def _allreduce(self, header: Header, payload: torch.Tensor | None):
         manager = self.manager
         summed = header.pack()
-        works = [manager.allreduce(summed, reduce_op=ReduceOp.SUM), manager.allreduce(payload, reduce_op=ReduceOp.SUM)]
-        for work in works:
-            work.wait()
+        # The header (a few numbers) goes first and alone: its allreduce ends only once every island
+        # has reached it, so the payload's clock below counts the transfer, not a wait for a slower island.
+        manager.allreduce(summed, reduce_op=ReduceOp.SUM).wait()
+        began = time.perf_counter()
+        manager.allreduce(payload, reduce_op=ReduceOp.SUM).wait()
+        seconds = time.perf_counter() - began
         committed = manager.should_commit()
         participants = max(manager.num_participants(), 1)
         if committed:  # a ring allreduce sends 2(n-1)/n of the tensor from every member
-            self.bytes_across += int(payload.numel() * payload.element_size() * 2 * (participants - 1) / participants)
+            sent = int(payload.numel() * payload.element_size() * 2 * (participants - 1) / participants)
+            self.bytes_across += sent
+            if sent > 0 and seconds > 0:
+                self._transfers.append((sent, seconds))
         self.syncs += int(committed)
         return committed, manager.participating_rank() == 0, summed, payload
+
+    def take_gbps(self) -> float | None:
+        """The measured bridge bandwidth in Gbit/s since the last call: the median over those committed
+        syncs of (bits this leader sent) / (seconds its payload allreduce took). None when nothing was
+        sent (not the leader, alone in the quorum, or no sync committed since)."""
+        transfers, self._transfers = self._transfers, []
+        if not transfers:
+            return None
+        gbps = statistics.median(sent * 8 / seconds / 1e9 for sent, seconds in transfers)
+        return float(f"{gbps:.6g}")
 
     def _share_scalars(self, values: list[float]) -> list[float]:
         return self.share(torch.tensor(values, dtype=torch.float64)).tolist()

@@ -120,6 +120,7 @@ class IslandTrainer(Trainer):
             if healed is not None:
                 self.heal(healed)
                 started = time.perf_counter()  # the heal is the join's cost, not this step's
+        self.set_rate()
         first = layout.first_sample(self.state.samples_seen, self.members, self.island.index)
         loss_sum, loss_tokens, request = self._forward_backward(first)
         tokens = self.launch.micro_batches[self.placement.rank] * self.spec.seq_len
@@ -234,17 +235,22 @@ class IslandTrainer(Trainer):
         self._log(f"island {self.island.index}: step {self.state.step + 1} dropped (an island left mid-sync)")
 
     def _event(self, change: str) -> None:
-        """An `island` event: joined, sync (diloco), members (who takes part changed) or dropped."""
+        """An `island` event: joined, sync (diloco), members (who takes part changed) or dropped; the
+        leader's carry `bridge_gbps`, the bridge it measured since its last one, when it sent anything."""
         self.events.emit("island", step=self.state.step, island=self.island.index, change=change, **self._figures())
 
     def _figures(self) -> dict:
-        return {
+        figures = {
             "members": sorted(self.members),
             "syncs": self.bridge.syncs,
             "bytes_across": self.bridge.bytes_across,
             "stack": self.island.stack,
             "mode": self.island.mode,
         }
+        gbps = self.bridge.take_gbps()  # the leader's measured bridge, over the syncs since its last event
+        if gbps is not None:
+            figures["bridge_gbps"] = gbps
+        return figures
 
     def _due(self) -> bool:
         """Scheduled checkpoints fall on syncs in diloco mode: between them an island holds only its own weights."""

@@ -32,6 +32,8 @@ def test_parse_event_keeps_only_protocol_fields():
     assert item == {"kind": "metric", "rank": 2, "step": 3, "loss": 2.5, "t": 9.0}
     assert parse_event('{"event": "checkpoint", "step": 4, "path": "p", "seconds": 0.1}', 0)["path"] == "p"
     assert parse_event('{"event": "done"}', 0) == "done"
+    island = parse_event('{"event": "island", "island": 1, "change": "sync", "bridge_gbps": 2.5, "t": 1}', 0)
+    assert island["bridge_gbps"] == 2.5  # a leader's measured bridge travels to the platform
     assert parse_event('{"event": "other"}', 0) is None
     assert parse_event("{not json", 0) is None
     assert parse_event("[1, 2]", 0) is None
