@@ -144,7 +144,8 @@ class RankLaunch:
     checkpoint_dir: str  # shared checkpoint storage for the job
     resume_from: str | None = None  # a checkpoint path, or None for a fresh start
     checkpoint_every: int = 50  # steps; 0 = only on demand and at the end
-    learning_rate: float = 3e-3
+    learning_rate: float = 3e-3  # the peak rate when `hyperparameters` names none
+    hyperparameters: dict = field(default_factory=dict)  # kernel.hyperparameters.Hyperparameters.as_dict(), resolved
     seed: int = 1234
     device: str = "cpu"  # "cpu" or "cuda:N"
     paced_tokens_per_s: float | None = None  # simulated chip: pace each step to this speed

@@ -36,6 +36,7 @@ JOB_COLUMNS = (
     "eval_every",
     "sync_mode",
     "sync_every",
+    "hyperparameters",
 )
 
 
@@ -72,6 +73,8 @@ class JobSpec:
     eval_every: int = 0
     sync_mode: str = ""  # islands: "step" or "diloco"; "": the planner's choice (kernel/planner/islands.py)
     sync_every: int | None = None  # diloco's inner steps between syncs; None: the planner's
+    # kernel.hyperparameters.Hyperparameters.as_dict(), the job's defaults filled in ({}: every default)
+    hyperparameters: Mapping[str, Any] = field(default_factory=dict)
     global_batch: int | None = None
     chip_types: tuple[str, ...] | None = field(default=None)
     # Chip types a re-plan must leave out: those whose last bid the owner cancelled (market.services.bids).
@@ -93,6 +96,7 @@ class JobSpec:
         data = asdict(self)
         data["chip_counts"] = dict(self.chip_counts) if self.chip_counts is not None else None
         data["lora"] = dict(self.lora) if self.lora is not None else None
+        data["hyperparameters"] = dict(self.hyperparameters)
         data["chip_types"] = list(self.chip_types) if self.chip_types is not None else None
         data["excluded_chip_types"] = list(self.excluded_chip_types)
         return data

@@ -51,6 +51,9 @@ class Job(models.Model):
     # A run of islands: how they keep in step ("step", "diloco"; "": the planner chooses) and diloco's H.
     sync_mode = models.CharField(max_length=8, blank=True, default="", choices=[("step", "step"), ("diloco", "diloco")])
     sync_every = models.PositiveIntegerField(null=True, blank=True)
+    # How the optimizer steps (kernel.hyperparameters.Hyperparameters.as_dict()): the owner's settings with
+    # the job's defaults filled in at submission, so the page shows what the ranks run with. {}: rows from before.
+    hyperparameters = models.JSONField(default=dict, blank=True)
     # Chips an on-demand job is waiting for that spot allocations hold now: {slug: count}. The auction
     # takes them out of spot capacity, so the lowest bids are reclaimed first.
     waiting_for = models.JSONField(null=True, blank=True)

@@ -4,7 +4,7 @@ Layout of `checkpoint_dir`:
 
     latest                  "step-<n>" of the newest complete checkpoint, replaced last
     step-<n>/
-      meta.json             step, samples consumed (the data position), topology, model, dataset
+      meta.json             step, samples consumed (the data position), the rate schedule, topology, model, dataset
       ds/                   DeepSpeed's own checkpoint (tag "ds": model states + ZeRO shards)
       rng-<rank>.pt         each rank's RNG states
       universal/            added on demand: the topology-free form (see `universal.py`)
@@ -43,8 +43,9 @@ import torch.distributed as dist
 
 from hosts.runtime import export as hf_export
 from hosts.runtime import staging, universal
-from hosts.runtime.engine import Placement
+from hosts.runtime.engine import Placement, hyperparameters_of
 from hosts.runtime.hfmodel import ModelSource, spec_from_dict
+from kernel.hyperparameters import learning_rate_at
 from kernel.modelspecs import ModelSpec
 from kernel.protocol import RankLaunch
 from kernel.storage import locations
@@ -282,6 +283,8 @@ def _meta(launch: RankLaunch, placement: Placement, spec: ModelSpec, state: Trai
         "step": state.step,
         "samples_seen": state.samples_seen,
         "loss": state.loss,
+        "eval_loss": state.eval_loss,
+        "schedule": schedule_at(launch, state.step),  # the rate goes on from here after a resume
         "world_size": placement.world_size,
         "micro_batches": list(launch.micro_batches),
         "zero_stage": launch.zero_stage,
@@ -293,6 +296,17 @@ def _meta(launch: RankLaunch, placement: Placement, spec: ModelSpec, state: Trai
         "job_id": launch.job_id,
         "epoch": launch.epoch,
         "saved_at": time.time(),
+    }
+
+
+def schedule_at(launch: RankLaunch, step: int) -> dict:
+    """The learning-rate schedule's settings and the rate of the step after `step`."""
+    settings = hyperparameters_of(launch)
+    return {
+        "hyperparameters": settings.as_dict(),
+        "total_steps": launch.max_steps,
+        "step": step,
+        "next_lr": learning_rate_at(settings, step, launch.max_steps),
     }
 
 

@@ -59,11 +59,13 @@ def open_data(
     tokenizer_path: str | None = None,
     eval_dataset: str | None = None,
     eval_fraction: float = 0.0,
+    train_on_inputs: bool = False,
 ) -> TrainingData:
     """The synthetic corpus, or a dataset file in the model's own tokens (byte-level for catalog models).
 
     The eval set is `eval_dataset`, or a deterministic held-out `eval_fraction` of the dataset's records
-    (which training then never sees).
+    (which training then never sees). `train_on_inputs`: a chat's or prompt's every token is a training
+    target, not only the answer's (the eval set still scores the answers alone).
     """
     from hosts.runtime import records
     from kernel.datasets import files as record_files
@@ -81,6 +83,8 @@ def open_data(
             rows, eval_rows = records.split_holdout(rows, eval_fraction, seed)
             held_out = _examples(eval_rows, kind, tokenizer, spec.seq_len)
         encoded = (tokens.encode_record(r, kind, tokenizer) for r in rows)
+        if train_on_inputs:
+            encoded = ((ids, [True] * len(ids)) for ids, _ in encoded)
         corpus = TokenCorpus(*records.pack(encoded, spec.seq_len), seed)
     if eval_dataset and eval_dataset != SYNTHETIC:
         eval_kind, eval_rows = record_files.read_records(local_path(eval_dataset))

@@ -8,17 +8,17 @@ host's cores), NCCL on CUDA.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
 from hosts.runtime.hfmodel import ModelSource, build_model
+from kernel.hyperparameters import Hyperparameters, learning_rate_at
 from kernel.protocol import RankLaunch
 from kernel.stacks import backend_for_device
 
-GRADIENT_CLIPPING = 1.0  # set explicitly: DeepSpeed changed its default in 0.19.3
 DEFAULT_TIMEOUT_S = 1800
 ENV_KEYS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
@@ -78,7 +78,8 @@ def deepspeed_config(launch: RankLaunch, placement: Placement, load_universal: b
     config = {
         "train_micro_batch_size_per_gpu": launch.micro_batches[placement.rank],
         "gradient_accumulation_steps": 1,
-        "gradient_clipping": float(launch.extra.get("gradient_clipping", GRADIENT_CLIPPING)),
+        # Set explicitly: DeepSpeed changed its default in 0.19.3.
+        "gradient_clipping": float(hyperparameters_of(launch).max_grad_norm),
         "zero_optimization": {"stage": launch.zero_stage},
         "bf16": {"enabled": placement.cuda},
         "steps_per_print": 1 << 30,
@@ -89,22 +90,59 @@ def deepspeed_config(launch: RankLaunch, placement: Placement, load_universal: b
     return config
 
 
+def hyperparameters_of(launch: RankLaunch) -> Hyperparameters:
+    """The launch's settings; a launch that names no rate or decay (tests, benchmarks) gets its
+    `learning_rate` and a weight decay of 0.01."""
+    hyperparameters = Hyperparameters.from_dict(launch.hyperparameters)
+    return replace(
+        hyperparameters,
+        learning_rate=launch.learning_rate if hyperparameters.learning_rate is None else hyperparameters.learning_rate,
+        weight_decay=0.01 if hyperparameters.weight_decay is None else hyperparameters.weight_decay,
+    )
+
+
 def make_optimizer(model: torch.nn.Module, launch: RankLaunch) -> torch.optim.Optimizer:
     """torch's AdamW, handed to DeepSpeed.
 
     DeepSpeed's own Adam on CPU is a C++ op JIT-compiled on first use (about a minute per host,
     and it needs a compiler there); torch's AdamW is the same update with nothing to build.
     """
-    extra = launch.extra
+    settings = hyperparameters_of(launch)
     trainable = [p for p in model.parameters() if p.requires_grad]
-    if extra.get("optimizer", "adamw") == "sgd":  # plain SGD: a linear update, for exactness tests
-        return torch.optim.SGD(trainable, lr=launch.learning_rate)
+    if launch.extra.get("optimizer", "adamw") == "sgd":  # plain SGD: a linear update, for exactness tests
+        return torch.optim.SGD(trainable, lr=settings.learning_rate)
     return torch.optim.AdamW(
         trainable,  # LoRA: the adapter only
-        lr=launch.learning_rate,
-        betas=(float(extra.get("beta1", 0.9)), float(extra.get("beta2", 0.95))),
-        weight_decay=float(extra.get("weight_decay", 0.01)),
+        lr=settings.learning_rate,
+        betas=(settings.adam_beta1, settings.adam_beta2),
+        eps=settings.adam_epsilon,
+        weight_decay=settings.weight_decay,
     )
+
+
+class StepSchedule:
+    """The rate at each step as `kernel.hyperparameters.learning_rate_at` gives it, set on the optimizer.
+
+    A torch LambdaLR handed to DeepSpeed, which steps it after every optimizer step and keeps its
+    state in each checkpoint; `align` also sets it from the step a rank resumed or healed at, so a
+    run that moved, resumed or joined uses exactly the uninterrupted run's rate at every step.
+    """
+
+    def __init__(self, optimizer: torch.optim.Optimizer, launch: RankLaunch) -> None:
+        self.settings, self.total = hyperparameters_of(launch), launch.max_steps
+        peak = self.settings.learning_rate or 1.0
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda step: learning_rate_at(self.settings, step, self.total) / peak
+        )
+
+    def align(self, step: int) -> float:
+        """Make `step` the next one: its rate on every parameter group; returns the rate."""
+        rate = learning_rate_at(self.settings, step, self.total)
+        self.scheduler.last_epoch = step
+        for group in self.scheduler.optimizer.param_groups:
+            group["lr"] = rate
+        self.scheduler._last_lr = [rate for _ in self.scheduler.optimizer.param_groups]
+        return rate
 
 
 def build_engine(launch: RankLaunch, source: ModelSource, placement: Placement, load_universal: bool = False):
@@ -115,8 +153,12 @@ def build_engine(launch: RankLaunch, source: ModelSource, placement: Placement, 
         _skip_shm_comm_op()
     model = build_model(source, launch.seed).to(placement.device)
     optimizer = make_optimizer(model, launch)
+    schedule = StepSchedule(optimizer, launch)
     config = deepspeed_config(launch, placement, load_universal)
-    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config, dist_init_required=False)
+    engine, _, _, _ = deepspeed.initialize(
+        model=model, optimizer=optimizer, lr_scheduler=schedule.scheduler, config=config, dist_init_required=False
+    )
+    engine.step_schedule = schedule  # the trainer aligns it after a resume or a heal
     return engine
 
 

@@ -26,7 +26,7 @@ from hosts.runtime import checkpoint, staging, untrusted
 from hosts.runtime.checkpoint import TrainState
 from hosts.runtime.control import ControlFile, Request
 from hosts.runtime.data import TrainingData, open_data, shard
-from hosts.runtime.engine import Placement, build_engine, check_launch, init_distributed
+from hosts.runtime.engine import Placement, build_engine, check_launch, hyperparameters_of, init_distributed
 from hosts.runtime.events import EventStream
 from hosts.runtime.hfmodel import ModelSource, spec_from_dict, token_loss_sum
 from hosts.runtime.pacing import Pacer
@@ -122,6 +122,7 @@ class Trainer:
         self.saved = (state.step, False) if resumed else (-1, False)  # (step, exported)
         self.progress = ProgressLog(launch.max_steps) if placement.rank == 0 else None
         self.last_path: str | None = str(resumed) if resumed else None
+        self.rate = engine.step_schedule.align(state.step)
 
     def run(self) -> TrainState:
         """Train to max_steps or until stopped; the final model is always saved and exported."""
@@ -159,6 +160,7 @@ class Trainer:
         the loss in the step's one extra all_reduce, so every rank acts on it after this step.
         """
         started = time.perf_counter()
+        self.set_rate()
         first, count = shard(self.state.samples_seen, self.launch.micro_batches, self.placement.rank)
         ids, mask = self.corpus.batch(first, count)
         batch = (ids.to(self.placement.device), mask.to(self.placement.device))
@@ -177,6 +179,11 @@ class Trainer:
         self.state = TrainState(self.state.step + 1, samples_seen, loss, self.state.eval_loss)
         self._report(tokens, elapsed)
         return request
+
+    def set_rate(self) -> float:
+        """This step's learning rate, from the step count alone (a resumed or healed run's too)."""
+        self.rate = self.engine.step_schedule.align(self.state.step)
+        return self.rate
 
     def save(self, export: bool, stopping: bool = False) -> None:
         path, seconds = checkpoint.save(self.engine, self.launch, self.placement, self.state, export)
@@ -197,6 +204,7 @@ class Trainer:
             step_time_s=round(elapsed, 5),
             samples_seen=self.state.samples_seen,
             memory_mb=round(memory_mb(self.placement), 1),
+            lr=self.rate,
         )
         if self.progress and self.progress.due(self.state.step):
             # Rank 0's step spans the whole job's (every rank meets at its boundary): the job's tokens/s.
@@ -217,6 +225,7 @@ def run(launch: RankLaunch, events: EventStream) -> TrainState:
         tokenizer_path=source.path,
         eval_dataset=launch.eval_dataset,
         eval_fraction=launch.eval_fraction,
+        train_on_inputs=hyperparameters_of(launch).train_on_inputs,
     )
     clock = _PhaseClock()
     placement = init_distributed(launch)

@@ -14,12 +14,15 @@ from base.api.serializers import FieldsBuiltOnce
 from billing.services.statements import job_charged
 from fleet.choices import Policy, TrainingMode
 from fleet.models import ChipType, Dataset, Job
+from kernel.hyperparameters import Hyperparameters, resolve
 from kernel.logtext import is_library_noise
 from kernel.modelfiles.hfconfig import lora_settings
 from kernel.money import format_amount, to_micros
 from kernel.planner import Plan
 from kernel.spec import JobSpec
+from workers.api.hyperparameters import HyperparametersSerializer
 from workers.models import JobEval, JobEvent, JobLogLine, JobMigration
+from workers.services.hyperparameters import origin_of_source
 from workers.services.models import ModelUnavailable, resolve_model_source
 
 MONEY_KEYS = ("price_per_hour", "price_per_million_tokens", "total_cost")
@@ -106,6 +109,11 @@ class JobSpecSerializer(serializers.Serializer):
     )
     sync_every = serializers.IntegerField(
         min_value=1, max_value=10000, required=False, allow_null=True, help_text="diloco: inner steps between syncs"
+    )
+    hyperparameters = HyperparametersSerializer(
+        required=False,
+        allow_null=True,
+        help_text="Learning rate and schedule, optimizer, clipping (docs/FINE_TUNING.md)",
     )
     per_device_batch_size = serializers.IntegerField(min_value=1, max_value=settings.JOB_MAX_BATCH)
     max_steps = serializers.IntegerField(min_value=1, max_value=settings.JOB_MAX_STEPS)
@@ -247,7 +255,17 @@ class JobSpecSerializer(serializers.Serializer):
             eval_every=data.get("eval_every", 0),
             sync_mode=data.get("sync_mode") or "",
             sync_every=data.get("sync_every"),
+            hyperparameters=self._hyperparameters(data),
         )
+
+    def _hyperparameters(self, data) -> dict:
+        """The owner's settings with the job's defaults, which hang on the mode and the model."""
+        given = Hyperparameters.from_dict(
+            {k: v for k, v in (data.get("hyperparameters") or {}).items() if v is not None}
+        )
+        source = self.context["model_source"]
+        origin, parameters = origin_of_source(source)
+        return resolve(given, data.get("mode", TrainingMode.FULL), origin, parameters).as_dict()
 
 
 class JobMigrationSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
@@ -325,6 +343,7 @@ class JobSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
             "eval_every",
             "sync_mode",
             "sync_every",
+            "hyperparameters",
             "island_stats",
             "cost",
             "migrations",

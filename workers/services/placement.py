@@ -35,6 +35,7 @@ from market.services.reservations import end_job_reservations
 from workers.services import commands, lifecycle, spot
 from workers.services.capacity import free_chips
 from workers.services.checkpoints import job_checkpoints, own_checkpoint_key
+from workers.services.hyperparameters import job_hyperparameters
 from workers.services.lighthouses import lighthouse_of
 from workers.services.models import ModelUnavailable, resolve_model_source, store_hub_snapshot
 from workers.services.planning import model_spec
@@ -166,6 +167,7 @@ def _world_launches(
     master = nodes[ranks[0].node_pk]
     micro_batches = [rank.micro_batch for rank in ranks]
     device_index: dict[int, int] = defaultdict(int)
+    settings_of_job = job_hyperparameters(job)
     launches = []
     for index, rank in enumerate(ranks):
         node = nodes[rank.node_pk]
@@ -192,7 +194,9 @@ def _world_launches(
                     run_dir=str(settings.RUNS_ROOT / f"job-{job.pk}" / f"epoch-{job.epoch}"),
                     checkpoint_dir=stored(checkpoint_prefix(job)),
                     resume_from=resume_point(job),
-                    checkpoint_every=checkpoint_interval(job),
+                    checkpoint_every=settings_of_job.checkpoint_every or checkpoint_interval(job),
+                    learning_rate=settings_of_job.learning_rate,
+                    hyperparameters=settings_of_job.as_dict(),
                     device=device,
                     paced_tokens_per_s=rank.paced_tokens_per_s if node.simulated else None,
                     chip_type=rank.chip,

@@ -74,7 +74,9 @@ def test_the_other_islands_go_on_when_one_is_killed(tmp_path):
         times = [steps[step]["t"] for step in sorted(steps)]
         pause = max(later - earlier for earlier, later in zip(times, times[1:], strict=False))
         slowest = max(event["step_time_s"] for event in steps.values())
-        assert pause <= QUORUM_TIMEOUT_S + slowest, f"survivor {survivor} stood still {pause:.1f} s"
+        # The longest gap holds the dropped step (computed, then its allreduce waits out the quorum timeout)
+        # and that step trained again: the timeout plus one step beyond the one the leaver broke.
+        assert pause <= QUORUM_TIMEOUT_S + 2 * slowest, f"survivor {survivor} stood still {pause:.1f} s"
         assert len(island_events(job, survivor, "dropped")) <= 1  # at most the step the leaver broke
         assert island_events(job, survivor, "members")[-1]["members"] == [0, 1]
         # The data moved on by three islands' batches a step, then by two.

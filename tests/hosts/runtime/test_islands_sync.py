@@ -22,7 +22,8 @@ pytestmark = pytest.mark.slow
 TINY = resolve_model("llama-tiny").as_dict()
 STEPS = 20
 TIMEOUT_S = 240
-SGD = {"optimizer": "sgd", "gradient_clipping": 0.0}  # a linear update, no clipping: DiLoCo(H=1) is exact
+SGD = {"optimizer": "sgd"}  # a linear update (with no clipping, below): DiLoCo(H=1) is exact
+NO_CLIPPING = {"max_grad_norm": 0.0}
 
 
 def _fields(root: Path, **fields) -> dict:
@@ -61,10 +62,19 @@ def final_weights(root: Path) -> dict[str, torch.Tensor]:
 
 
 def assert_same_parameters(got: dict, want: dict, rel: float = 1e-5) -> None:
+    """The whole model within `rel` (the norm of the difference over the norm), and no tensor off by 10x that:
+    float32 sums the islands' and the flat world's gradients in different orders, and Adam makes the
+    rounding of a small tensor's gradients a little larger than the model's as a whole."""
     assert got.keys() == want.keys()
+    gaps, norms = [], []
     for name, tensor in want.items():
-        gap = (got[name].double() - tensor.double()).norm() / tensor.double().norm().clamp_min(1e-12)
-        assert gap <= rel, f"{name}: relative difference {gap:.2e} > {rel:.0e}"
+        gaps.append((got[name].double() - tensor.double()).norm())
+        norms.append(tensor.double().norm())
+        assert gaps[-1] / norms[-1].clamp_min(1e-12) <= 10 * rel, (
+            f"{name}: relative difference {gaps[-1] / norms[-1]:.2e}"
+        )
+    gap = torch.stack(gaps).norm() / torch.stack(norms).norm()
+    assert gap <= rel, f"the parameters' relative difference {gap:.2e} > {rel:.0e}"
 
 
 def island_events(job: LocalJob, index: int) -> list[dict]:
@@ -105,12 +115,13 @@ def test_step_mode_three_uneven_islands_train_to_one_flat_worlds_parameters(flat
 
 
 def test_diloco_with_one_inner_step_no_momentum_and_outer_rate_one_is_step_mode(tmp_path):
-    step = run_islands(tmp_path / "step", [[1, 2], [1]], extra=SGD, learning_rate=0.05)
+    step = run_islands(tmp_path / "step", [[1, 2], [1]], extra=SGD, hyperparameters=NO_CLIPPING, learning_rate=0.05)
     diloco = run_islands(
         tmp_path / "diloco",
         [[1, 2], [1]],
         island={"mode": "diloco", "sync_every": 1, "outer_lr": 1.0, "outer_momentum": 0.0},
         extra=SGD,
+        hyperparameters=NO_CLIPPING,
         learning_rate=0.05,
     )
     assert_same_parameters(final_weights(tmp_path / "diloco"), final_weights(tmp_path / "step"))

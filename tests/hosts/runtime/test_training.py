@@ -26,7 +26,10 @@ SEQ = TINY["seq_len"]
 @pytest.fixture(scope="module")
 def jobs(tmp_path_factory):
     root = tmp_path_factory.mktemp("jobs")
-    a = run_job(root / "a", [1, 2, 5], zero_stage=1, max_steps=30, checkpoint_every=15)
+    # B goes on past A's last step: a constant rate keeps the two runs' steps alike (a schedule is
+    # shaped by each run's own length; tests/hosts/runtime/test_resume_matrix.py resumes with one).
+    constant = {"hyperparameters": {"lr_scheduler": "constant"}}
+    a = run_job(root / "a", [1, 2, 5], zero_stage=1, max_steps=30, checkpoint_every=15, **constant)
     b = run_job(
         root / "b",
         [3, 5],
@@ -34,6 +37,7 @@ def jobs(tmp_path_factory):
         max_steps=60,
         checkpoint_every=0,
         resume_from=str(root / "a" / "checkpoints" / "step-15"),
+        **constant,
     )
     return a, b
 
