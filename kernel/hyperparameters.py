@@ -100,3 +100,13 @@ def learning_rate_at(hyperparameters: Hyperparameters, step: int, total_steps: i
     progress = min(max(step - warmup, 0) / decay_steps, 1.0)
     share = 1.0 - progress if hyperparameters.lr_scheduler == LINEAR else 0.5 * (1.0 + math.cos(math.pi * progress))
     return peak * (floor + (1.0 - floor) * share)
+
+
+def steps_for_epochs(n_epochs: float, tokens: int, seq_len: int, global_batch: int) -> int:
+    """Steps that pass over `tokens` of packed data `n_epochs` times, `global_batch` windows a step.
+
+    The runtime packs the records into one stream cut into windows of seq_len + 1 tokens that overlap
+    by one (hosts/runtime/records.py): ceil((tokens - 1) / seq_len) windows an epoch.
+    """
+    windows = max(1, math.ceil((max(tokens, 2) - 1) / seq_len))
+    return max(1, math.ceil(n_epochs * windows / global_batch))

@@ -37,6 +37,7 @@ JOB_COLUMNS = (
     "sync_mode",
     "sync_every",
     "hyperparameters",
+    "n_epochs",
 )
 
 
@@ -75,6 +76,9 @@ class JobSpec:
     sync_every: int | None = None  # diloco's inner steps between syncs; None: the planner's
     # kernel.hyperparameters.Hyperparameters.as_dict(), the job's defaults filled in ({}: every default)
     hyperparameters: Mapping[str, Any] = field(default_factory=dict)
+    # Passes over the dataset instead of max_steps: the launch works max_steps out from the dataset's
+    # tokens and the planned global batch (workers/services/epochs.py), and keeps that batch.
+    n_epochs: float | None = None
     global_batch: int | None = None
     chip_types: tuple[str, ...] | None = field(default=None)
     # Chip types a re-plan must leave out: those whose last bid the owner cancelled (market.services.bids).

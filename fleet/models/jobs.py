@@ -54,6 +54,14 @@ class Job(models.Model):
     # How the optimizer steps (kernel.hyperparameters.Hyperparameters.as_dict()): the owner's settings with
     # the job's defaults filled in at submission, so the page shows what the ranks run with. {}: rows from before.
     hyperparameters = models.JSONField(default=dict, blank=True)
+    # Asked as passes over the dataset: max_steps was worked out from them at launch.
+    n_epochs = models.FloatField(null=True, blank=True)
+    # A continuation (POST /api/v1/jobs/<id>/continue/): the job it goes on from and the checkpoint it starts
+    # at (that job's stored checkpoint key); its own checkpoints, once it saves some, take over.
+    continued_from = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="continuations"
+    )
+    start_checkpoint = models.CharField(max_length=500, blank=True)
     # Chips an on-demand job is waiting for that spot allocations hold now: {slug: count}. The auction
     # takes them out of spot capacity, so the lowest bids are reclaimed first.
     waiting_for = models.JSONField(null=True, blank=True)

@@ -181,6 +181,7 @@ def _assemble(request: PlanRequest, ev: Evaluator, best: Candidate) -> Plan:
         overhead_seconds=max(k.overhead_s for k, c in zip(kinds, best.counts, strict=True) if c),
         uncertainty=_uncertainty([k for k, c in zip(kinds, best.counts, strict=True) if c]),
         bridge=best.bridge,
+        steps=request.max_steps,
     )
 
 

@@ -208,6 +208,7 @@ class Plan:
     # None when some has none, so the speed comes from the chip's modelled figure.
     uncertainty: float | None = None
     bridge: Bridge | None = field(default=None, repr=False)  # how its islands keep in step; None: one island
+    steps: int = 0  # the run's steps the ETA and cost count (a job given epochs: worked out from them); 0: unknown
 
     def islands(self) -> list[dict]:
         """Its islands in order: each one's stack, chips, ranks (their numbers), batch and modelled speed."""
@@ -277,6 +278,7 @@ class Plan:
             "uncertainty": _round(self.uncertainty),
             "islands": [{**island, "tokens_per_s": round(island["tokens_per_s"], 3)} for island in self.islands()],
             "sync": self.bridge.to_dict() if self.bridge else None,
+            "steps": self.steps,
         }
 
     @classmethod
@@ -306,6 +308,7 @@ class Plan:
             overhead_seconds=float(data.get("overhead_seconds") or 0),
             uncertainty=data.get("uncertainty"),
             bridge=Bridge.from_dict(data["sync"], len(data.get("islands") or [])) if data.get("sync") else None,
+            steps=int(data.get("steps") or 0),
         )
 
 
