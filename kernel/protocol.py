@@ -155,6 +155,10 @@ class RankLaunch:
     eval_every: int = 0  # steps between evals (0: only at the end); needs an eval set
     storage_grant: str | None = None  # the capability for this placement's storage (section 4), or None
     island: dict | None = None  # IslandLaunch.as_dict() when the run has islands (rank and world are the island's)
+    # The logging rank's (hosts/runtime/tracking.py) W&B and MLflow settings, the owner's key or token in the
+    # clear: {"wandb": {"project", "entity", "mode", "api_key"}, "mlflow": {"tracking_uri", "experiment",
+    # "token"}}; None on every other rank. Never printed or reported.
+    tracking: dict | None = None
     extra: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:

@@ -31,6 +31,7 @@ from hosts.runtime.events import EventStream
 from hosts.runtime.hfmodel import ModelSource, spec_from_dict, token_loss_sum
 from hosts.runtime.pacing import Pacer
 from hosts.runtime.progress import ProgressLog, progress_line
+from hosts.runtime.tracking import Tracker, grad_norm, logs_run
 from kernel.protocol import RankLaunch
 from kernel.storage import locations
 
@@ -123,9 +124,17 @@ class Trainer:
         self.progress = ProgressLog(launch.max_steps) if placement.rank == 0 else None
         self.last_path: str | None = str(resumed) if resumed else None
         self.rate = engine.step_schedule.align(state.step)
+        self.tracker = Tracker(launch, events) if logs_run(launch, placement.rank) else None
 
     def run(self) -> TrainState:
         """Train to max_steps or until stopped; the final model is always saved and exported."""
+        try:
+            return self._train()
+        finally:
+            if self.tracker:
+                self.tracker.close()
+
+    def _train(self) -> TrainState:
         request = Request()
         while self.state.step < self.launch.max_steps and not request.stop:
             request = self.step()
@@ -138,6 +147,8 @@ class Trainer:
             self.evaluate()
         if not request.stop and self.saved != (self.state.step, True):
             self.save(export=True)
+        if self.tracker:
+            self.tracker.close()  # the event files are stored before the run says it is done
         self.events.done(
             self.state.step, self.state.loss, path=self.last_path, stopped=request.stop, eval_loss=self.state.eval_loss
         )
@@ -148,6 +159,8 @@ class Trainer:
         self.state.eval_loss, self.evaluated_at = loss, self.state.step
         if self.placement.rank == 0:
             self.events.eval(self.state.step, loss, tokens)
+        if self.tracker:
+            self.tracker.scalars(self.state.step, {"eval/loss": loss})
 
     def _eval_due(self) -> bool:
         every = self.launch.eval_every
@@ -190,6 +203,8 @@ class Trainer:
         self.saved, self.last_path = (self.state.step, export), str(path)
         if self.placement.rank == 0:
             self.events.checkpoint(self.state.step, str(path), seconds, stopping=stopping)
+        if self.tracker:
+            self.tracker.flush()
 
     def _due(self) -> bool:
         every = self.launch.checkpoint_every
@@ -206,9 +221,12 @@ class Trainer:
             memory_mb=round(memory_mb(self.placement), 1),
             lr=self.rate,
         )
+        # Rank 0's step spans the whole job's (every rank meets at its boundary): the job's tokens/s.
+        job_tokens_per_s = self.global_batch * self.spec.seq_len / elapsed
+        if self.tracker:
+            figures = {"train/loss": self.state.loss, "train/lr": self.rate, "train/tokens_per_s": job_tokens_per_s}
+            self.tracker.scalars(self.state.step, {**figures, "train/grad_norm": grad_norm(self.engine)})
         if self.progress and self.progress.due(self.state.step):
-            # Rank 0's step spans the whole job's (every rank meets at its boundary): the job's tokens/s.
-            job_tokens_per_s = self.global_batch * self.spec.seq_len / elapsed
             _log(progress_line(self.state.step, self.launch.max_steps, self.state.loss, job_tokens_per_s, elapsed))
 
 
