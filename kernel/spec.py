@@ -38,6 +38,7 @@ JOB_COLUMNS = (
     "sync_every",
     "hyperparameters",
     "n_epochs",
+    "tracking",
 )
 
 
@@ -76,6 +77,9 @@ class JobSpec:
     sync_every: int | None = None  # diloco's inner steps between syncs; None: the planner's
     # kernel.hyperparameters.Hyperparameters.as_dict(), the job's defaults filled in ({}: every default)
     hyperparameters: Mapping[str, Any] = field(default_factory=dict)
+    # W&B and MLflow settings (docs/FINE_TUNING.md, "Tracking"), the secrets already encrypted by the web tier
+    # (workers/services/tracking.py); {}: TensorBoard only.
+    tracking: Mapping[str, Any] = field(default_factory=dict)
     # Passes over the dataset instead of max_steps: the launch works max_steps out from the dataset's
     # tokens and the planned global batch (workers/services/epochs.py), and keeps that batch.
     n_epochs: float | None = None
@@ -101,6 +105,7 @@ class JobSpec:
         data["chip_counts"] = dict(self.chip_counts) if self.chip_counts is not None else None
         data["lora"] = dict(self.lora) if self.lora is not None else None
         data["hyperparameters"] = dict(self.hyperparameters)
+        data["tracking"] = dict(self.tracking)
         data["chip_types"] = list(self.chip_types) if self.chip_types is not None else None
         data["excluded_chip_types"] = list(self.excluded_chip_types)
         return data

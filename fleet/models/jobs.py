@@ -54,6 +54,9 @@ class Job(models.Model):
     # How the optimizer steps (kernel.hyperparameters.Hyperparameters.as_dict()): the owner's settings with
     # the job's defaults filled in at submission, so the page shows what the ranks run with. {}: rows from before.
     hyperparameters = models.JSONField(default=dict, blank=True)
+    # Experiment tracking besides TensorBoard (docs/FINE_TUNING.md, "Tracking"): {"wandb": {...}, "mlflow": {...}},
+    # the owner's W&B key and MLflow token Fernet-encrypted (workers/services/tracking.py). {}: TensorBoard only.
+    tracking = models.JSONField(default=dict, blank=True)
     # Asked as passes over the dataset: max_steps was worked out from them at launch.
     n_epochs = models.FloatField(null=True, blank=True)
     # A continuation (POST /api/v1/jobs/<id>/continue/): the job it goes on from and the checkpoint it starts

@@ -21,9 +21,11 @@ from kernel.money import format_amount, to_micros
 from kernel.planner import Plan
 from kernel.spec import JobSpec
 from workers.api.hyperparameters import HyperparametersSerializer
+from workers.api.tracking import PUBLIC_SCHEMA, TrackingSerializer
 from workers.models import JobEval, JobEvent, JobLogLine, JobMigration
 from workers.services.hyperparameters import origin_of_source
 from workers.services.models import ModelUnavailable, resolve_model_source
+from workers.services.tracking import public_tracking, seal
 
 MONEY_KEYS = ("price_per_hour", "price_per_million_tokens", "total_cost")
 UPLOAD_REFERENCE = re.compile(r"^upload:([0-9]{1,18})$")
@@ -114,6 +116,12 @@ class JobSpecSerializer(serializers.Serializer):
         required=False,
         allow_null=True,
         help_text="Learning rate and schedule, optimizer, clipping (docs/FINE_TUNING.md)",
+    )
+    tracking = TrackingSerializer(
+        required=False,
+        allow_null=True,
+        help_text="Log the run to Weights & Biases and/or MLflow too (TensorBoard files are always written); "
+        "the API key and token are stored encrypted and never shown (docs/FINE_TUNING.md, Tracking)",
     )
     per_device_batch_size = serializers.IntegerField(min_value=1, max_value=settings.JOB_MAX_BATCH)
     max_steps = serializers.IntegerField(min_value=1, max_value=settings.JOB_MAX_STEPS)
@@ -256,6 +264,7 @@ class JobSpecSerializer(serializers.Serializer):
             sync_mode=data.get("sync_mode") or "",
             sync_every=data.get("sync_every"),
             hyperparameters=self._hyperparameters(data),
+            tracking=seal(data.get("tracking")),
         )
 
     def _hyperparameters(self, data) -> dict:
@@ -312,6 +321,12 @@ class JobSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
         read_only=True, help_text="A run of islands: each island's last figures, by island number (docs/ISLANDS.md)"
     )
 
+    tracking = serializers.SerializerMethodField()
+
+    @extend_schema_field(PUBLIC_SCHEMA)
+    def get_tracking(self, job: Job) -> dict:
+        return public_tracking(job.tracking)
+
     def get_eval_dataset(self, job: Job) -> str | None:
         return f"upload:{job.eval_dataset_upload_id}" if job.eval_dataset_upload_id else None
 
@@ -344,6 +359,7 @@ class JobSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
             "sync_mode",
             "sync_every",
             "hyperparameters",
+            "tracking",
             "island_stats",
             "cost",
             "migrations",

@@ -50,6 +50,7 @@ from workers.services.metrics import job_metrics
 from workers.services.model_download import MergedNotApplicable, ModelNotReady, model_download
 from workers.services.planning import quote
 from workers.services.storage import StorageUnavailable
+from workers.services.tensorboard_download import TensorBoardNotReady, tensorboard_download
 
 AUTH_ERRORS_LIST = (401, 429)
 
@@ -292,6 +293,28 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
             raise ValidationError({"merged": [str(error)]}, code="merged_not_applicable") from None
         except ModelNotReady as error:
             raise NotFound(str(error), code="model_not_ready") from None
+        except StorageError as error:
+            raise StorageDown() from error
+        response = StreamingHttpResponse(download.stream(), content_type="application/x-tar")
+        response["Content-Disposition"] = f'attachment; filename="{download.filename}"'
+        return response
+
+    @extend_schema(
+        summary="Download the TensorBoard event files",
+        description=(
+            "The run's TensorBoard event files (train/loss, train/lr, train/grad_norm, train/tokens_per_s, "
+            "eval/loss, written by the rank that logs) as one tar unpacking to `job-<id>-tensorboard/epoch-<n>/`, "
+            "one folder per placement: `tensorboard --logdir job-<id>-tensorboard`. They are stored at every "
+            "checkpoint and at the end; 404 `tensorboard_not_ready` before the first."
+        ),
+        responses={(200, "application/x-tar"): OpenApiTypes.BINARY, **errors(*READ_ERRORS)},
+    )
+    @action(detail=True, url_path="tensorboard")
+    def tensorboard(self, request, pk=None):
+        try:
+            download = tensorboard_download(self.get_object())  # the owner's job, or 404
+        except TensorBoardNotReady as error:
+            raise NotFound(str(error), code="tensorboard_not_ready") from None
         except StorageError as error:
             raise StorageDown() from error
         response = StreamingHttpResponse(download.stream(), content_type="application/x-tar")

@@ -40,6 +40,7 @@ from workers.services.lighthouses import lighthouse_of
 from workers.services.models import ModelUnavailable, resolve_model_source, store_hub_snapshot
 from workers.services.planning import model_spec
 from workers.services.storage_grants import issue_grant
+from workers.services.tracking import launch_tracking
 
 
 class CapacityChanged(Exception):
@@ -202,6 +203,8 @@ def _world_launches(
                     chip_type=rank.chip,
                     seed=job.pk,
                     island=island.as_dict() if island else None,
+                    # Only the rank that logs the run (hosts/runtime/tracking.py) gets the W&B/MLflow secrets.
+                    tracking=launch_tracking(job.tracking) if index == 0 and not (island and island.index) else None,
                 ),
             )
         )
