@@ -63,7 +63,8 @@ Report (one item) =
   {"kind": "metric", "rank", "step", "loss", "tokens", "tokens_per_s", "step_time_s",
    "samples_seen", "memory_mb", "t"}
 | {"kind": "log", "rank", "line", "t"}
-| {"kind": "checkpoint", "rank", "step", "path", "seconds", "stopping", "t"}   (stopping: the last one before a stop)
+| {"kind": "checkpoint", "rank", "step", "path", "seconds", "stopping", "loss", "eval_loss", "t"}
+    (stopping: the last one before a stop; loss: the step's train loss; eval_loss: held-out, when measured there)
 | {"kind": "eval", "rank", "step", "eval_loss", "eval_tokens", "t"}   (rank 0, the held-out loss after step)
 | {"kind": "exit", "rank", "code", "error", "t"}      (error: the rank's last stderr lines)
 | {"kind": "island", "rank", "step", "island", "change", "members", "syncs", "bytes_across", "bridge_gbps",

@@ -35,7 +35,7 @@ EVENT_FIELDS = {
         "memory_mb",
         "t",
     ),
-    ReportKind.CHECKPOINT: ("step", "path", "seconds", "stopping", "t"),
+    ReportKind.CHECKPOINT: ("step", "path", "seconds", "stopping", "loss", "eval_loss", "t"),
     ReportKind.EVAL: ("step", "eval_loss", "eval_tokens", "t"),
     ReportKind.ISLAND: (
         "step",

@@ -8,8 +8,9 @@ Layout of `checkpoint_dir`:
       ds/                   DeepSpeed's own checkpoint (tag "ds": model states + ZeRO shards)
       rng-<rank>.pt         each rank's RNG states
       universal/            added on demand: the topology-free form (see `universal.py`)
-      model/, adapter/      the weights the user takes home, in Hugging Face format (final and
-                            stop checkpoints; `export.py`)
+      model/, adapter/      the weights the user takes home, in Hugging Face format (`export.py`):
+                            every checkpoint holds its own (model/ of a full fine-tune, adapter/
+                            of a LoRA job); final and stop ones add a LoRA job's merged model/
 
 A LoRA job's DeepSpeed checkpoint holds only the adapter and its optimizer state: the frozen base
 weights come from the model's own files on every start.
@@ -89,8 +90,15 @@ def layout(zero_stage: int) -> str:
     return "plain" if zero_stage == 0 else "partitioned"
 
 
-def save(engine, launch: RankLaunch, placement: Placement, state: TrainState, export: bool) -> tuple[str, float]:
-    """Collective: write step-<state.step> atomically; returns (path or `store:` key, seconds)."""
+def save(
+    engine, launch: RankLaunch, placement: Placement, state: TrainState, export: bool, *, hf: bool = True
+) -> tuple[str, float]:
+    """Collective: write step-<state.step> atomically; returns (path or `store:` key, seconds).
+
+    `export`: the whole take-home export (a LoRA job's adapter and merged model). Otherwise `hf` writes the
+    checkpoint's own Hugging Face form, so that any checkpoint downloads as a model: a full fine-tune's
+    model/ (its fp32 weights: a quarter or less of what the checkpoint's weights and Adam moments take), a
+    LoRA job's adapter/ (its trained weights only, no gather of the frozen base)."""
     started = time.perf_counter()
     stored = locations.is_stored(launch.checkpoint_dir)
     root = Path(launch.run_dir) / "checkpoints" if stored else Path(launch.checkpoint_dir)
@@ -109,14 +117,15 @@ def save(engine, launch: RankLaunch, placement: Placement, state: TrainState, ex
         exclude_frozen_parameters=True,  # LoRA: the base model is the user's files, never copied
     )
     torch.save(rng_state(placement), tmp / f"rng-{placement.rank}.pt")
-    weights = full_fp32_state_dict(engine) if export else None
+    lora = ModelSource.from_launch(launch.model).is_lora
+    weights = full_fp32_state_dict(engine, trainable_only=lora and not export) if export or hf else None
     dist.barrier()
     if stored:
         key = join(locations.key_of(launch.checkpoint_dir), final.name)
-        _upload(engine, launch, placement, state, weights, tmp, key)
+        _upload(engine, launch, placement, state, (weights, export), tmp, key)
         return locations.stored(key), time.perf_counter() - started
     if placement.rank == 0:
-        _finish_locally(engine, launch, placement, state, weights, tmp)
+        _finish_locally(engine, launch, placement, state, (weights, export), tmp)
         _fsync_tree(tmp)
         _publish(tmp, final)
         _point_latest(root, final.name)
@@ -128,15 +137,17 @@ def host_leader() -> bool:
     return os.environ.get("LOCAL_RANK", "0") == "0"
 
 
-def _finish_locally(engine, launch, placement, state, weights, folder: Path) -> None:
-    """Rank 0: the exported model (when asked) and meta.json into the checkpoint folder."""
+def _finish_locally(engine, launch, placement, state, exported: tuple, folder: Path) -> None:
+    """Rank 0: the exported model (when asked: `exported` is (weights or None, merged)) and meta.json into the
+    checkpoint folder."""
     spec = spec_from_dict(launch.model)
+    weights, merged = exported
     if weights is not None:
-        hf_export.export(folder, engine.module, weights, ModelSource.from_launch(launch.model))
+        hf_export.export(folder, engine.module, weights, ModelSource.from_launch(launch.model), merged=merged)
     _write_json(folder / META, _meta(launch, placement, spec, state))
 
 
-def _upload(engine, launch, placement, state, weights, tmp: Path, key: str) -> None:
+def _upload(engine, launch, placement, state, exported: tuple, tmp: Path, key: str) -> None:
     """Collective: each host's leader uploads its files; rank 0 adds meta.json and the export, then the
     manifest over everything, last."""
     storage = staging.host_storage(launch)
@@ -145,7 +156,7 @@ def _upload(engine, launch, placement, state, weights, tmp: Path, key: str) -> N
     dist.all_gather_object(gathered, entries)
     if placement.rank == 0:
         files = {name: entry for part in gathered for name, entry in (part or {}).items()}
-        _finish_locally(engine, launch, placement, state, weights, tmp)
+        _finish_locally(engine, launch, placement, state, exported, tmp)
         added = [name for name in local_files(tmp) if name not in files]
         entries = {**entries, **upload_files(storage.store, key, tmp, added)}
         files.update(entries)
@@ -243,12 +254,14 @@ def resolve(path: str | os.PathLike) -> Path:
     raise FileNotFoundError(f"no checkpoint at {path} (neither {META} nor {LATEST} there)")
 
 
-def full_fp32_state_dict(engine) -> dict[str, torch.Tensor]:
-    """Collective under ZeRO: every parameter's full fp32 master copy, on the CPU."""
+def full_fp32_state_dict(engine, trainable_only: bool = False) -> dict[str, torch.Tensor]:
+    """Collective under ZeRO: every parameter's (or only the trained ones') full fp32 master copy, on the CPU."""
     from deepspeed.utils import safe_get_full_fp32_param
 
     weights = {}
     for name, param in engine.module.named_parameters():  # frozen ones (a LoRA base) are held whole
+        if trainable_only and not param.requires_grad:
+            continue
         full = safe_get_full_fp32_param(param)
         weights[name] = (param.detach() if full is None else full).float().cpu().clone()
     return weights

@@ -41,9 +41,26 @@ class EventStream:
         """step, loss, tokens, tokens_per_s, step_time_s, samples_seen, memory_mb."""
         self.emit("metric", **fields)
 
-    def checkpoint(self, step: int, path: str, seconds: float, stopping: bool = False) -> None:
-        """`stopping`: the last checkpoint before the ranks stop (the one a reclaim notice asked for)."""
-        self.emit("checkpoint", step=step, path=path, seconds=round(seconds, 4), stopping=stopping)
+    def checkpoint(
+        self,
+        step: int,
+        path: str,
+        seconds: float,
+        stopping: bool = False,
+        loss: float | None = None,
+        eval_loss: float | None = None,
+    ) -> None:
+        """`stopping`: the last checkpoint before the ranks stop (the one a reclaim notice asked for). `loss`:
+        the global train loss of the step saved; `eval_loss`: the held-out loss, when it was measured at it."""
+        self.emit(
+            "checkpoint",
+            step=step,
+            path=path,
+            seconds=round(seconds, 4),
+            stopping=stopping,
+            loss=loss,
+            eval_loss=eval_loss,
+        )
 
     def eval(self, step: int, eval_loss: float | None, eval_tokens: int) -> None:
         """The held-out loss after `step`: mean cross-entropy over the eval records' target tokens."""

@@ -1,4 +1,4 @@
-"""The trained model in Hugging Face format, written beside a final or stop checkpoint.
+"""The trained model in Hugging Face format, written into a checkpoint (every one: `checkpoint.save`).
 
     model/      config.json, generation_config.json, model.safetensors (or shards + index),
                 tokenizer files: loads with AutoModelForCausalLM.from_pretrained(path)
@@ -6,7 +6,8 @@
                 loads with peft's PeftModel.from_pretrained(base, path)
 
 For LoRA, model/ holds the merged weights (W + alpha/r · B·A per adapted layer), so either form can
-be downloaded. Weights are the fp32 master copies; nothing is pickled.
+be downloaded; it is written only when `merged` (final and stop checkpoints): an intermediate LoRA
+checkpoint holds its adapter alone. Weights are the fp32 master copies; nothing is pickled.
 """
 
 from __future__ import annotations
@@ -37,13 +38,19 @@ _PEFT_PREFIX = "base_model.model."
 _LORA_KEY = re.compile(r"^(?P<module>.+)\.lora_(?P<which>[AB])\.default\.weight$")
 
 
-def export(directory: Path, module: torch.nn.Module, weights: dict[str, torch.Tensor], source: ModelSource) -> None:
-    """Write model/ (and adapter/ for LoRA) under `directory` from the full fp32 `weights` of `module`."""
+def export(
+    directory: Path, module: torch.nn.Module, weights: dict[str, torch.Tensor], source: ModelSource, merged: bool = True
+) -> None:
+    """Write model/ (and adapter/ for LoRA) under `directory` from the full fp32 `weights` of `module`.
+
+    A LoRA job's `weights` may hold only the adapter's when not `merged`: then adapter/ alone is written."""
     if source.is_lora:
         adapter = directory / ADAPTER_DIR
         module.save_pretrained(str(adapter), state_dict=weights, safe_serialization=True)
         _name_base_model(adapter, source.name)
         _copy_tokenizer(source, adapter)
+        if not merged:
+            return
         base = module.get_base_model()
         weights = merge_lora(weights, scaling=source.lora.alpha / source.lora.r)
     else:

@@ -199,10 +199,16 @@ class Trainer:
         return self.rate
 
     def save(self, export: bool, stopping: bool = False) -> None:
-        path, seconds = checkpoint.save(self.engine, self.launch, self.placement, self.state, export)
+        """Every checkpoint carries its Hugging Face form (model/ or a LoRA adapter/) so that it downloads as a
+        model, except a stop that was asked not to export (a quick one)."""
+        hf = export or not stopping
+        path, seconds = checkpoint.save(self.engine, self.launch, self.placement, self.state, export, hf=hf)
         self.saved, self.last_path = (self.state.step, export), str(path)
         if self.placement.rank == 0:
-            self.events.checkpoint(self.state.step, str(path), seconds, stopping=stopping)
+            evaluated = self.state.eval_loss if self.evaluated_at == self.state.step else None
+            self.events.checkpoint(
+                self.state.step, str(path), seconds, stopping=stopping, loss=self.state.loss, eval_loss=evaluated
+            )
         if self.tracker:
             self.tracker.flush()
 

@@ -31,6 +31,8 @@ def test_parse_event_keeps_only_protocol_fields():
     item = parse_event('{"event": "metric", "step": 3, "loss": 2.5, "bogus": 1, "t": 9.0}', rank=2)
     assert item == {"kind": "metric", "rank": 2, "step": 3, "loss": 2.5, "t": 9.0}
     assert parse_event('{"event": "checkpoint", "step": 4, "path": "p", "seconds": 0.1}', 0)["path"] == "p"
+    saved = parse_event('{"event": "checkpoint", "step": 4, "path": "p", "loss": 2.5, "eval_loss": 2.75}', 0)
+    assert (saved["loss"], saved["eval_loss"]) == (2.5, 2.75)  # each checkpoint's losses reach the platform
     assert parse_event('{"event": "done"}', 0) == "done"
     island = parse_event('{"event": "island", "island": 1, "change": "sync", "bridge_gbps": 2.5, "t": 1}', 0)
     assert island["bridge_gbps"] == 2.5  # a leader's measured bridge travels to the platform
