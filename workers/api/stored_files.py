@@ -4,7 +4,7 @@ streamed from the store."""
 
 from __future__ import annotations
 
-from django.http import FileResponse, HttpResponse, HttpResponseRedirect
+from django.http import FileResponse, HttpResponse, HttpResponseRedirect, StreamingHttpResponse
 from rest_framework import status
 from rest_framework.exceptions import APIException
 
@@ -28,3 +28,10 @@ def stored_file_response(key: str, filename: str) -> HttpResponse:
         response["Cache-Control"] = "private, no-store"  # the URL is a credential while it lasts
         return response
     return FileResponse(store.open(key), as_attachment=True, filename=filename)
+
+
+def tar_response(download) -> StreamingHttpResponse:
+    """A model download (workers.services.model_download.ModelDownload) streamed as an attached tar."""
+    response = StreamingHttpResponse(download.stream(), content_type="application/x-tar")
+    response["Content-Disposition"] = f'attachment; filename="{download.filename}"'
+    return response

@@ -1,7 +1,7 @@
 from django.urls import path, re_path
 from rest_framework.routers import DefaultRouter
 
-from workers.api import agent_views, job_views, model_views
+from workers.api import agent_views, checkpoint_views, job_views, model_views
 
 router = DefaultRouter(trailing_slash=True)
 router.include_root_view = False
@@ -16,6 +16,20 @@ urlpatterns = [
         r"^jobs/(?P<pk>[0-9]+)/artifacts/(?P<path>.+)$",
         job_views.JobViewSet.as_view({"get": "artifact"}),
         name="job-artifact",
+    ),
+    # A step that is not a number reaches the view, which answers a 400 naming it (never the catch-all 404).
+    re_path(
+        r"^jobs/(?P<pk>[^/]+)/checkpoints/$", checkpoint_views.CheckpointListView.as_view(), name="job-checkpoints"
+    ),
+    re_path(
+        r"^jobs/(?P<pk>[^/]+)/checkpoints/(?P<step>[^/]+)/$",
+        checkpoint_views.CheckpointView.as_view(),
+        name="job-checkpoint",
+    ),
+    re_path(
+        r"^jobs/(?P<pk>[^/]+)/checkpoints/(?P<step>[^/]+)/download/$",
+        checkpoint_views.CheckpointDownloadView.as_view(),
+        name="job-checkpoint-download",
     ),
     path("agent/enroll/", agent_views.EnrollView.as_view(), name="agent-enroll"),
     path("agent/poll/", agent_views.PollView.as_view(), name="agent-poll"),

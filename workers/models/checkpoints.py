@@ -10,7 +10,9 @@ class JobCheckpoint(models.Model):
 
     `stopping`: saved for a stop (a reclaim notice, a credit stop, a cancel that keeps state), which
     pruning always keeps. `bytes` is the tree's size from its manifest, filled in after the report.
-    The row goes when pruning deletes the tree.
+    `loss` is the global train loss of the step saved, `eval_loss` the held-out loss when it was measured at
+    that step (as the ranks reported them; null from runtimes that did not). The row goes when pruning, or
+    its owner, deletes the tree.
     """
 
     job = models.ForeignKey("fleet.Job", on_delete=models.CASCADE, related_name="checkpoints")
@@ -19,6 +21,8 @@ class JobCheckpoint(models.Model):
     key = models.CharField(max_length=255)
     stopping = models.BooleanField(default=False)
     bytes = models.PositiveBigIntegerField(null=True, blank=True)
+    loss = models.FloatField(null=True, blank=True)
+    eval_loss = models.FloatField(null=True, blank=True)
     created_at = models.DateTimeField()
 
     class Meta:

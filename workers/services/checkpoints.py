@@ -57,19 +57,34 @@ def own_checkpoint_key(job: Job, path: str | None) -> str | None:
 
 
 def record_checkpoint(job: Job, item: dict, now: datetime) -> JobCheckpoint | None:
-    """Record a reported checkpoint (a `store:` path; one on a shared disk is not pruned). A second report of
-    the same tree marks it stopping if this one is."""
+    """Record a reported checkpoint (a `store:` path; one on a shared disk is not pruned) with its train and
+    held-out losses. A second report of the same tree marks it stopping if this one is, and fills in a loss
+    the first lacked."""
     path = item.get("path") or ""
     if not is_stored(path):
         return None
+    losses = {"loss": item.get("loss"), "eval_loss": item.get("eval_loss")}
+    if losses["eval_loss"] is None:  # a runtime that reports no eval loss with its checkpoint: the step's eval
+        losses["eval_loss"] = job.evals.filter(step=item["step"]).values_list("eval_loss", flat=True).first()
     row, created = JobCheckpoint.objects.get_or_create(
         job=job,
         key=key_of(path),
-        defaults={"epoch": job.epoch, "step": item["step"], "stopping": bool(item.get("stopping")), "created_at": now},
+        defaults={
+            "epoch": job.epoch,
+            "step": item["step"],
+            "stopping": bool(item.get("stopping")),
+            "created_at": now,
+            **losses,
+        },
     )
-    if not created and item.get("stopping") and not row.stopping:
-        row.stopping = True
-        row.save(update_fields=["stopping"])
+    if not created:
+        changed = {name: value for name, value in losses.items() if value is not None and getattr(row, name) is None}
+        if item.get("stopping") and not row.stopping:
+            changed["stopping"] = True
+        if changed:
+            for name, value in changed.items():
+                setattr(row, name, value)
+            row.save(update_fields=list(changed))
     return row
 
 

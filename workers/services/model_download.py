@@ -20,6 +20,7 @@ from kernel.money import format_money
 from kernel.storage import StorageError, Store
 from kernel.storage.locations import is_stored, key_of
 from kernel.storage.trees import FileEntry, Manifest, read_manifest
+from workers.models import JobCheckpoint
 from workers.services.placement import checkpoint_prefix
 from workers.services.storage import platform_store
 
@@ -90,11 +91,12 @@ def model_download(job: Job, merged: bool = False) -> ModelDownload:
     )
 
 
-def download_folder(job: Job, which: str) -> str:
-    """The folder a download's tar unpacks to (its name without .tar): job-<id>-model, -adapter or -merged."""
+def download_folder(job: Job, which: str, step: int | None = None) -> str:
+    """The folder a download's tar unpacks to (its name without .tar): job-<id>-model, -adapter or -merged;
+    a checkpoint's (`step`) job-<id>-step-<n>-model..."""
     lora = job.mode == TrainingMode.LORA
     kind = "adapter" if which == ADAPTER_DIR else ("merged" if lora else "model")
-    return f"job-{job.pk}-{kind}"
+    return f"job-{job.pk}-{kind}" if step is None else f"job-{job.pk}-step-{step}-{kind}"
 
 
 def exported_step(job: Job) -> ExportedStep | None:
@@ -114,11 +116,19 @@ def exported_step(job: Job) -> ExportedStep | None:
     return ExportedStep(prefix, manifest)
 
 
-def model_card(job: Job, which: str, step_name: str) -> str:
-    """README.md: what was trained, on what, how far, on which chips, with which losses, for how much."""
+def model_card(job: Job, which: str, step_name: str, at: JobCheckpoint | None = None) -> str:
+    """README.md: what was trained, on what, how far, on which chips, with which losses, for how much. `at`: an
+    intermediate checkpoint's download (its own step and losses, and the folder it unpacks to)."""
     charged = job_charged(job)
     chips = job.plan.describe().removeprefix("Placed on ") if job.plan else "–"
     dataset = job.dataset_upload.name if job.dataset_upload_id else job.dataset
+    if at is None:
+        steps, losses = (
+            job.step,
+            f"first {_loss(job.first_loss)}, last {_loss(job.loss)}; held-out {_loss(job.eval_loss)}",
+        )
+    else:
+        steps, losses = at.step, f"{_loss(at.loss)}; held-out {_loss(at.eval_loss)} (at this checkpoint)"
     lines = [
         "---",
         "library_name: " + ("peft" if which == ADAPTER_DIR else "transformers"),
@@ -130,24 +140,24 @@ def model_card(job: Job, which: str, step_name: str) -> str:
         f"- Base model: `{job.model_name}`",
         f"- Training: {'LoRA ' + _lora_text(job.lora) if job.mode == TrainingMode.LORA else 'full fine-tuning'}",
         f"- Data: {dataset}",
-        f"- Steps: {job.step} of {job.max_steps} ({step_name})",
+        f"- Steps: {steps} of {job.max_steps} ({step_name})",
         f"- Chips: {chips}",
-        f"- Loss: first {_loss(job.first_loss)}, last {_loss(job.loss)}; held-out {_loss(job.eval_loss)}",
+        f"- Loss: {losses}",
         f"- Cost: {format_money(charged)}",
         "",
         "## Load it",
         "",
         "```python",
-        *load_lines(job, which),
+        *load_lines(job, which, at.step if at else None),
         "```",
         "",
     ]
     return "\n".join(lines)
 
 
-def load_lines(job: Job, which: str) -> list[str]:
+def load_lines(job: Job, which: str, step: int | None = None) -> list[str]:
     """The three lines the job page shows under its Download model button, naming the folder the tar unpacks to."""
-    folder = "./" + download_folder(job, which)
+    folder = "./" + download_folder(job, which, step)
     if which == ADAPTER_DIR:
         return [
             "from peft import PeftModel; from transformers import AutoModelForCausalLM, AutoTokenizer",

@@ -14,7 +14,7 @@ from django.utils import timezone
 from fleet.choices import JobEventKind, JobStatus, MigrationStatus
 from fleet.models import Allocation, Job, Node
 from kernel.protocol import ReportKind
-from workers.models import JobEval, JobLogLine, JobMetric, RankExit
+from workers.models import JobCheckpoint, JobEval, JobLogLine, JobMetric, RankExit
 from workers.services import lifecycle
 from workers.services.allocations import release_leaving_chips
 from workers.services.checkpoints import job_checkpoints, own_checkpoint_key, record_checkpoint
@@ -171,6 +171,8 @@ def _record_eval(job: Job, item: dict, now) -> None:
             "created_at": _time(item, now),
         },
     )
+    # An eval after its step's checkpoint was reported (the end's eval follows the last save): the checkpoint's.
+    JobCheckpoint.objects.filter(job=job, step=item["step"], eval_loss__isnull=True).update(eval_loss=item["eval_loss"])
     newest = job.evals.order_by("-step").values_list("eval_loss", flat=True).first()
     if newest != job.eval_loss:
         job.eval_loss = newest
