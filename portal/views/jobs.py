@@ -31,6 +31,7 @@ from fleet.choices import AllocationMode, JobStatus, TrainingMode
 from fleet.models import ChipType, Job
 from kernel.money import format_price, to_decimal
 from kernel.storage import StorageError
+from portal.views.job_checkpoints import checkpoint_table
 from portal.views.job_islands import island_rows, sync_summary
 from portal.views.job_log_view import log_context, log_groups, log_query
 from portal.views.training import summarize_plan
@@ -141,6 +142,7 @@ def job_context(job: Job, now: datetime | None = None) -> dict:
         "sync": sync_summary(job),
         "timeline": timeline(job),
         "artifacts": group_artifacts(list_artifacts(job)),
+        "checkpoints": checkpoint_table(job),
         "model": model_links(job),
     }
 

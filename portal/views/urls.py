@@ -1,7 +1,18 @@
 from django.urls import path
 
 from market import views as market
-from portal.views import billing, dashboard, datasets, jobs, models, notifications, pages, statements, training
+from portal.views import (
+    billing,
+    dashboard,
+    datasets,
+    job_checkpoints,
+    jobs,
+    models,
+    notifications,
+    pages,
+    statements,
+    training,
+)
 
 urlpatterns = [
     path("", pages.home, name="home"),
@@ -20,6 +31,16 @@ urlpatterns = [
     path("jobs/<int:pk>/logs/", jobs.job_logs_view, name="job_logs"),
     path("jobs/<int:pk>/artifacts/<path:path>", jobs.job_artifact, name="job_artifact"),
     path("jobs/<int:pk>/model.tar", jobs.job_model, name="job_model"),
+    path(
+        "jobs/<int:pk>/checkpoints/<int:step>/model.tar",
+        job_checkpoints.job_checkpoint_model,
+        name="job_checkpoint_model",
+    ),
+    path(
+        "jobs/<int:pk>/checkpoints/<int:step>/delete/",
+        job_checkpoints.job_checkpoint_delete,
+        name="job_checkpoint_delete",
+    ),
     path("datasets/", datasets.datasets, name="datasets"),
     path("models/", models.models, name="models"),
     path("models/<int:pk>/delete/", models.model_delete, name="model_delete"),

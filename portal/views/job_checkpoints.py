@@ -1,0 +1,79 @@
+"""The job page's checkpoint table: each checkpoint's step, losses, time, size and why it is kept, with its
+model download and a delete button; and the retention policy above it (as the API's `checkpoints/`)."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.shortcuts import get_object_or_404, redirect
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+from django_htmx.http import HttpResponseClientRedirect
+
+from fleet.choices import JobStatus, TrainingMode
+from fleet.models import Job
+from kernel.storage import StorageError
+from kernel.storage.locations import is_stored, key_of
+from workers.api.stored_files import tar_response
+from workers.services.checkpoint_objects import (
+    CheckpointInUse,
+    CheckpointNotExported,
+    CheckpointNotFound,
+    checkpoint_download,
+    delete_checkpoint,
+    list_checkpoints,
+    retention,
+)
+from workers.services.model_download import MergedNotApplicable
+
+STORAGE_DOWN = "Object storage is unavailable right now; try again shortly."
+
+
+def checkpoint_table(job: Job) -> dict:
+    """The rows of the table (newest first) and the retention policy."""
+    latest = key_of(job.latest_checkpoint) if is_stored(job.latest_checkpoint) else None
+    ended = job.status in JobStatus.finished()
+    rows = [
+        {
+            "row": entry.row,
+            "kept": entry.kept,
+            "kept_because": entry.kept_because,
+            "deletable": ended or entry.row.key != latest,
+        }
+        for entry in list_checkpoints(job)
+    ]
+    return {"rows": rows, "retention": retention(), "lora": job.mode == TrainingMode.LORA}
+
+
+def owned_job(request: HttpRequest, pk: int) -> Job:
+    return get_object_or_404(Job, pk=pk, owner=request.user)
+
+
+@login_required
+def job_checkpoint_model(request: HttpRequest, pk: int, step: int) -> StreamingHttpResponse:
+    """A checkpoint's model as one tar, as the API's `checkpoints/{step}/download/`."""
+    job = owned_job(request, pk)
+    try:
+        download = checkpoint_download(job, step, merged=request.GET.get("merged") in ("1", "true"))
+    except (CheckpointNotFound, CheckpointNotExported, MergedNotApplicable) as error:
+        raise Http404(str(error)) from None
+    except StorageError:
+        return HttpResponse(STORAGE_DOWN, status=503, content_type="text/plain")
+    return tar_response(download)
+
+
+@require_POST
+@login_required
+def job_checkpoint_delete(request: HttpRequest, pk: int, step: int) -> HttpResponse:
+    """Delete one checkpoint; the page says what happened (or why not) at the top."""
+    job = owned_job(request, pk)
+    try:
+        delete_checkpoint(job, step)
+        messages.success(request, f"Checkpoint at step {step} of job {job.pk} deleted.")
+    except (CheckpointNotFound, CheckpointInUse) as error:
+        messages.error(request, str(error))
+    except StorageError:
+        messages.error(request, STORAGE_DOWN)
+    target = reverse("job", args=[job.pk])
+    return HttpResponseClientRedirect(target) if request.htmx else redirect(target)
