@@ -84,6 +84,9 @@ class JobSpec:
     # tokens and the planned global batch (workers/services/epochs.py), and keeps that batch.
     n_epochs: float | None = None
     global_batch: int | None = None
+    # A continuation's steps already trained (its start checkpoint's step): its plans count the steps left,
+    # max_steps - start_step. Not a column: the job's start_checkpoint says it (`start_step_of`).
+    start_step: int = 0
     chip_types: tuple[str, ...] | None = field(default=None)
     # Chip types a re-plan must leave out: those whose last bid the owner cancelled (market.services.bids).
     excluded_chip_types: tuple[str, ...] = ()
@@ -128,7 +131,15 @@ class JobSpec:
         )
         plan = job.plan
         resuming = bool(plan and job.latest_checkpoint)
+        # Epochs were counted in the launch's global batch: every plan keeps it, so the steps stay the epochs.
+        counted = job.quote.global_batch if job.n_epochs and job.quote else None
         return spec.pinned(
-            global_batch=plan.global_batch if resuming else None,
+            global_batch=plan.global_batch if resuming else counted,
             chip_types=tuple(sorted(plan.chip_types())) if plan and not job.allow_other_chips else None,
         )
+
+
+def start_step_of(checkpoint_key: str | None) -> int:
+    """The step of a checkpoint tree's key (checkpoints/job-<id>/step-<n>): 0 for none or another key."""
+    step = (checkpoint_key or "").rstrip("/").rsplit("/", 1)[-1].removeprefix("step-")
+    return int(step) if step.isascii() and step.isdigit() else 0

@@ -2,9 +2,10 @@
 
 The platform names a rank's inputs by storage key when the hosts share no disk: a dataset file
 (`store:datasets/7/<uuid>/data.jsonl`, a file of the tree that is its folder), a model folder
-(`store:models/7/<uuid>`), the checkpoint to resume from (`store:checkpoints/job-5/step-40`) and where
-checkpoints go (`store:checkpoints/job-5`). A rank reaches them with its launch's storage grant: URLs for
-exactly those objects, signed by the platform (STARVERSE_PLATFORM_URL) on request (kernel/storage/grants.py);
+(`store:models/7/<uuid>`; a finished job's trained model: `model/` in its checkpoint tree), the checkpoint to
+resume from (`store:checkpoints/job-5/step-40`) and where checkpoints go (`store:checkpoints/job-5`). A rank
+reaches them with its launch's storage grant: URLs for exactly those objects, signed by the platform
+(STARVERSE_PLATFORM_URL) on request (kernel/storage/grants.py);
 the host holds no store credentials. Inputs are copied into the host's staging cache (STARVERSE_CACHE_DIR,
 STARVERSE_CACHE_BYTES) once, verified against their manifests, and linked into the run folder, so a rank
 reads only its own host's disk. A launch without a grant uses the store in STORAGE_URL (a host trusted with
@@ -63,8 +64,17 @@ def stage_inputs(launch: RankLaunch) -> RankLaunch:
     if is_stored(launch.eval_dataset):
         changes["eval_dataset"] = str(stage_file(launch, launch.eval_dataset))
     if is_stored(launch.model.get("path")):
-        changes["model"] = {**launch.model, "path": str(stage_tree(launch, key_of(launch.model["path"])))}
+        changes["model"] = {**launch.model, "path": str(stage_model(launch, key_of(launch.model["path"])))}
     return dataclasses.replace(launch, **changes) if changes else launch
+
+
+def stage_model(launch: RankLaunch, key: str) -> Path:
+    """The model's tree, or with the launch's `model.folder` (a job's trained model: `model` inside a checkpoint
+    tree) only that folder of it."""
+    folder = launch.model.get("folder")
+    if not folder:
+        return stage_tree(launch, key)
+    return stage_tree(launch, key, select=lambda member: member.startswith(folder + "/")) / folder
 
 
 def stage_file(launch: RankLaunch, value: str) -> Path:

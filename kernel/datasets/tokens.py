@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import os
 from collections.abc import Callable, Iterable
+from pathlib import Path
 
 import numpy as np
 
@@ -72,10 +73,20 @@ class ByteTokenizer:
         return out.getvalue()
 
 
+# A folder holding one of these has a tokenizer of its own (export.py copies them with the weights).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
+def _bytes_model(folder: Path) -> bool:
+    """A model folder (config.json) that came without a tokenizer: a catalog model's, which reads bytes."""
+    return (folder / "config.json").is_file() and not any((folder / name).is_file() for name in TOKENIZER_FILES)
+
+
 def load_tokenizer(path: str | os.PathLike | None, vocab_size: int):
     """The tokenizer of the model directory at `path` (local files only), or for a catalog model
-    (`path` None) a ByteTokenizer; refused when its ids wouldn't fit the model's vocabulary."""
-    if path is None:
+    (`path` None, or a model folder without tokenizer files: a catalog model's trained weights, `job:<id>`)
+    a ByteTokenizer; refused when its ids wouldn't fit the model's vocabulary."""
+    if path is None or _bytes_model(Path(path)):
         return ByteTokenizer(vocab_size)
     from transformers import AutoTokenizer
 

@@ -45,6 +45,7 @@ logger = logging.getLogger(__name__)
 
 MODELS_PREFIX, HUB_PREFIX = "models", "hub"
 MODEL_REFERENCE = re.compile(r"^model:([0-9]{1,18})$")
+JOB_REFERENCE = re.compile(r"^job:([0-9]{1,18})$")  # a finished job's exported model (`job_output_source`)
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 ARCHIVE_SUFFIX = re.compile(r"(\.tar\.gz|\.tgz|\.tar|\.zip)$", re.IGNORECASE)
 # Sequence length of a job on a user's model unless it asks for another: the model's context, at most this.
@@ -76,10 +77,11 @@ class ModelSource:
     store_prefix: str | None  # its files' tree in object storage: models/<owner>/<uuid>, hub/<org>--<name>/<commit>
     shape: ModelShape
     seq_len: int
-    source: str  # "catalog", "upload" or "hub"
+    source: str  # "catalog", "upload", "hub" or "job"
     description: str
     has_chat_template: bool = False  # the catalog's models have no tokenizer (bytes are their tokens)
     snapshot: Path | None = None  # a Hub model's folder in this platform's Hugging Face cache
+    store_folder: str = ""  # the model's folder inside that tree ("model" of a job's checkpoint); "": the tree
 
     @property
     def location(self) -> str | None:
@@ -220,11 +222,16 @@ def resolve_model_source(name: str, owner=None) -> ModelSource:
         return catalog_source(name)
     if reference := MODEL_REFERENCE.match(name):
         return upload_source(int(reference[1]), owner)
+    if reference := JOB_REFERENCE.match(name):
+        from workers.services.job_models import job_output_source  # it reads a job's checkpoints
+
+        return job_output_source(int(reference[1]), owner)
     if HUB_ID.match(name) and ".." not in name and "--" not in name:
         return hub_source(name)
     raise ModelUnavailable(
         f"Unknown model '{name}'. Use a built-in model ({', '.join(CATALOG)}), one of your uploads "
-        "(model:<id>), or a Hugging Face Hub id (org/name) that this platform's Hugging Face cache holds."
+        "(model:<id>), a finished job's trained model (job:<id>), or a Hugging Face Hub id (org/name) that this "
+        "platform's Hugging Face cache holds."
     )
 
 

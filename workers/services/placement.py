@@ -34,7 +34,7 @@ from market.services.locks import lock_job_bids
 from market.services.reservations import end_job_reservations
 from workers.services import commands, lifecycle, spot
 from workers.services.capacity import free_chips
-from workers.services.checkpoints import job_checkpoints, own_checkpoint_key
+from workers.services.checkpoints import is_own_checkpoint, job_checkpoints, own_checkpoint_key
 from workers.services.hyperparameters import job_hyperparameters
 from workers.services.lighthouses import lighthouse_of
 from workers.services.models import ModelUnavailable, resolve_model_source, store_hub_snapshot
@@ -244,7 +244,8 @@ def launch_model(job: Job) -> dict:
     return {
         **model_spec(JobSpec.of_job(job), source).as_dict(),
         "config": source.config,
-        "path": source.location,  # store:models/... or store:hub/...; None: built from the config
+        "path": source.location,  # store:models/..., store:hub/... or store:checkpoints/...; None: from the config
+        **({"folder": source.store_folder} if source.store_folder else {}),  # job:<id>: model/ inside that tree
         "lora": lora_settings(job.lora) if job.mode == LORA else None,
         "gradient_checkpointing": job.gradient_checkpointing,
     }
@@ -262,9 +263,19 @@ def checkpoint_prefix(job: Job) -> str:
 
 
 def resume_point(job: Job) -> str | None:
-    """The checkpoint the next placement resumes from: the job's latest, only ever one of its own trees."""
-    key = own_checkpoint_key(job, job.latest_checkpoint)
+    """The checkpoint the next placement resumes from: the job's latest, only ever one of its own trees; a
+    continuation without checkpoints of its own starts from its start checkpoint (`start_checkpoint_key`)."""
+    key = own_checkpoint_key(job, job.latest_checkpoint) or start_checkpoint_key(job)
     return stored(key) if key else None
+
+
+def start_checkpoint_key(job: Job) -> str | None:
+    """A continuation's start checkpoint: a checkpoint tree of the job it continues, that job its owner's too;
+    anything else is never a resume point (None)."""
+    key, previous = job.start_checkpoint, job.continued_from
+    if not key or previous is None or previous.owner_id != job.owner_id:
+        return None
+    return key if is_own_checkpoint(previous.pk, key) else None
 
 
 def checkpoint_interval(job: Job) -> int:

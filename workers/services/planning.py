@@ -116,7 +116,7 @@ def plan_request(spec: JobSpec) -> planner.PlanRequest:
     return planner.PlanRequest(
         model=model_spec(spec),
         per_device_batch_size=spec.per_device_batch_size,
-        max_steps=spec.max_steps,
+        max_steps=max(spec.max_steps - spec.start_step, 1),  # a continuation's plan counts the steps left
         policy=spec.policy,
         max_budget_per_hour=spec.max_budget_per_hour,
         total_budget=spec.total_budget,

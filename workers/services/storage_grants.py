@@ -7,7 +7,9 @@ it resumes from). With it a rank asks `POST /api/v1/agent/storage/` (kernel/prot
 URLs, each good for one object and STORAGE_GRANT_URL_TTL_S. The platform signs:
 
 - GET for keys in those trees and under the job's own checkpoints (`checkpoints/job-<id>/`),
-- PUT (and multipart uploads) only under the job's own checkpoints,
+- PUT (and multipart uploads) only under the job's own checkpoints, and for a continuation resuming from its
+  previous job's checkpoint, that tree's universal/ form (the first resume on another world converts it once
+  and stores it beside the checkpoint: `hosts/runtime/checkpoint.prepare`),
 
 and only while the job is still at that epoch and active, on a node that holds chips of it. A stale or
 ended placement's grant is refused (409), any other key too (403), so a host reaches nothing but the
@@ -28,7 +30,7 @@ from fleet.models import Allocation, Job, Node
 from kernel.protocol import STORAGE_GRANT_PREFIX, RankLaunch
 from kernel.storage import StorageError, check_key
 from kernel.storage.locations import is_stored, key_of
-from workers.services.checkpoints import job_checkpoints
+from workers.services.checkpoints import UNIVERSAL, job_checkpoints
 from workers.services.storage import platform_store
 
 SALT = "starverse.storage-grant"
@@ -52,19 +54,22 @@ class Grant:
     epoch: int
     node_id: int
     reads: tuple[str, ...]  # the trees the placement reads, besides its job's checkpoints
+    writes: tuple[str, ...] = ()  # trees it may write besides its job's checkpoints: a start checkpoint's universal/
 
     @property
     def checkpoints(self) -> str:
         return job_checkpoints(self.job_id)
 
     def allows(self, method: str, key: str) -> bool:
-        prefixes = (self.checkpoints,) if method != "GET" else (*self.reads, self.checkpoints)
+        prefixes = (self.checkpoints, *self.writes) if method != "GET" else (*self.reads, self.checkpoints)
         return any(key == prefix or key.startswith(prefix + "/") for prefix in prefixes)
 
 
 def issue_grant(job: Job, node: Node, launch: RankLaunch) -> str:
     """The grant of `launch`'s rank on `node` (every rank of a node gets the same one)."""
     body = {"j": job.pk, "e": job.epoch, "n": node.pk, "r": sorted(set(trees_read(launch)))}
+    if writes := trees_written(job, launch):
+        body["w"] = writes
     return STORAGE_GRANT_PREFIX + signing.dumps(body, salt=SALT, compress=True)
 
 
@@ -75,11 +80,22 @@ def trees_read(launch: RankLaunch) -> list[str]:
     return [posixpath.dirname(key_of(value)) for value in files] + [key_of(value) for value in trees]
 
 
+def trees_written(job: Job, launch: RankLaunch) -> list[str]:
+    """Besides the job's own checkpoints: the universal/ form of a start checkpoint of another job (placement
+    names one only for a continuation, from a checkpoint of its owner's previous job)."""
+    if not is_stored(launch.resume_from):
+        return []
+    key = key_of(launch.resume_from)
+    own = job_checkpoints(job.pk)
+    return [] if key == own or key.startswith(own + "/") else [f"{key}/{UNIVERSAL}"]
+
+
 def read_grant(token: str) -> Grant:
     """The grant a token carries; 401 unless the platform signed it."""
     try:
         body = signing.loads(token.removeprefix(STORAGE_GRANT_PREFIX), salt=SALT)
-        return Grant(int(body["j"]), int(body["e"]), int(body["n"]), tuple(str(tree) for tree in body["r"]))
+        reads, writes = (tuple(str(tree) for tree in body.get(name, ())) for name in ("r", "w"))
+        return Grant(int(body["j"]), int(body["e"]), int(body["n"]), reads, writes)
     except (signing.BadSignature, KeyError, TypeError, ValueError):
         raise GrantRefused(401, "not_a_grant", "Not a storage grant of this platform.") from None
 
@@ -106,7 +122,9 @@ def check_keys(grant: Grant, method: str, keys: list[str]) -> None:
             raise GrantRefused(400, "invalid_key", str(error), {"keys": [key]}) from None
     outside = [key for key in keys if not grant.allows(method, key)]
     if outside:
-        where = f"under {grant.checkpoints}/" if method != "GET" else "in this placement's inputs or checkpoints"
+        where = "in this placement's inputs or checkpoints"
+        if method != "GET":
+            where = " or ".join(f"under {prefix}/" for prefix in (grant.checkpoints, *grant.writes))
         message = f"{method} is granted only {where}; refused: {', '.join(outside[:5])}"
         raise GrantRefused(403, "outside_grant", message, {"keys": outside})
 
