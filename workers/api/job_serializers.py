@@ -19,7 +19,7 @@ from kernel.logtext import is_library_noise
 from kernel.modelfiles.hfconfig import lora_settings
 from kernel.money import format_amount, to_micros
 from kernel.planner import Plan
-from kernel.spec import JobSpec
+from kernel.spec import JobSpec, start_step_of
 from workers.api.hyperparameters import HyperparametersSerializer
 from workers.api.tracking import PUBLIC_SCHEMA, TrackingSerializer
 from workers.models import JobEval, JobEvent, JobLogLine, JobMigration
@@ -69,8 +69,8 @@ class JobSpecSerializer(serializers.Serializer):
     model = serializers.CharField(
         max_length=120,
         help_text="A catalog model (llama-tiny, llama-2-7b, llama-2-13b, llama-2-70b: trained from scratch) or the "
-        "reference of a model you uploaded (model:<id>); a Hugging Face Hub id only when it is in the platform's "
-        "Hugging Face cache",
+        "reference of a model you uploaded (model:<id>), a finished job's trained model (job:<id>: "
+        "docs/FINE_TUNING.md); a Hugging Face Hub id only when it is in the platform's Hugging Face cache",
     )
     dataset = serializers.CharField(
         max_length=120, default="synthetic", help_text="'synthetic' or 'upload:<id>' of one of your datasets"
@@ -321,6 +321,13 @@ class JobSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
         read_only=True, help_text="A run of islands: each island's last figures, by island number (docs/ISLANDS.md)"
     )
 
+    continued_from = serializers.PrimaryKeyRelatedField(
+        read_only=True, help_text="The job this one continues (POST /jobs/{id}/continue/); null for a fresh job"
+    )
+    start_checkpoint_step = serializers.SerializerMethodField(
+        help_text="A continuation: the step of the checkpoint it started from (its step counter starts there)"
+    )
+
     tracking = serializers.SerializerMethodField()
 
     @extend_schema_field(PUBLIC_SCHEMA)
@@ -329,6 +336,9 @@ class JobSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
 
     def get_eval_dataset(self, job: Job) -> str | None:
         return f"upload:{job.eval_dataset_upload_id}" if job.eval_dataset_upload_id else None
+
+    def get_start_checkpoint_step(self, job: Job) -> int | None:
+        return start_step_of(job.start_checkpoint) if job.start_checkpoint else None
 
     class Meta:
         model = Job
@@ -360,6 +370,8 @@ class JobSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
             "sync_every",
             "hyperparameters",
             "tracking",
+            "continued_from",
+            "start_checkpoint_step",
             "island_stats",
             "cost",
             "migrations",

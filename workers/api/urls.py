@@ -1,7 +1,7 @@
 from django.urls import path, re_path
 from rest_framework.routers import DefaultRouter
 
-from workers.api import agent_views, checkpoint_views, job_views, model_views
+from workers.api import agent_views, checkpoint_views, continue_views, job_views, model_views
 
 router = DefaultRouter(trailing_slash=True)
 router.include_root_view = False
@@ -31,6 +31,7 @@ urlpatterns = [
         checkpoint_views.CheckpointDownloadView.as_view(),
         name="job-checkpoint-download",
     ),
+    re_path(r"^jobs/(?P<pk>[^/]+)/continue/$", continue_views.ContinueView.as_view(), name="job-continue"),
     path("agent/enroll/", agent_views.EnrollView.as_view(), name="agent-enroll"),
     path("agent/poll/", agent_views.PollView.as_view(), name="agent-poll"),
     path("agent/report/", agent_views.ReportView.as_view(), name="agent-report"),
