@@ -127,7 +127,8 @@ def checkpoint_at(job: Job, step: int) -> JobCheckpoint:
 
 def delete_checkpoint(job: Job, step: int) -> None:
     """Delete the stored tree (manifest first) and the row. Refused with CheckpointInUse for the latest
-    checkpoint of a job that has not ended: it is what the job resumes from after a move or a restart.
+    checkpoint of a job that has not ended (it is what the job resumes from after a move or a restart), and for
+    the one a continuation that has not ended and has no checkpoint of its own starts from.
     Raises CheckpointNotFound, or StorageError when storage can't be written."""
     with transaction.atomic():
         job = Job.objects.select_for_update().get(pk=job.pk)
@@ -137,6 +138,17 @@ def delete_checkpoint(job: Job, step: int) -> None:
             raise CheckpointInUse(
                 f"Step {step} is the latest checkpoint of job {job.pk}, which is {job.status}: it resumes from it "
                 "after a move or a restart. Delete it once the job has ended or saved a newer checkpoint."
+            )
+        starting = (
+            Job.objects.filter(start_checkpoint=row.key, latest_checkpoint="")
+            .exclude(status__in=JobStatus.finished())
+            .values_list("pk", flat=True)
+            .first()
+        )
+        if starting is not None:
+            raise CheckpointInUse(
+                f"Job {starting} continues from step {step} of job {job.pk} and has saved no checkpoint of its own "
+                "yet: it starts from this one. Delete it once that job has ended or saved a checkpoint."
             )
         delete_tree(platform_store(), row.key)
         row.delete()

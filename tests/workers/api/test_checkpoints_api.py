@@ -168,6 +168,20 @@ def test_the_checkpoint_a_running_job_resumes_from_is_refused_with_a_409(alice, 
     assert older.status_code == 204
 
 
+def test_the_checkpoint_a_waiting_continuation_starts_from_is_refused_with_a_409(finished, api_for, alice):
+    key = JobCheckpoint.objects.get(job=finished, step=30).key
+    later = Job.objects.create(
+        owner=alice, model_name="llama-tiny", per_device_batch_size=4, max_steps=80, max_budget_per_hour=28_000_000,
+        status=JobStatus.QUEUED, continued_from=finished, start_checkpoint=key, step=30,
+    )  # fmt: skip
+
+    refused = api_for(alice).delete(url(finished, 30))
+
+    assert refused.status_code == 409 and refused.json()["code"] == "checkpoint_in_use"
+    assert f"Job {later.pk} continues from step 30 of job {finished.pk}" in refused.json()["detail"]
+    assert keys(f"checkpoints/job-{finished.pk}/step-30")
+
+
 def test_the_final_checkpoint_of_an_ended_job_can_be_deleted(finished, api_for, alice):
     assert api_for(alice).delete(url(finished, 40)).status_code == 204
     assert keys(f"checkpoints/job-{finished.pk}/step-40") == []
