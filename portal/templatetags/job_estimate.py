@@ -19,6 +19,7 @@ from base.formatting import format_duration
 from billing.services.statements import job_charged
 from fleet.models import Allocation, Job
 from kernel.money import cost_over, format_estimate
+from kernel.spec import start_step_of
 from workers.models import JobMetric
 
 register = template.Library()
@@ -40,6 +41,12 @@ class Line:
 
     def beyond(self, uncertainty: float | None) -> bool:
         return self.off_by is not None and abs(self.off_by) > (uncertainty or 0.15)
+
+
+@register.filter
+def start_step(job: Job) -> int:
+    """A continuation's start checkpoint's step (`Continued from job N (step S)`)."""
+    return start_step_of(job.start_checkpoint)
 
 
 @register.inclusion_tag("partials/training/job_estimate.html")

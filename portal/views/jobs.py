@@ -29,12 +29,13 @@ from base.formatting import format_duration, format_rate
 from billing.services.statements import charged_of_job
 from fleet.choices import AllocationMode, JobStatus, TrainingMode
 from fleet.models import ChipType, Job
-from kernel.money import format_price, to_decimal
+from kernel.money import format_price
 from kernel.storage import StorageError
 from portal.views.job_checkpoints import checkpoint_table
 from portal.views.job_islands import island_rows, sync_summary
 from portal.views.job_log_view import log_context, log_groups, log_query
 from portal.views.training import summarize_plan
+from workers.api.continue_views import job_spec_data as rerun_data
 from workers.api.job_serializers import JobSpecSerializer
 from workers.api.stored_files import stored_file_response
 from workers.services import job_logs, metrics
@@ -260,32 +261,6 @@ def cancel_message(job: Job) -> str:
     if job.is_finished:
         return f"Job {job.pk} is {job.get_status_display().lower()}."
     return f"Job {job.pk} is stopping: its chips are let go as its ranks exit."
-
-
-def rerun_data(job: Job) -> dict:
-    """The job's settings as the API's job spec takes them, so a re-run passes the same validation as a launch."""
-    return {
-        "model": job.model_name,
-        "dataset": job.dataset,
-        "seq_len": job.seq_len,
-        "mode": job.mode,
-        "lora": dict(job.lora) if job.mode == TrainingMode.LORA and job.lora else None,
-        "gradient_checkpointing": job.gradient_checkpointing,
-        "eval_dataset": f"upload:{job.eval_dataset_upload_id}" if job.eval_dataset_upload_id else None,
-        "eval_fraction": job.eval_fraction,
-        "eval_every": job.eval_every,
-        "per_device_batch_size": job.per_device_batch_size,
-        "max_steps": job.max_steps,
-        "policy": job.policy,
-        "max_budget": to_decimal(job.max_budget_per_hour),
-        "total_budget": to_decimal(job.total_budget) if job.total_budget else None,
-        "chip_counts": dict(job.chip_counts) if job.chip_counts else None,
-        "name": job.name,
-        "spot": job.spot,
-        "bid": to_decimal(job.spot_bid_per_hour) if job.spot and job.spot_bid_per_hour is not None else None,
-        "allow_on_demand": job.allow_on_demand,
-        "allow_other_chips": job.allow_other_chips,
-    }
 
 
 @require_POST
