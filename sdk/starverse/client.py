@@ -186,6 +186,23 @@ class Client:
     def cancel_job(self, job_id: int, idempotency_key: str | None = None) -> dict:
         return self.post(f"jobs/{int(job_id)}/cancel/", idempotency_key=idempotency_key or new_key())
 
+    def continue_job(
+        self,
+        job_id: int,
+        *,
+        checkpoint_step: int | None = None,
+        max_steps: int | None = None,
+        additional_steps: int | None = None,
+        idempotency_key: str | None = None,
+        **changes: Any,
+    ) -> dict:
+        """A new job that goes on from a finished job's checkpoint (the last one unless `checkpoint_step`), to
+        `max_steps` in all or `additional_steps` more; `changes` are job spec fields (max_budget, chip_counts,
+        policy, hyperparameters...) that replace the old job's. Returns the new job."""
+        asked = {"checkpoint_step": checkpoint_step, "max_steps": max_steps, "additional_steps": additional_steps}
+        body = {**{key: value for key, value in asked.items() if value is not None}, **changes}
+        return self.post(f"jobs/{int(job_id)}/continue/", body, idempotency_key=idempotency_key or new_key())
+
     def job_logs(self, job_id: int, after: int = 0, limit: int = 200) -> list[dict]:
         return self.get(f"jobs/{int(job_id)}/logs/", after=after, limit=limit)
 

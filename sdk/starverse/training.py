@@ -240,6 +240,10 @@ class Run:
         self.data = self.client.cancel_job(self.id)
         return self
 
+    def continue_(self, **options: Any) -> Run:
+        """A new run going on from this finished one's checkpoint (`Client.continue_job`'s options)."""
+        return Run(self.client, self.client.continue_job(self.id, **options))
+
     def logs(self, after: int = 0) -> list[dict]:
         return self.client.job_logs(self.id, after=after)
 

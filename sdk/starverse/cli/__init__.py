@@ -10,7 +10,8 @@ Exit codes:
   130  interrupted (Ctrl-C)
 
 The commands, by group: account.py (login, chips, balance, usage), jobs.py (quote, run, jobs, job,
-logs, cancel), bids.py (bid ..., bid-advice), models.py (model ...); common.py holds what they share.
+logs, cancel, continue), bids.py (bid ..., bid-advice), models.py (model ...); common.py holds what they
+share.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Quotes and jobs: `quote`, `run`, `jobs`, `job`, `logs`, `cancel`."""
+"""Quotes and jobs: `quote`, `run`, `jobs`, `job`, `logs`, `cancel`, `continue`."""
 
 from __future__ import annotations
 
@@ -243,3 +243,28 @@ def cancel(job_id: int, as_json: JsonFlag = False) -> None:
     """Cancel a job (a running one stops within seconds)."""
     data = common.client().cancel_job(job_id)
     emit(data, as_json, f"Job {data['id']}: {data['status']}")
+
+
+@app.command("continue")
+def continue_(
+    job_id: int,
+    steps: Annotated[int | None, typer.Option("--steps", help="Train this many steps past the checkpoint.")] = None,
+    max_steps: Annotated[
+        int | None, typer.Option("--max-steps", help="Or the new total (default: the old job's, if not reached).")
+    ] = None,
+    checkpoint: Annotated[
+        int | None, typer.Option("--checkpoint", help="The step of the checkpoint to start from (default: the last).")
+    ] = None,
+    max_budget: Annotated[str | None, typer.Option(help="A new hourly budget (default: the old job's).")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Continue a finished job from one of its checkpoints, as a new job linked to it."""
+    changes = {"max_budget": decimal_text(max_budget, "--max-budget")} if max_budget is not None else {}
+    data = common.client().continue_job(
+        job_id, checkpoint_step=checkpoint, max_steps=max_steps, additional_steps=steps, **changes
+    )
+    text = (
+        f"Job {data['id']} continues job {job_id} from step {data.get('start_checkpoint_step')} "
+        f"to step {data['max_steps']}: {data['status']}"
+    )
+    emit(data, as_json, text)
