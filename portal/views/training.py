@@ -26,6 +26,7 @@ from portal.views.quote_lines import on_demand_note, quote_lines
 from portal.views.quote_policies import policy_rows
 from portal.views.rerun import form_initial
 from workers.services.capacity import free_chips, schedulable_nodes
+from workers.services.epochs import EpochsRefused, with_epochs
 from workers.services.launch import LaunchRefused, fleet_refusal, launch
 from workers.services.planning import quote
 
@@ -216,9 +217,11 @@ def train_quote(request: HttpRequest) -> HttpResponse:
         offers = {offer.chip.slug: offer for offer in current_offers() if offer.price}
         hinted = list(offers)
         try:
-            plan = quote(spec)
+            spec, plan = with_epochs(spec, quote)
         except planner.PlanningError as error:
             context["problem"] = quote_problem(error, spec)
+        except EpochsRefused as error:
+            context["problem"] = Problem("Can't count epochs", str(error))
         else:
             lines = quote_lines(plan, offers)
             context.update(plan=summarize_plan(plan), lines=lines, on_demand_note=on_demand_note(spec, lines, offers))

@@ -124,7 +124,17 @@ class JobSpecSerializer(serializers.Serializer):
         "the API key and token are stored encrypted and never shown (docs/FINE_TUNING.md, Tracking)",
     )
     per_device_batch_size = serializers.IntegerField(min_value=1, max_value=settings.JOB_MAX_BATCH)
-    max_steps = serializers.IntegerField(min_value=1, max_value=settings.JOB_MAX_STEPS)
+    max_steps = serializers.IntegerField(
+        min_value=1, max_value=settings.JOB_MAX_STEPS, required=False, help_text="Steps to train (or give n_epochs)"
+    )
+    n_epochs = serializers.FloatField(
+        min_value=0.01,
+        max_value=1000,
+        required=False,
+        allow_null=True,
+        help_text="Or passes over your dataset: the steps come from its tokens and the planned global batch "
+        "(the quote's `steps`)",
+    )
     policy = serializers.ChoiceField(choices=Policy.choices, default=Policy.COST_PERFORMANCE)
     max_budget = MoneyInputField(max_value=Decimal("1000000"), help_text="Hourly cap, in currency units")
     total_budget = MoneyInputField(max_value=Decimal("100000000"), required=False, allow_null=True)
@@ -151,6 +161,14 @@ class JobSpecSerializer(serializers.Serializer):
 
     def validate(self, data):
         self._validate_training(data)
+        if data.get("n_epochs") and data.get("max_steps"):
+            raise serializers.ValidationError({"n_epochs": ["Give max_steps or n_epochs, not both."]})
+        if not data.get("n_epochs") and not data.get("max_steps"):
+            raise serializers.ValidationError({"max_steps": ["Give max_steps, or n_epochs over your dataset."]})
+        if data.get("n_epochs") and data.get("dataset", "synthetic") == "synthetic":
+            raise serializers.ValidationError(
+                {"n_epochs": ["The synthetic dataset never ends: give max_steps, or train on a dataset of yours."]}
+            )
         if data.get("spot") and data.get("bid") is None:
             raise serializers.ValidationError({"bid": ["A spot job needs a bid: the most it pays per chip-hour."]})
         if not data.get("spot") and data.get("bid") is not None:
@@ -245,7 +263,8 @@ class JobSpecSerializer(serializers.Serializer):
             dataset=dataset,
             dataset_upload_id=int(dataset[7:]) if dataset.startswith("upload:") else None,
             per_device_batch_size=data["per_device_batch_size"],
-            max_steps=data["max_steps"],
+            max_steps=data.get("max_steps") or 1,  # epochs: worked out at the launch (workers/services/epochs.py)
+            n_epochs=data.get("n_epochs"),
             policy=data["policy"],
             max_budget_per_hour=to_micros(data["max_budget"]),
             total_budget=to_micros(data["total_budget"]) if data.get("total_budget") else None,
@@ -351,6 +370,7 @@ class JobSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
             "dataset",
             "per_device_batch_size",
             "max_steps",
+            "n_epochs",
             "policy",
             "max_budget",
             "total_budget",

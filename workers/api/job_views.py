@@ -44,6 +44,7 @@ from workers.services.datasets import (
     delete_dataset,
     store_dataset,
 )
+from workers.services.epochs import EpochsRefused, with_epochs
 from workers.services.launch import LaunchRefused, fleet_refusal, launch, refusal_of
 from workers.services.lifecycle import cancel as cancel_job
 from workers.services.metrics import job_metrics
@@ -132,7 +133,11 @@ class QuoteView(APIView):
     )
     def post(self, request):
         spec = valid_spec(request)
-        return Response(s.format_plan(quote_or_400(spec.job_spec())))
+        try:
+            _, plan = with_epochs(spec.job_spec(), quote_or_400)
+        except EpochsRefused as error:
+            raise ValidationError({"n_epochs": [ErrorDetail(str(error), code="invalid")]}) from None
+        return Response(s.format_plan(plan))
 
 
 @extend_schema_view(

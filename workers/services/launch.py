@@ -22,6 +22,7 @@ from kernel import planner
 from kernel.money import cost_over, format_money
 from kernel.spec import JobSpec
 from market.services.commitments import WAITING, commitments
+from workers.services.epochs import EpochsRefused, with_epochs
 from workers.services.lifecycle import submit
 from workers.services.models import ModelUnavailable, lock_for_launch
 from workers.services.planning import fleet_chips, fleet_quote, model_spec, quote
@@ -52,10 +53,12 @@ def refusal_of(error: planner.PlanningError) -> LaunchRefused:
 def launch(owner, spec: JobSpec) -> Job:
     """Refuse or queue one job for `owner`."""
     try:
-        plan = launch_plan(spec)
+        spec, plan = with_epochs(spec, launch_plan)  # a job given epochs gets its steps here
         model = model_spec(spec)
     except ModelUnavailable as error:  # deleted since the spec was checked
         raise LaunchRefused("model", "model_unavailable", str(error)) from None
+    except EpochsRefused as error:
+        raise LaunchRefused("n_epochs", "invalid", str(error)) from None
     check_total_budget(spec, plan)
     with transaction.atomic():
         lock_credit(owner)  # the cap and the hold below are read and written as one decision per owner
