@@ -36,6 +36,7 @@ class Hyperparameters:
     max_grad_norm: float = 1.0  # clip the global gradient norm to this (0: no clipping)
     train_on_inputs: bool = False  # chat and prompt data: the loss counts the prompt's tokens too
     checkpoint_every: int | None = None  # steps; None: the platform's interval for the run's length and risk
+    seed: int | None = None  # initial weights, data order and dropout; None: the job's number
 
     def as_dict(self) -> dict:
         return asdict(self)

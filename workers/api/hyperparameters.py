@@ -53,6 +53,15 @@ class HyperparametersSerializer(serializers.Serializer):
         help_text="Steps between checkpoints (default: a tenth of the run, between 10 and 200)",
     )
 
+    seed = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        min_value=0,
+        max_value=2**31 - 1,
+        help_text="Initial weights, data order and dropout (default: the job's id); the same seed, data and "
+        "chips train the same weights",
+    )
+
     def to_internal_value(self, data):
         if isinstance(data, dict):
             unknown = sorted(set(data) - set(self.fields))

@@ -201,7 +201,7 @@ def _world_launches(
                     device=device,
                     paced_tokens_per_s=rank.paced_tokens_per_s if node.simulated else None,
                     chip_type=rank.chip,
-                    seed=job.pk,
+                    seed=job.pk if settings_of_job.seed is None else settings_of_job.seed,
                     island=island.as_dict() if island else None,
                     # Only the rank that logs the run (hosts/runtime/tracking.py) gets the W&B/MLflow secrets.
                     tracking=launch_tracking(job.tracking) if index == 0 and not (island and island.index) else None,

@@ -37,7 +37,7 @@ def test_a_job_without_hyperparameters_gets_the_defaults_for_a_model_trained_fro
 
 
 def test_the_owners_settings_reach_every_rank(alice, online_fleet, no_celery):
-    settings = {"learning_rate": 1e-3, "lr_scheduler": "linear", "warmup_steps": 5, "max_grad_norm": 0.5}
+    settings = {"learning_rate": 1e-3, "lr_scheduler": "linear", "warmup_steps": 5, "max_grad_norm": 0.5, "seed": 42}
     response = token_client(alice).post(
         "/api/v1/jobs/", {**JOB_SPEC, "hyperparameters": {**settings, "checkpoint_every": 7}}, format="json"
     )
@@ -51,6 +51,7 @@ def test_the_owners_settings_reach_every_rank(alice, online_fleet, no_celery):
     assert launches and all(launch.learning_rate == 1e-3 for launch in launches)
     assert all(launch.hyperparameters | settings == launch.hyperparameters for launch in launches)
     assert {launch.checkpoint_every for launch in launches} == {7}
+    assert {launch.seed for launch in launches} == {42}
 
 
 @pytest.mark.parametrize(
@@ -65,6 +66,7 @@ def test_the_owners_settings_reach_every_rank(alice, online_fleet, no_celery):
         ({"weight_decay": -0.1}, "weight_decay"),
         ({"max_grad_norm": "inf"}, "max_grad_norm"),
         ({"checkpoint_every": 0}, "checkpoint_every"),
+        ({"seed": -1}, "seed"),
         ({"lerning_rate": 1e-4}, "lerning_rate"),
     ],
 )
