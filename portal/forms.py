@@ -107,6 +107,11 @@ class TrainingForm(forms.Form):
     allow_other_chips = forms.BooleanField(
         label="Move to other chip types when its chips are reclaimed", required=False, initial=True
     )
+    n_epochs = SpecField(
+        label="Epochs (instead of max steps)",
+        widget=forms.NumberInput(attrs={"min": "0.01", "step": "any", "placeholder": "–"}),
+        help_text="Passes over your dataset; the quote shows the steps they come to.",
+    )
     # Carried over by a re-run (portal/views/rerun.py): settings the page has no field for, kept as they were.
     seq_len = SpecField(widget=forms.HiddenInput)
     lora = SpecField(widget=forms.HiddenInput)
@@ -139,6 +144,8 @@ class TrainingForm(forms.Form):
             ].help_text += (
                 f" Preset to {format_price(self.default_bid)}, the lowest on-demand price of the chip types on spot."
             )
+        for name, (label, widget, help_text) in HYPERPARAMETER_FIELDS.items():
+            self.fields[hyperparameter_field(name)] = SpecField(label=label, widget=widget, help_text=help_text)
         for chip in self.chip_types:
             self.fields[chip_field(chip.slug)] = SpecField(
                 label=chip.name, widget=forms.NumberInput(attrs={"min": "0", "placeholder": "–"})
@@ -147,6 +154,15 @@ class TrainingForm(forms.Form):
     @property
     def chip_fields(self) -> list[forms.BoundField]:
         return [self[chip_field(chip.slug)] for chip in self.chip_types]
+
+    @property
+    def hyperparameter_fields(self) -> list[forms.BoundField]:
+        return [self[hyperparameter_field(name)] for name in HYPERPARAMETER_FIELDS]
+
+    @property
+    def sets_advanced(self) -> bool:
+        """Open the Advanced section when it holds values or errors."""
+        return any(field.value() or field.errors for field in [*self.hyperparameter_fields, self["n_epochs"]])
 
     @property
     def picks_chips(self) -> bool:
@@ -168,6 +184,13 @@ class TrainingForm(forms.Form):
         spec = {key: value for key, value in spec.items() if value != "" or key not in OPTIONAL_KEYS}
         if spec.get("lora"):
             spec["lora"] = lora_of(spec["lora"])
+        if data.get("n_epochs"):  # epochs instead of steps: the steps field keeps its preset, left out here
+            spec["n_epochs"] = data["n_epochs"]
+            spec.pop("max_steps", None)
+        chosen = {name: data.get(hyperparameter_field(name)) for name in HYPERPARAMETER_FIELDS}
+        chosen = {name: value for name, value in chosen.items() if value not in ("", None)}
+        if chosen:
+            spec["hyperparameters"] = chosen
         if data.get("spot"):
             spec.update({key: data.get(key) for key in SPOT_KEYS})
             spec["bid"] = spec["bid"] or self.fields["bid"].initial or None
@@ -179,6 +202,10 @@ class TrainingForm(forms.Form):
             for slug, messages in errors.items():
                 name = chip_field(slug)
                 self.add_error(name if name in self.fields else None, [str(m) for m in messages])
+        elif field == "hyperparameters" and isinstance(errors, dict):
+            for name, messages in errors.items():
+                target = hyperparameter_field(name)
+                self.add_error(target if target in self.fields else None, [str(m) for m in messages])
         elif field == "chip_counts":
             self.add_error(None, [f"Chips picked by hand: {message}" for message in errors])
         else:
@@ -202,13 +229,51 @@ SPEC_KEYS = (
     "per_device_batch_size",
     "name",
     *CARRIED_KEYS,
-)
+)  # n_epochs and the hyperparameters join in spec_data when filled in
 OPTIONAL_KEYS = ("mode", "eval_dataset", "eval_every", *CARRIED_KEYS)  # left empty: the API's defaults
 SPOT_KEYS = ("spot", "bid", "allow_on_demand", "allow_other_chips")
 
 
 def chip_field(slug: str) -> str:
     return f"chips_{slug}"
+
+
+def hyperparameter_field(name: str) -> str:
+    return f"hp_{name}"
+
+
+def _number(step: str = "any", minimum: str = "0") -> forms.NumberInput:
+    return forms.NumberInput(attrs={"min": minimum, "step": step, "placeholder": "default"})
+
+
+# The Advanced section: each hyperparameter the API takes (workers/api/hyperparameters.py), empty for its default.
+HYPERPARAMETER_FIELDS = {
+    "learning_rate": (
+        "Learning rate",
+        _number(),
+        "Peak rate. Default: 2e-4 for LoRA, 2e-5 for a full fine-tune, 3e-3 to 1e-4 by size from scratch.",
+    ),
+    "lr_scheduler": (
+        "Schedule",
+        forms.Select(choices=[("", "cosine (default)"), ("constant", "constant"), ("linear", "linear")]),
+        "After warm-up: stay at the peak, or decay to the floor at the last step.",
+    ),
+    "warmup_ratio": ("Warm-up (share of steps)", _number(), "Default 3% (1% from scratch)."),
+    "warmup_steps": ("Or warm-up steps", _number("1"), ""),
+    "min_lr_ratio": ("Floor (share of the peak)", _number(), "Where linear and cosine end. Default 0.1."),
+    "weight_decay": ("Weight decay", _number(), "Default 0 for fine-tuning, 0.1 from scratch."),
+    "adam_beta1": ("Adam β1", _number(), "Default 0.9."),
+    "adam_beta2": ("Adam β2", _number(), "Default 0.95."),
+    "adam_epsilon": ("Adam ε", _number(), "Default 1e-8."),
+    "max_grad_norm": ("Clip gradients at norm", _number(), "Default 1; 0 never clips."),
+    "seed": ("Seed", _number("1"), "Default: the job's number."),
+    "checkpoint_every": ("Checkpoint every N steps", _number("1", "1"), "Default: a tenth of the run, 10 to 200."),
+    "train_on_inputs": (
+        "Train on prompts too",
+        forms.Select(choices=[("", "no (default)"), ("true", "yes")]),
+        "Chat and prompt data: the loss counts the prompts' tokens as well as the answers'.",
+    ),
+}
 
 
 def lora_of(text: str):

@@ -34,6 +34,7 @@ from kernel.storage import StorageError
 from portal.views.job_checkpoints import checkpoint_table
 from portal.views.job_islands import island_rows, sync_summary
 from portal.views.job_log_view import log_context, log_groups, log_query
+from portal.views.job_recipe import recipe_rows
 from portal.views.training import summarize_plan
 from workers.api.continue_views import job_spec_data as rerun_data
 from workers.api.job_serializers import JobSpecSerializer
@@ -144,6 +145,7 @@ def job_context(job: Job, now: datetime | None = None) -> dict:
         "timeline": timeline(job),
         "artifacts": group_artifacts(list_artifacts(job)),
         "checkpoints": checkpoint_table(job),
+        "recipe": recipe_rows(job),
         "model": model_links(job),
     }
 

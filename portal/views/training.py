@@ -69,6 +69,7 @@ class PlanSummary:
     cost_ratio: str = ""
     faster: bool = False
     cheaper: bool = False
+    steps: int = 0  # the run's steps the estimate counts (0: a stored plan from before steps were kept)
 
     @property
     def is_baseline(self) -> bool:
@@ -119,6 +120,7 @@ def summarize_plan(plan: planner.Plan | None, names: dict[str, str] | None = Non
         cost_ratio=cost_phrase(cost_ratio),
         faster=speedup is not None and speedup >= 1.05,
         cheaper=cost_ratio is not None and cost_ratio < 1,
+        steps=plan.steps,
     )
 
 
@@ -225,6 +227,7 @@ def train_quote(request: HttpRequest) -> HttpResponse:
         else:
             lines = quote_lines(plan, offers)
             context.update(plan=summarize_plan(plan), lines=lines, on_demand_note=on_demand_note(spec, lines, offers))
+            context["epochs"] = spec.n_epochs
             context.update(accuracy=quote_accuracy(plan.uncertainty, plan.overhead_seconds), policies=policy_rows(spec))
             context["credit_note"] = credit_note(plan, balance_of(request.user))
             hinted = list(dict.fromkeys(line.slug for line in lines))
