@@ -309,6 +309,9 @@ MODEL_MAX_FILES = env_int("MODEL_MAX_FILES", 10_000)
 STORAGE_QUOTA_BYTES = env_int("STORAGE_QUOTA_BYTES", 50 * 1024**3)
 JOB_MAX_STEPS = env_int("JOB_MAX_STEPS", 1_000_000)
 JOB_MAX_BATCH = env_int("JOB_MAX_BATCH", 1024)
+# The OpenAI fine-tuning API (/v1/, docs/FINE_TUNING.md) has no budget field: its jobs get this hourly cap, in
+# currency units (the SDK's default budget).
+OPENAI_API_MAX_BUDGET = env("OPENAI_API_MAX_BUDGET", "28")
 # Jobs one user may have waiting to be placed; a queued job is re-planned with backoff (doubling
 # from PLAN_BACKOFF_MIN_S up to PLAN_BACKOFF_MAX_S), and at once when chips free up or a node joins.
 MAX_QUEUED_JOBS_PER_USER = env_int("MAX_QUEUED_JOBS_PER_USER", 5)

@@ -26,5 +26,7 @@ urlpatterns = [
     re_path(r"^accounts/confirm-email/(?P<key>[-:\w]+)/$", ConfirmEmailView.as_view()),
     path("accounts/", include("allauth.urls")),
     path("api/v1/", include("portal.api.urls")),
+    # OpenAI's fine-tuning API for the official `openai` client (docs/FINE_TUNING.md).
+    path("v1/", include("openai_api.urls")),
     path("", include("portal.views.urls")),
 ]

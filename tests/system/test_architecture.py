@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("base", "portal", "billing", "market", "workers")
+PACKAGES = ("base", "portal", "billing", "market", "workers", "openai_api")
 LIFECYCLE = "workers.services.lifecycle"
 NODE_LIFECYCLE = "workers.services.node_lifecycle"
 
