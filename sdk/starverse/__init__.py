@@ -9,6 +9,7 @@ from starverse.errors import (
     AuthError,
     BudgetTooLow,
     ConfigError,
+    Conflict,
     IdempotencyConflict,
     InsufficientCredit,
     JobFailed,
@@ -24,22 +25,32 @@ from starverse.errors import (
     TwoFactorRequired,
     ValidationError,
 )
+from starverse.objects import Checkpoint, Checkpoints, Dataset, Event, Hyperparameters, Job
+from starverse.plans import Quote
 from starverse.training import Cluster, MetaParallel, ModelConfig, Plan, Run, Trainer, accelerate
+from starverse.version import VERSION
 
-__version__ = "0.1.0"
+__version__ = VERSION
 
 __all__ = [
     "APIConnectionError",
     "APIError",
     "AuthError",
     "BudgetTooLow",
+    "Checkpoint",
+    "Checkpoints",
     "Client",
     "Cluster",
     "Config",
     "ConfigError",
+    "Conflict",
+    "Dataset",
+    "Event",
+    "Hyperparameters",
     "IdempotencyConflict",
     "MoveNotConfirmed",
     "InsufficientCredit",
+    "Job",
     "JobFailed",
     "MetaParallel",
     "ModelConfig",
@@ -49,6 +60,7 @@ __all__ = [
     "NotFound",
     "PermissionDenied",
     "Plan",
+    "Quote",
     "RateLimited",
     "Run",
     "ServerError",

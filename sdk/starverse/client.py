@@ -7,7 +7,7 @@ import tarfile
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -15,20 +15,18 @@ import httpx
 
 from starverse import errors
 from starverse.config import Config, load_config
+from starverse.files import API_PREFIX, UPLOAD_READ_TIMEOUT_S, FileCalls
+from starverse.objects import Hyperparameters, hyperparameters_body
+from starverse.version import VERSION
 
-API_PREFIX = "/api/v1"
-USER_AGENT = "starverse-python/0.1"
+USER_AGENT = f"starverse-python/{VERSION}"
 # Worth retrying: the platform restarting, overloaded or asking us to slow down, or a duplicate in flight.
 RETRY_STATUSES = {409, 429, 500, 502, 503, 504}
-# The platform checks an uploaded model in full before it answers (weights' shapes, the tokenizer).
-UPLOAD_READ_TIMEOUT_S = 900.0
 
 
-DOWNLOAD_TIMEOUT = httpx.Timeout(30.0, read=600.0)  # a model is gigabytes: allow slow reads
-
-
-class Client:
-    """One platform, one token. Every method returns the API's JSON (dicts and lists)."""
+class Client(FileCalls):
+    """One platform, one token. The account, job and model methods return the API's JSON (dicts and lists);
+    datasets, checkpoints and events come back as typed objects (starverse.objects) that read like it too."""
 
     def __init__(
         self,
@@ -165,12 +163,32 @@ class Client:
 
     # -- jobs ---------------------------------------------------------------------------------------
 
-    def quote(self, spec: dict) -> dict:
-        return self.post("quotes/", spec)
+    def quote(
+        self,
+        spec: Mapping[str, Any],
+        *,
+        hyperparameters: Hyperparameters | Mapping[str, Any] | None = None,
+        n_epochs: float | None = None,
+    ) -> dict:
+        """The plan a job with this spec would get now; with `n_epochs` its `steps` say how many steps that is."""
+        return self.post("quotes/", job_body(spec, hyperparameters=hyperparameters, n_epochs=n_epochs))
 
-    def create_job(self, spec: dict, idempotency_key: str | None = None) -> dict:
-        """Submit a job; retries reuse one Idempotency-Key, so a lost answer can't start a second job."""
-        return self.post("jobs/", spec, idempotency_key=idempotency_key or new_key())
+    def create_job(
+        self,
+        spec: Mapping[str, Any],
+        idempotency_key: str | None = None,
+        *,
+        hyperparameters: Hyperparameters | Mapping[str, Any] | None = None,
+        n_epochs: float | None = None,
+    ) -> dict:
+        """Submit a job; retries reuse one Idempotency-Key, so a lost answer can't start a second job.
+
+        `hyperparameters` (a starverse.Hyperparameters or a mapping) and `n_epochs` (passes over your dataset,
+        instead of the spec's `max_steps`) go into the spec; a bad value is a ValidationError whose `field`
+        names it (`hyperparameters.learning_rate`).
+        """
+        body = job_body(spec, hyperparameters=hyperparameters, n_epochs=n_epochs)
+        return self.post("jobs/", body, idempotency_key=idempotency_key or new_key())
 
     def jobs(self, status: str | None = None, limit: int | None = None) -> list[dict]:
         found = []
@@ -200,7 +218,7 @@ class Client:
         `max_steps` in all or `additional_steps` more; `changes` are job spec fields (max_budget, chip_counts,
         policy, hyperparameters...) that replace the old job's. Returns the new job."""
         asked = {"checkpoint_step": checkpoint_step, "max_steps": max_steps, "additional_steps": additional_steps}
-        body = {**{key: value for key, value in asked.items() if value is not None}, **changes}
+        body = job_body({**{key: value for key, value in asked.items() if value is not None}, **changes})
         return self.post(f"jobs/{int(job_id)}/continue/", body, idempotency_key=idempotency_key or new_key())
 
     def job_logs(self, job_id: int, after: int = 0, limit: int = 200) -> list[dict]:
@@ -266,23 +284,7 @@ class Client:
         `AutoModelForCausalLM.from_pretrained(folder)` loads it. The archive streams to a temporary file
         first; members that would land outside `target` are refused.
         """
-        target = Path(target).expanduser()
-        target.mkdir(parents=True, exist_ok=True)
-        params = {"merged": "true"} if merged else None
-        with tempfile.TemporaryFile() as scratch:
-            url = f"{API_PREFIX}/jobs/{int(job_id)}/model/"
-            with self.http.stream("GET", url, params=params, timeout=DOWNLOAD_TIMEOUT) as response:
-                if response.status_code >= 400:
-                    response.read()
-                    self.answer(response)
-                for chunk in response.iter_bytes(1 << 20):
-                    scratch.write(chunk)
-            scratch.seek(0)
-            with tarfile.open(fileobj=scratch) as archive:
-                names = {member.name.split("/", 1)[0] for member in archive.getmembers()}
-                archive.extractall(target, filter="data")
-        (folder,) = names
-        return target / folder
+        return self.download_tar(f"jobs/{int(job_id)}/model/", target, {"merged": "true"} if merged else None)
 
     def delete_model(self, model_id: int) -> None:
         """Delete one of your uploads (refused, 409, while a job that hasn't ended trains it)."""
@@ -352,6 +354,14 @@ def pack_folder(folder: Path, archive: Path) -> Path:
         for child in sorted(folder.iterdir()):
             tar.add(child, arcname=child.name)
     return archive
+
+
+def job_body(spec: Mapping[str, Any], **fields: Any) -> dict:
+    """A job spec as the API takes it: `fields` given (not None) added, hyperparameters as a mapping."""
+    body = {**spec, **{key: value for key, value in fields.items() if value is not None}}
+    if body.get("hyperparameters") is not None:
+        body["hyperparameters"] = hyperparameters_body(body["hyperparameters"])
+    return body
 
 
 def new_key() -> str:

@@ -15,13 +15,27 @@ class StarverseError(Exception):
         self.errors = errors or {}
         self.body = body
 
+    @property
+    def code(self) -> str | None:
+        """The API's machine-readable code (`checkpoint_in_use`, `insufficient_credit`...), when it gave one."""
+        return self.body.get("code") if isinstance(self.body, dict) else None
+
+    @property
+    def fields(self) -> dict[str, list[str]]:
+        """The field errors by dotted path: {"hyperparameters.learning_rate": ["Ensure this value..."]}."""
+        return flat_errors(self.errors)
+
+    @property
+    def field(self) -> str | None:
+        """The first field the API named, as a dotted path (`hyperparameters.learning_rate`); None if none."""
+        return next(iter(self.fields), None)
+
     def __str__(self) -> str:
         if not self.errors:
             return self.message
         lines = [self.message]
-        for field, messages in self.errors.items():
-            for message in messages if isinstance(messages, list) else [messages]:
-                lines.append(f"  {field}: {message}")
+        for field, messages in self.fields.items():
+            lines += [f"  {field}: {message}" for message in messages]
         return "\n".join(lines)
 
 
@@ -77,7 +91,11 @@ class ModelDoesNotFit(ValidationError):
     """The model fits no chip the platform has, even fully sharded."""
 
 
-class MoveNotConfirmed(APIError):
+class Conflict(APIError):
+    """409: not now, given the object's state; `code` says why (e.g. `checkpoint_in_use`, `job_not_finished`)."""
+
+
+class MoveNotConfirmed(Conflict):
     """409: the bid change would move a running job (`move` says where); send it again with confirm."""
 
     @property
@@ -122,6 +140,7 @@ STATUS_ERRORS: dict[int, type[APIError]] = {
     401: AuthError,
     403: PermissionDenied,
     404: NotFound,
+    409: Conflict,
     422: IdempotencyConflict,
     429: RateLimited,
 }
@@ -149,6 +168,22 @@ def error_for(status: int, body: Any, retry_after: float | None = None) -> APIEr
     if isinstance(error, RateLimited):
         error.retry_after = retry_after
     return error
+
+
+def flat_errors(errors: Any, prefix: str = "") -> dict[str, list[str]]:
+    """Nested field errors ({"hyperparameters": {"learning_rate": [...]}}) by dotted path."""
+    if isinstance(errors, dict):
+        flat: dict[str, list[str]] = {}
+        for key, value in errors.items():
+            flat.update(flat_errors(value, f"{prefix}.{key}" if prefix else str(key)))
+        return flat
+    if isinstance(errors, list) and any(isinstance(item, dict) for item in errors):  # a list of objects
+        flat = {}
+        for index, item in enumerate(errors):
+            flat.update(flat_errors(item, f"{prefix}[{index}]"))
+        return flat
+    messages = errors if isinstance(errors, list) else [errors]
+    return {prefix or "non_field_errors": [str(message) for message in messages]} if messages else {}
 
 
 def first_message(errors: dict) -> str:

@@ -24,90 +24,14 @@ from typing import Any
 from starverse.amounts import cents
 from starverse.client import Client, new_key
 from starverse.errors import StarverseError
+from starverse.objects import Checkpoints, Event, Hyperparameters, Job, hyperparameters_body
+
+# Plan and its helpers lived here; they are still importable from here.
+from starverse.plans import Plan, chip_total, describe_chips, describe_islands, format_duration  # noqa: F401
 
 FINISHED = {"succeeded", "failed", "cancelled", "stopped_no_credit"}
 QUOTE_DEFAULTS = {"per_device_batch_size": 4, "max_steps": 1000}
 _current_cluster: list[Cluster] = []
-
-
-@dataclass
-class Plan:
-    """A quote: which chips, how fast, what it costs. `print(plan)` shows it as a small table."""
-
-    data: dict
-
-    @property
-    def chip_counts(self) -> dict[str, int]:
-        """Chips per type, on-demand and spot together."""
-        return {chip: chip_total(modes) for chip, modes in (self.data.get("chip_counts") or {}).items()}
-
-    @property
-    def tokens_per_s(self) -> float:
-        return float(self.data.get("tokens_per_s") or 0)
-
-    @property
-    def price_per_hour(self) -> Decimal:
-        return Decimal(self.data.get("price_per_hour") or "0")
-
-    @property
-    def eta_seconds(self) -> float:
-        return float(self.data.get("eta_seconds") or 0)
-
-    @property
-    def total_cost(self) -> Decimal:
-        return Decimal(self.data.get("total_cost") or "0")
-
-    @property
-    def islands(self) -> list[dict]:
-        """The plan's islands: the ranks of one software stack each ({"index", "stack", "simulated",
-        "chips", "ranks", "batch", "tokens_per_s"}); one island when every chip is of one stack."""
-        return list(self.data.get("islands") or [])
-
-    @property
-    def sync(self) -> dict | None:
-        """How several islands keep in step: {"mode": "step" | "diloco", "sync_every", "bridge_gbps",
-        "bridge_source" ("measured" | "declared" | "default"), "bytes_per_step", "seconds_per_sync", "exact"};
-        None for one island."""
-        return self.data.get("sync")
-
-    def __getitem__(self, key: str) -> Any:
-        return self.data[key]
-
-    def __str__(self) -> str:
-        chips = ", ".join(describe_chips(self.data.get("chip_counts") or {})) or "none"
-        lines = [
-            f"Plan for {self.data.get('model')} ({self.data.get('policy')})",
-            f"  chips       {chips}",
-            f"  throughput  {self.tokens_per_s:,.0f} tokens/s",
-            f"  price       ¥{cents(self.price_per_hour)}/h",
-            f"  ETA         {format_duration(self.eta_seconds)} for {self.data.get('tokens_per_step', 0):,} "
-            "tokens/step",
-            f"  total       ¥{cents(self.total_cost)}",
-        ]
-        if self.sync:
-            lines.insert(2, f"  islands     {describe_islands(self.islands, self.sync)}")
-        baseline = self.data.get("baseline")
-        if baseline and self.data.get("speedup_vs_baseline"):
-            best = ", ".join(describe_chips(baseline.get("chip_counts") or {}))
-            lines.append(
-                f"  vs {best}: {self.data['speedup_vs_baseline']:.2f}× the speed, "
-                f"{self.data.get('cost_ratio_vs_baseline') or 0:.2f}× the cost"
-            )
-        return "\n".join(lines)
-
-    __repr__ = __str__
-
-
-def describe_islands(islands: list[dict], sync: dict) -> str:
-    """ "3 (cuda-simulated, xla-simulated, cann-simulated), diloco, synced every 40 steps: close to one world,
-    not exactly it; bridge 1.0 Gbit/s (default)" """
-    names = ", ".join(str(island.get("island") or island.get("stack")) for island in islands)
-    if sync.get("mode") == "step":
-        how = "gradients synced every step: exactly one world"
-    else:
-        how = f"diloco, synced every {sync.get('sync_every')} steps: close to one world, not exactly it"
-    source = f" ({sync['bridge_source']})" if sync.get("bridge_source") else ""
-    return f"{len(islands)} ({names}), {how}; bridge {sync.get('bridge_gbps')} Gbit/s{source}"
 
 
 @dataclass
@@ -193,13 +117,20 @@ def accelerate(
     """Quote the cheapest good mix of chips for a model within `max_budget` per hour.
 
     Options go into the job spec as they are: total_budget, chip_counts, spot, bid, allow_on_demand,
-    allow_other_chips. Raises BudgetTooLow, NoCapacity, ModelDoesNotFit, AuthError or ConfigError.
+    allow_other_chips, hyperparameters (a starverse.Hyperparameters or a mapping), dataset and n_epochs
+    (the plan's `steps` then say how many steps that is). Raises BudgetTooLow, NoCapacity, ModelDoesNotFit,
+    AuthError, ValidationError (its `field` names a bad option) or ConfigError.
     """
     client = client or Client()
     budget = Decimal(str(max_budget))
     options = {key: str(value) if isinstance(value, Decimal) else value for key, value in options.items()}
+    if options.get("hyperparameters") is not None:
+        options["hyperparameters"] = hyperparameters_body(options["hyperparameters"])
     cluster = Cluster(client, model_id, policy, budget, options, Plan({}))
-    cluster.plan = Plan(client.quote(cluster.spec(model_id, **QUOTE_DEFAULTS)))
+    defaults = {
+        key: value for key, value in QUOTE_DEFAULTS.items() if not (key == "max_steps" and "n_epochs" in options)
+    }
+    cluster.plan = Plan(client.quote(cluster.spec(model_id, **defaults)))
     return cluster
 
 
@@ -219,6 +150,17 @@ class Run:
     status_reason = property(lambda self: self.data.get("status_reason") or "")
     migrations = property(lambda self: list(self.data.get("migrations") or []))
     plan = property(lambda self: Plan(self.data["plan"]) if self.data.get("plan") else None)
+    n_epochs = property(lambda self: self.data.get("n_epochs"))
+
+    @property
+    def job(self) -> Job:
+        """The job as a typed object (as last read)."""
+        return Job.from_api(self.data)
+
+    @property
+    def hyperparameters(self) -> Hyperparameters:
+        """The hyperparameters the job trains with, defaults resolved."""
+        return Hyperparameters.from_api(self.data.get("hyperparameters"))
 
     @property
     def cost(self) -> Decimal:
@@ -247,9 +189,24 @@ class Run:
     def logs(self, after: int = 0) -> list[dict]:
         return self.client.job_logs(self.id, after=after)
 
+    def events(self) -> list[Event]:
+        return self.client.events(self.id)
+
+    def checkpoints(self) -> Checkpoints:
+        """Its checkpoints, newest step first (`Client.checkpoints`)."""
+        return self.client.checkpoints(self.id)
+
     def download_model(self, path: str | Path, *, merged: bool = False) -> Path:
         """The trained model, unpacked under `path` in Hugging Face format; returns its folder."""
         return self.client.download_model(self.id, path, merged=merged)
+
+    def download_checkpoint(self, step: int, path: str | Path, *, merged: bool = False) -> Path:
+        """One checkpoint as a Hugging Face model, unpacked under `path`; returns its folder."""
+        return self.client.download_checkpoint(self.id, step, path, merged=merged)
+
+    def download_tensorboard(self, path: str | Path) -> Path:
+        """Its TensorBoard event files under `path`; returns the folder to `tensorboard --logdir`."""
+        return self.client.download_tensorboard(self.id, path)
 
     def wait(self, poll: float = 2.0, on_update: Callable[[Run], None] | None = None) -> Run:
         """Poll until the run ends; transient errors (retried by the client) don't stop the wait."""
@@ -278,8 +235,10 @@ class Trainer:
         model: MetaParallel | ModelConfig | str,
         dataset: str = "synthetic",
         per_device_batch_size: int = 4,
-        max_steps: int = 1000,
+        max_steps: int | None = None,
         *,
+        n_epochs: float | None = None,
+        hyperparameters: Hyperparameters | dict | None = None,
         name: str = "",
         progress: bool = True,
         follow: bool = True,
@@ -289,17 +248,22 @@ class Trainer:
     ) -> Run:
         """Submit the job and follow it with a progress bar until it ends; returns the Run.
 
+        It trains `max_steps` (default 1000), or `n_epochs` passes over `dataset` (one of yours, upload:<id>),
+        with `hyperparameters` (a starverse.Hyperparameters or a mapping) over the cluster's own.
         Retries reuse one Idempotency-Key, so a retried submit never starts two jobs. On Ctrl-C:
         `on_interrupt="ask"` asks whether to cancel the job (when there is a terminal to ask on),
         "cancel" cancels it, "detach" leaves it running; the KeyboardInterrupt is raised again
         unless the job was cancelled.
         """
         model_name = model if isinstance(model, str) else model.name
+        epochs = n_epochs if n_epochs is not None else self.cluster.options.get("n_epochs")
         spec = self.cluster.spec(
             model_name,
             dataset=dataset,
             per_device_batch_size=per_device_batch_size,
-            max_steps=max_steps,
+            max_steps=max_steps if max_steps is not None or epochs is not None else 1000,
+            n_epochs=n_epochs,
+            hyperparameters=hyperparameters_body(hyperparameters),
             name=name,
         )
         run = Run(self.cluster.client, self.cluster.client.create_job(spec, idempotency_key or new_key()))
@@ -345,32 +309,6 @@ def should_cancel(run: Run, on_interrupt: str) -> bool:
     except (EOFError, KeyboardInterrupt):
         return False
     return answer.strip().lower() in {"y", "yes"}
-
-
-def chip_total(modes: dict | int) -> int:
-    """A plan counts chips per type and mode ({"rtx-4090": {"on_demand": 1, "spot": 2}})."""
-    return sum(modes.values()) if isinstance(modes, dict) else int(modes)
-
-
-def describe_chips(chip_counts: dict) -> list[str]:
-    described = []
-    for chip, modes in chip_counts.items():
-        if isinstance(modes, dict):
-            described += [f"{count}× {chip}" + (" (spot)" if mode == "spot" else "") for mode, count in modes.items()]
-        else:
-            described.append(f"{modes}× {chip}")
-    return described
-
-
-def format_duration(seconds: float) -> str:
-    seconds = int(round(seconds))
-    if seconds < 60:
-        return f"{seconds}s"
-    minutes, seconds = divmod(seconds, 60)
-    if minutes < 60:
-        return f"{minutes}m{seconds:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m"
 
 
 __all__ = [
