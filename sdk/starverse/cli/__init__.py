@@ -10,8 +10,9 @@ Exit codes:
   130  interrupted (Ctrl-C)
 
 The commands, by group: account.py (login, chips, balance, usage), jobs.py (quote, run, jobs, job,
-logs, cancel, continue), bids.py (bid ..., bid-advice), models.py (model ...); common.py holds what they
-share.
+logs, cancel, continue; their training options in training_options.py), bids.py (bid ..., bid-advice),
+models.py (model ...), datasets.py (datasets ...), checkpoints.py (checkpoints ..., tensorboard); common.py
+holds what they share (and --version, --install-completion, --show-completion).
 """
 
 from __future__ import annotations
@@ -24,11 +25,13 @@ from starverse import errors
 # them in that order: account and jobs first, then bids and models.
 from starverse.cli import account, jobs  # isort: split
 
-from starverse.cli import bids, models
+from starverse.cli import bids, models  # isort: split
+
+from starverse.cli import checkpoints, datasets
 from starverse.cli.common import EXIT_API, EXIT_AUTH, EXIT_CREDIT, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, app, err
 from starverse.config import config_path
 
-COMMAND_GROUPS = (account, jobs, bids, models)
+COMMAND_GROUPS = (account, jobs, bids, models, datasets, checkpoints)
 
 
 def exit_code(error: BaseException) -> int:
@@ -50,6 +53,11 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except typer.Exit as done:
         return done.exit_code
+    except SystemExit as done:  # --show-completion and --install-completion exit when done
+        if done.code is None or isinstance(done.code, int):
+            return done.code or EXIT_OK
+        err.print(str(done.code), markup=False)
+        return EXIT_API
     except errors.StarverseError as error:
         err.print(f"Error ({type(error).__name__}): {error}", markup=False)
         if isinstance(error, errors.AuthError) and not isinstance(error, errors.PermissionDenied):

@@ -16,6 +16,7 @@ from rich.table import Table
 
 from starverse.client import Client
 from starverse.config import URL_VARIABLE
+from starverse.version import VERSION
 
 EXIT_OK, EXIT_API, EXIT_USAGE, EXIT_AUTH, EXIT_CREDIT, EXIT_JOB_FAILED, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 5, 130
 
@@ -25,7 +26,8 @@ app = typer.Typer(
     "5 job failed, 130 interrupted.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    # --install-completion (bash, zsh, fish, PowerShell; the shell is detected) and --show-completion
+    add_completion=True,
 )
 
 out = Console(highlight=False, soft_wrap=True)
@@ -33,6 +35,12 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 state: dict[str, Any] = {"url": None, "api_key": None}
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for scripts instead of a table.")]
+
+
+def show_version(value: bool) -> None:
+    if value:
+        out.print(f"starverse {VERSION}")
+        raise typer.Exit(EXIT_OK)
 
 
 @app.callback()
@@ -43,6 +51,10 @@ def options(
     api_key: Annotated[
         str | None, typer.Option(help="API token (default: $STARVERSE_API_KEY or the config file).")
     ] = None,
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=show_version, is_eager=True, help="Print the installed version."),
+    ] = False,
 ) -> None:
     state.update(url=url, api_key=api_key)
 

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from starverse.amounts import cents
 from starverse.cli import common
+from starverse.cli import training_options as t
 from starverse.cli.common import EXIT_JOB_FAILED, NUMERIC, JsonFlag, app, decimal_text, emit
 from starverse.training import FINISHED, Plan, Run, follow_run, should_cancel
 
@@ -20,7 +21,7 @@ def job_spec(
     model: str,
     max_budget: str,
     policy: str,
-    max_steps: int,
+    training: dict,
     batch: int,
     dataset: str,
     chip: list[str] | None,
@@ -30,11 +31,12 @@ def job_spec(
     sync_mode: str = "",
     sync_every: int | None = None,
 ) -> dict:
+    """The job spec the options make; `training` is `max_steps` or `n_epochs`, and `hyperparameters`."""
     spec: dict[str, Any] = {
         "model": model,
         "max_budget": decimal_text(max_budget, "--max-budget"),
         "policy": policy,
-        "max_steps": max_steps,
+        **training,
         "per_device_batch_size": batch,
         "dataset": dataset,
     }
@@ -69,7 +71,6 @@ Model = Annotated[
 ]
 Budget = Annotated[str, typer.Option(help="Hourly budget in ¥.")]
 PolicyOption = Annotated[str, typer.Option(help="cost-performance, fastest, cheapest or single-type.")]
-Steps = Annotated[int, typer.Option(help="Training steps.")]
 Batch = Annotated[int, typer.Option("--batch", help="Per-device batch size.")]
 Dataset = Annotated[str, typer.Option(help="'synthetic' or 'upload:<id>'.")]
 Chips = Annotated[list[str] | None, typer.Option("--chip", help="Pick chips by hand: SLUG=COUNT (repeatable).")]
@@ -82,11 +83,11 @@ SyncEvery = Annotated[int | None, typer.Option(help="diloco: inner steps between
 
 
 @app.command()
+@t.training_options
 def quote(
     model: Model = "llama-tiny",
     max_budget: Budget = "28",
     policy: PolicyOption = "cost-performance",
-    max_steps: Steps = 200,
     batch: Batch = 4,
     dataset: Dataset = "synthetic",
     chip: Chips = None,
@@ -94,32 +95,24 @@ def quote(
     bid: BidPrice = None,
     sync_mode: SyncMode = "",
     sync_every: SyncEvery = None,
+    training: dict | None = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """The plan a job would get now: chips, islands, tokens/s, ¥/h, ETA."""
+    """The plan a job would get now: chips, islands, steps, tokens/s, ¥/h, ETA."""
     spec = job_spec(
-        model,
-        max_budget,
-        policy,
-        max_steps,
-        batch,
-        dataset,
-        chip,
-        spot,
-        bid,
-        sync_mode=sync_mode,
-        sync_every=sync_every,
-    )
+        model, max_budget, policy, training or {}, batch, dataset, chip, spot, bid,
+        sync_mode=sync_mode, sync_every=sync_every,
+    )  # fmt: skip
     plan = common.client().quote(spec)
     emit(plan, as_json, str(Plan(plan)))
 
 
 @app.command()
+@t.training_options
 def run(
     model: Model = "llama-tiny",
     max_budget: Budget = "28",
     policy: PolicyOption = "cost-performance",
-    max_steps: Steps = 200,
     batch: Batch = 4,
     dataset: Dataset = "synthetic",
     chip: Chips = None,
@@ -128,12 +121,15 @@ def run(
     name: Annotated[str, typer.Option(help="A name for the job.")] = "",
     sync_mode: SyncMode = "",
     sync_every: SyncEvery = None,
+    training: dict | None = None,
     follow: Annotated[bool, typer.Option(help="Follow the job with a progress bar until it ends.")] = True,
     as_json: JsonFlag = False,
 ) -> None:
     """Submit a training job and follow it to the end (exit 5 if it doesn't succeed)."""
+    spec = job_spec(
+        model, max_budget, policy, training or {}, batch, dataset, chip, spot, bid, name, sync_mode, sync_every
+    )  # fmt: skip
     api = common.client()
-    spec = job_spec(model, max_budget, policy, max_steps, batch, dataset, chip, spot, bid, name, sync_mode, sync_every)
     job = Run(api, api.create_job(spec))
     if not as_json:
         common.err.print(f"Submitted job {job.id}.")
