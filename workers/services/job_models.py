@@ -22,7 +22,7 @@ from kernel.storage import StorageError
 from kernel.storage.locations import is_stored, key_of
 from kernel.storage.trees import read_manifest
 from workers.services.checkpoints import is_own_checkpoint
-from workers.services.models import ModelSource, ModelUnavailable, default_seq_len
+from workers.services.model_sources import ModelSource, ModelUnavailable, default_seq_len
 from workers.services.storage import platform_store
 
 MODEL_DIR = "model"

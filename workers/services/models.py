@@ -19,7 +19,6 @@ import re
 import shutil
 import tempfile
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 
 from django.conf import settings
@@ -37,7 +36,9 @@ from kernel.modelfiles.loaders import refuse_unneeded_files
 from kernel.modelspecs import CATALOG
 from kernel.storage import StorageError
 from kernel.storage.trees import read_manifest, upload_files, upload_tree, write_manifest
+from workers.services.job_models import job_output_source
 from workers.services.model_limits import check_fleet_can_train
+from workers.services.model_sources import ModelSource, ModelUnavailable, default_seq_len
 from workers.services.storage import StorageUnavailable, delete_stored_tree, platform_store
 from workers.services.storage_quota import QuotaExceeded, check_room, recorded
 
@@ -48,12 +49,6 @@ MODEL_REFERENCE = re.compile(r"^model:([0-9]{1,18})$")
 JOB_REFERENCE = re.compile(r"^job:([0-9]{1,18})$")  # a finished job's exported model (`job_output_source`)
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 ARCHIVE_SUFFIX = re.compile(r"(\.tar\.gz|\.tgz|\.tar|\.zip)$", re.IGNORECASE)
-# Sequence length of a job on a user's model unless it asks for another: the model's context, at most this.
-DEFAULT_SEQ_LEN = 2048
-
-
-class ModelUnavailable(ValueError):
-    """A model name this platform can't train; the message says which names would do."""
 
 
 class ModelInUse(Exception):
@@ -65,28 +60,6 @@ class ModelInUse(Exception):
             "cancel the job or wait for it to end, then delete the model."
         )
         self.job = job
-
-
-@dataclass(frozen=True)
-class ModelSource:
-    """A model a job can train: its config, its stored files (None: built from the config), its shape."""
-
-    name: str
-    reference: str
-    config: dict
-    store_prefix: str | None  # its files' tree in object storage: models/<owner>/<uuid>, hub/<org>--<name>/<commit>
-    shape: ModelShape
-    seq_len: int
-    source: str  # "catalog", "upload", "hub" or "job"
-    description: str
-    has_chat_template: bool = False  # the catalog's models have no tokenizer (bytes are their tokens)
-    snapshot: Path | None = None  # a Hub model's folder in this platform's Hugging Face cache
-    store_folder: str = ""  # the model's folder inside that tree ("model" of a job's checkpoint); "": the tree
-
-    @property
-    def location(self) -> str | None:
-        """How a launch names its files: store:<prefix> (hosts/runtime/staging.py), or None."""
-        return f"store:{self.store_prefix}" if self.store_prefix else None
 
 
 def upload_limits() -> Limits:
@@ -223,8 +196,6 @@ def resolve_model_source(name: str, owner=None) -> ModelSource:
     if reference := MODEL_REFERENCE.match(name):
         return upload_source(int(reference[1]), owner)
     if reference := JOB_REFERENCE.match(name):
-        from workers.services.job_models import job_output_source  # it reads a job's checkpoints
-
         return job_output_source(int(reference[1]), owner)
     if HUB_ID.match(name) and ".." not in name and "--" not in name:
         return hub_source(name)
@@ -354,11 +325,6 @@ def hub_cache_folder() -> Path:
     cache_home = os.environ.get("XDG_CACHE_HOME") or "~/.cache"
     home = os.environ.get("HF_HOME") or os.path.join(cache_home, "huggingface")
     return Path(home).expanduser() / "hub"
-
-
-def default_seq_len(config: dict) -> int:
-    context = config.get("max_position_embeddings")
-    return min(context, DEFAULT_SEQ_LEN) if isinstance(context, int) and context > 0 else DEFAULT_SEQ_LEN
 
 
 __all__ = [
