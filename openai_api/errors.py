@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
+from drf_spectacular.utils import extend_schema
 from rest_framework import exceptions, status
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.response import Response
@@ -95,6 +96,7 @@ class JSONWhateverAccepted(DefaultContentNegotiation):
         return renderers[0], renderers[0].media_type
 
 
+@extend_schema(exclude=True)  # OpenAI publishes these routes' schema; docs/FINE_TUNING.md says what is kept of it
 class OpenAIView(APIView):
     """A /v1/ view: the site's token authentication, scopes and rate limits, with errors in OpenAI's shape."""
 

@@ -211,6 +211,8 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "BidStatusEnum": "market.models.BidStatus",
         "JobStatusEnum": "fleet.choices.JobStatus",
+        "TrainingModeEnum": "fleet.choices.TrainingMode",
+        "WandbModeEnum": ["online", "offline"],
     },
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
