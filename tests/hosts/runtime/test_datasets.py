@@ -12,7 +12,7 @@ import tracemalloc
 import pytest
 import torch
 
-from hosts.runtime.data import SyntheticCorpus, open_corpus, shard
+from hosts.runtime.data import SyntheticCorpus, open_corpus, open_data, shard
 from kernel.datasets.validation import DatasetError, validate_dataset_file
 from kernel.modelspecs import resolve_model
 
@@ -130,3 +130,17 @@ def test_ranks_take_consecutive_slices_of_each_global_batch():
     assert slices == [(16, 1), (17, 2), (19, 5)]
     # After a resume on another mix the next step starts where the last one ended.
     assert shard(16 + 8, [3, 5], 0) == (24, 3)
+
+
+def test_train_on_inputs_makes_every_prompt_token_a_target(tmp_path):
+    path = tmp_path / "pairs.completion.jsonl"
+    rows = [{"prompt": f"question {i}: what comes next? ", "completion": f"answer {i}"} for i in range(20)]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    spec = resolve_model("llama-tiny")
+    answers_only = open_data(str(path), spec, seed=1).corpus
+    everything = open_data(str(path), spec, seed=1, train_on_inputs=True).corpus
+    windows = len(answers_only.targets)
+    trained, all_tokens = answers_only.loss_tokens(0, windows), everything.loss_tokens(0, windows)
+    # Bytes of the answers and their end-of-sequence tokens, against every byte but the stream's very first.
+    assert trained == sum(len(row["completion"]) + 1 for row in rows)
+    assert all_tokens == sum(len(row["prompt"]) + len(row["completion"]) + 1 for row in rows) - 1
