@@ -8,36 +8,17 @@ real runtime (tests/support/stack.py). The run is tiny: 24 short chats, one epoc
 
 from __future__ import annotations
 
-import io
 import time
 
 import openai
 import pytest
-from django.core.management import call_command
 
-from fleet.choices import AgentStatus
-from fleet.models import Job, Node
+from fleet.models import Job
 from tests.support.openai_files import chat_jsonl
-from tests.support.stack import platform_stack, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 RUN_TIMEOUT_S = 300
-
-
-@pytest.fixture
-def stack_with_agent(live_server, settings, tmp_path, alice, fund):
-    call_command("seed_catalog", stdout=io.StringIO())
-    fund(alice)
-    with platform_stack(live_server, settings, tmp_path) as stack:
-        stack.add_agent("oai-rtx-4090", "rtx-4090")
-        wait_until(
-            lambda: Node.objects.filter(hostname="oai-rtx-4090", agent_status=AgentStatus.ONLINE).exists(),
-            60,
-            "the agent to enroll",
-            stack,
-        )
-        yield stack
 
 
 def test_the_openai_client_fine_tunes_llama_tiny_to_the_end(stack_with_agent, live_server, token_for, alice):
