@@ -54,6 +54,7 @@ from workers.services.model_download import (
     load_lines,
     model_download,
 )
+from workers.services.tensorboard_download import TensorBoardNotReady, tensorboard_download
 
 STORAGE_DOWN = "Object storage is unavailable right now; try again shortly."
 JOBS_PAGE_SIZE = 20
@@ -295,6 +296,21 @@ def job_model(request: HttpRequest, pk: int) -> StreamingHttpResponse:
     try:
         download = model_download(job, merged=request.GET.get("merged") in ("1", "true"))
     except (ModelNotReady, MergedNotApplicable) as error:
+        raise Http404(str(error)) from None
+    except StorageError:
+        return HttpResponse(STORAGE_DOWN, status=503, content_type="text/plain")
+    response = StreamingHttpResponse(download.stream(), content_type="application/x-tar")
+    response["Content-Disposition"] = f'attachment; filename="{download.filename}"'
+    return response
+
+
+@login_required
+def job_tensorboard(request: HttpRequest, pk: int) -> StreamingHttpResponse:
+    """The run's TensorBoard event files as one tar, as the API's `tensorboard/`."""
+    job = owned_job(request, pk)
+    try:
+        download = tensorboard_download(job)
+    except TensorBoardNotReady as error:
         raise Http404(str(error)) from None
     except StorageError:
         return HttpResponse(STORAGE_DOWN, status=503, content_type="text/plain")

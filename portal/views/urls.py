@@ -33,6 +33,7 @@ urlpatterns = [
     path("jobs/<int:pk>/logs/", jobs.job_logs_view, name="job_logs"),
     path("jobs/<int:pk>/artifacts/<path:path>", jobs.job_artifact, name="job_artifact"),
     path("jobs/<int:pk>/model.tar", jobs.job_model, name="job_model"),
+    path("jobs/<int:pk>/tensorboard.tar", jobs.job_tensorboard, name="job_tensorboard"),
     path(
         "jobs/<int:pk>/checkpoints/<int:step>/model.tar",
         job_checkpoints.job_checkpoint_model,

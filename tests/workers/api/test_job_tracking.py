@@ -154,3 +154,16 @@ def test_before_any_event_file_is_stored_the_download_is_a_404_saying_so(alice, 
     response = token_client(alice).get(f"/api/v1/jobs/{job.pk}/tensorboard/")
     assert response.status_code == 404
     assert "no TensorBoard files yet" in json.dumps(response.json()), response.json()
+
+
+def test_the_job_page_links_the_tensorboard_logs_and_serves_them_to_the_owner_only(
+    client, alice, bob, job_with_tensorboard
+):
+    job = job_with_tensorboard
+    Job.objects.filter(pk=job.pk).update(latest_checkpoint=f"store:checkpoints/job-{job.pk}/step-10")
+    client.force_login(alice)
+    assert 'data-testid="tensorboard-logs"' in client.get(f"/jobs/{job.pk}/").content.decode()
+    response = client.get(f"/jobs/{job.pk}/tensorboard.tar")
+    assert response.status_code == 200 and b"event records 2" in downloaded(response)
+    client.force_login(bob)
+    assert client.get(f"/jobs/{job.pk}/tensorboard.tar").status_code == 404
