@@ -29,7 +29,7 @@ def test_allocations_billed_before_become_lines_and_bill_on_exactly(alice, enrol
     ended = open_allocation(job, node, chips=2, ended_at=T0 + timedelta(seconds=90, microseconds=500))
     running = open_allocation(job, node, chips=3)
     spot = open_allocation(job, node, chips=1, mode=AllocationMode.SPOT)
-    newest = latest("billing")
+    newest = latest()
     migrate([BEFORE])
     try:  # as the per-allocation meter left them: the ended one billed through its end, the others to 10 min
         for allocation, through in [(ended, 90), (running, 600), (spot, 600)]:

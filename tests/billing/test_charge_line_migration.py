@@ -32,7 +32,7 @@ def test_rows_from_before_get_their_chip_seconds_and_stay_append_only(alice, enr
         destination=platform_account(AccountKind.REVENUE),
         amount=5,
     )
-    newest = latest("billing")
+    newest = latest()
     migrate([BEFORE])
     try:
         with connection.cursor() as cursor:  # a row as the meter wrote them before: one per allocation

@@ -21,30 +21,13 @@ from fleet.choices import JobEventKind, JobStatus
 from fleet.models import Allocation, Job, Node
 from tests.support.accounts import token_client
 from tests.support.lines import bill_as_charged
-from tests.support.stored import own_store_url, stored_checkpoint
+from tests.support.stored import stored_checkpoint
 from workers.models import JobEvent, JobLogLine
 from workers.services.artifacts import Artifact, group_artifacts
 from workers.services.events import READ_BATCH, record_event, timeline
 from workers.services.job_logs import PAGE_LINES
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def no_scheduling(monkeypatch):
-    monkeypatch.setattr("workers.tasks.schedule_job.delay", lambda *args, **kwargs: None)
-
-
-@pytest.fixture(autouse=True)
-def own_store(settings, tmp_path):
-    settings.STORAGE_URL = own_store_url(tmp_path)
-
-
-@pytest.fixture
-def alice_client(client, alice, fund):
-    fund(alice)
-    client.force_login(alice)
-    return client
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_scheduling", "own_store")]
 
 
 def make_job(owner, **fields) -> Job:

@@ -8,29 +8,11 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
 from fleet.models import Job
-from tests.support.stored import own_store_url
 from workers.services.datasets import store_dataset
 
 from .test_training_pages import LAUNCH
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def no_scheduling(monkeypatch):
-    monkeypatch.setattr("workers.tasks.schedule_job.delay", lambda *args, **kwargs: None)
-
-
-@pytest.fixture(autouse=True)
-def own_store(settings, tmp_path):
-    settings.STORAGE_URL = own_store_url(tmp_path)
-
-
-@pytest.fixture
-def alice_client(client, alice, fund):
-    fund(alice)
-    client.force_login(alice)
-    return client
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_scheduling", "own_store")]
 
 
 def test_the_advanced_section_is_on_the_page_closed_until_used(alice_client, catalog):

@@ -13,11 +13,11 @@ from django.utils import timezone
 
 from fleet.choices import AgentStatus, JobEventKind, JobStatus
 from fleet.models import Allocation, Dataset, Job, Node
-from tests.support.stored import downloaded, own_store_url, stored_checkpoint
+from tests.support.stored import downloaded, stored_checkpoint
 from workers.models import JobLogLine, JobMetric
 from workers.services.events import record_event
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_scheduling", "own_store")]
 
 LAUNCH = {
     "model": "llama-tiny",
@@ -27,23 +27,6 @@ LAUNCH = {
     "max_steps": "200",
     "per_device_batch_size": "4",
 }
-
-
-@pytest.fixture(autouse=True)
-def no_scheduling(monkeypatch):
-    monkeypatch.setattr("workers.tasks.schedule_job.delay", lambda *args, **kwargs: None)
-
-
-@pytest.fixture(autouse=True)
-def own_store(settings, tmp_path):
-    settings.STORAGE_URL = own_store_url(tmp_path)
-
-
-@pytest.fixture
-def alice_client(client, alice, fund):
-    fund(alice)  # a launch needs the balance to hold a few minutes of its plan
-    client.force_login(alice)
-    return client
 
 
 def bring_online(*chips: str) -> None:

@@ -10,6 +10,7 @@ def migrate(target: list[tuple[str, str]]) -> None:
     MigrationExecutor(connection).migrate(target)
 
 
-def latest(app: str) -> list[tuple[str, str]]:
-    """The app's newest migration(s), to migrate back to."""
-    return [(app, name) for _, name in MigrationExecutor(connection).loader.graph.leaf_nodes(app)]
+def latest() -> list[tuple[str, str]]:
+    """Every app's newest migration, to migrate back to: going back in one app also takes back the other
+    apps' migrations that depend on it, which migrating that app alone forward would leave out."""
+    return MigrationExecutor(connection).loader.graph.leaf_nodes()
