@@ -341,7 +341,9 @@ class JobSerializer(FieldsBuiltOnce, serializers.ModelSerializer):
     )
 
     continued_from = serializers.PrimaryKeyRelatedField(
-        read_only=True, allow_null=True, help_text="The job this one continues (POST /jobs/{id}/continue/); null for a fresh job"
+        read_only=True,
+        allow_null=True,
+        help_text="The job this one continues (POST /jobs/{id}/continue/); null for a fresh job",
     )
     start_checkpoint_step = serializers.SerializerMethodField(
         help_text="A continuation: the step of the checkpoint it started from (its step counter starts there)"
