@@ -1,7 +1,7 @@
 """`POST /v1/fine_tuning/jobs`: OpenAI's request turned into a Starverse job spec, validated and launched.
 
 The body is checked for OpenAI's shape here; the spec then goes through the job API's own validation
-(workers.api.job_serializers.JobSpecSerializer) and the one launch path (workers.services.launch), and each
+(workers.api.job_spec.JobSpecSerializer) and the one launch path (workers.services.launch), and each
 refusal is answered as OpenAI's 400 naming OpenAI's parameter. How each parameter maps: docs/FINE_TUNING.md,
 "The OpenAI fine-tuning API".
 """
@@ -17,7 +17,7 @@ from fleet.models import Dataset
 from kernel.spec import JobSpec
 from openai_api.errors import invalid
 from openai_api.objects import FILE, pk_of
-from workers.api.job_serializers import JobSpecSerializer
+from workers.api.job_spec import JobSpecSerializer
 from workers.services.launch import LaunchRefused, launch
 
 AUTO = "auto"

@@ -14,7 +14,7 @@ from kernel.money import format_amount, format_price
 from kernel.spec import JobSpec
 from market.services.hints import default_bid
 from portal.models.tokens import DEFAULT_EXPIRY_DAYS, MAX_EXPIRY_DAYS, TokenScope
-from workers.api.job_serializers import JobSpecSerializer
+from workers.api.job_spec import JobSpecSerializer
 
 
 class ApiTokenForm(forms.Form):

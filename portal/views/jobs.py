@@ -37,7 +37,7 @@ from portal.views.job_log_view import log_context, log_groups, log_query
 from portal.views.job_recipe import recipe_rows
 from portal.views.training import summarize_plan
 from workers.api.continue_views import job_spec_data as rerun_data
-from workers.api.job_serializers import JobSpecSerializer
+from workers.api.job_spec import JobSpecSerializer
 from workers.api.stored_files import stored_file_response
 from workers.services import job_logs, metrics
 from workers.services.artifacts import group_artifacts, list_artifacts, stored_artifact

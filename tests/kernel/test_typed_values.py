@@ -13,7 +13,7 @@ from fleet.models import Job
 from kernel.planner import Plan, PlanningError, ThroughputModel, plan
 from kernel.spec import JobSpec
 from tests.support.planner.fleets import fleets, priced_chips, requests
-from workers.api.job_serializers import format_plan
+from workers.api.job_spec import format_plan
 
 
 @st.composite

@@ -19,7 +19,8 @@ from base.api.idempotency import IDEMPOTENCY_KEY_PARAMETER, idempotent
 from fleet.choices import TrainingMode
 from fleet.models import Job
 from kernel.money import to_decimal
-from workers.api.job_serializers import JobSerializer, JobSpecSerializer
+from workers.api.job_serializers import JobSerializer
+from workers.api.job_spec import JobSpecSerializer
 from workers.services.continuation import (
     ContinueRefused,
     check_continuable,

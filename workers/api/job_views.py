@@ -17,40 +17,29 @@ from base.api.docs import (
     READ_ERRORS,
     VALIDATION_EXAMPLE,
     WRITE_ERRORS,
-    ErrorSerializer,
     errors,
 )
-from base.api.errors import RequestTooLarge
 from base.api.idempotency import IDEMPOTENCY_KEY_PARAMETER, idempotent
-from base.api.parsers import StrictFormParser, StrictMultiPartParser
 from base.api.validation import refuse_unknown_fields
 from base.prepared import PreparedPage, PreparedQuery, prefetched
 from billing.services.statements import charged_of_job
-from fleet.models import Dataset, Job
+from fleet.models import Job
 from kernel import planner
 from kernel.spec import JobSpec
 from kernel.storage import StorageError
 from workers.api import job_docs as docs
 from workers.api import job_serializers as s
+from workers.api import job_spec
 from workers.api.stored_files import StorageDown, stored_file_response
 from workers.models import JobMigration
 from workers.services import job_logs
 from workers.services.artifacts import list_artifacts, stored_artifact
-from workers.services.datasets import (
-    DatasetInUse,
-    DatasetRejected,
-    DatasetTooLarge,
-    DatasetUploadLimit,
-    delete_dataset,
-    store_dataset,
-)
 from workers.services.epochs import EpochsRefused, with_epochs
 from workers.services.launch import LaunchRefused, fleet_refusal, launch, refusal_of
 from workers.services.lifecycle import cancel as cancel_job
 from workers.services.metrics import job_metrics
 from workers.services.model_download import MergedNotApplicable, ModelNotReady, model_download
 from workers.services.planning import quote
-from workers.services.storage import StorageUnavailable
 from workers.services.tensorboard_download import TensorBoardNotReady, tensorboard_download
 
 AUTH_ERRORS_LIST = (401, 429)
@@ -81,8 +70,8 @@ def quote_or_400(spec: JobSpec) -> planner.Plan:
         raise planning_error(error) from None
 
 
-def valid_spec(request) -> s.JobSpecSerializer:
-    spec = s.JobSpecSerializer(data=request.data, context={"request": request})
+def valid_spec(request) -> job_spec.JobSpecSerializer:
+    spec = job_spec.JobSpecSerializer(data=request.data, context={"request": request})
     refuse_unknown_fields(spec, read_only=[*s.JobSerializer().fields, "owner"])
     spec.is_valid(raise_exception=True)
     return spec
@@ -127,7 +116,7 @@ class QuoteView(APIView):
             "within it), `chip_counts` (`no_capacity`: no free chips now, so a job would queue; or the "
             "enrolled fleet could never place it), or any unknown field."
         ),
-        request=s.JobSpecSerializer,
+        request=job_spec.JobSpecSerializer,
         responses={200: docs.PlanDocSerializer, **errors(*WRITE_ERRORS)},
         examples=[docs.SPEC_EXAMPLE, docs.PLAN_EXAMPLE, VALIDATION_EXAMPLE],
     )
@@ -137,7 +126,7 @@ class QuoteView(APIView):
             _, plan = with_epochs(spec.job_spec(), quote_or_400)
         except EpochsRefused as error:
             raise ValidationError({"n_epochs": [ErrorDetail(str(error), code="invalid")]}) from None
-        return Response(s.format_plan(plan))
+        return Response(job_spec.format_plan(plan))
 
 
 @extend_schema_view(
@@ -177,7 +166,7 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
             "more than the stop margin's spend), `non_field_errors` (`too_many_queued`: the cap on jobs "
             "waiting at once). Send an `Idempotency-Key` so that a retry can't start a second job."
         ),
-        request=s.JobSpecSerializer,
+        request=job_spec.JobSpecSerializer,
         parameters=[IDEMPOTENCY_KEY_PARAMETER],
         responses={201: s.JobSerializer, **errors(*IDEMPOTENT_WRITE_ERRORS)},
         examples=[docs.SPEC_EXAMPLE, VALIDATION_EXAMPLE],
@@ -351,70 +340,3 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
             return stored_file_response(found.key, found.filename)
         except StorageError as error:
             raise StorageDown() from error
-
-
-@extend_schema_view(
-    list=extend_schema(
-        summary="List your datasets", responses={200: s.DatasetSerializer(many=True), **errors(401, 429)}
-    ),
-    retrieve=extend_schema(summary="Get a dataset", responses={200: s.DatasetSerializer, **errors(*READ_ERRORS)}),
-    create=extend_schema(
-        summary="Upload a dataset",
-        description=(
-            "A UTF-8 file of one record per line, as multipart `file`: plain text, or JSON lines all of one kind: "
-            '`{"text"}`, chats `{"messages": [{"role", "content"}, ...]}` (system, user and assistant roles; '
-            'trained on the assistant turns) or `{"prompt", "completion"}` (trained on the completion). Each '
-            "line is checked; 400 names the first bad one; 413 once the body passes the dataset limit "
-            "(DATASET_MAX_BYTES), refused while it streams in."
-        ),
-        request={
-            "multipart/form-data": {
-                "type": "object",
-                "properties": {"file": {"type": "string", "format": "binary"}, "name": {"type": "string"}},
-                "required": ["file"],
-            }
-        },
-        responses={
-            201: s.DatasetSerializer,
-            413: OpenApiResponse(ErrorSerializer, description="The file is over the dataset limit."),
-            **errors(*WRITE_ERRORS),
-        },
-    ),
-    destroy=extend_schema(
-        summary="Delete a dataset",
-        description="Refused (400, field `dataset`) while a job uses it.",
-        responses={204: OpenApiResponse(description="Deleted."), **errors(400, *READ_ERRORS, 403)},
-    ),
-)
-class DatasetViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets.ReadOnlyModelViewSet):
-    """Upload a text or JSONL corpus (validated) and train on it as 'upload:<id>'."""
-
-    serializer_class = s.DatasetSerializer
-    parser_classes = [StrictMultiPartParser, StrictFormParser]
-
-    def get_queryset(self):
-        if getattr(self, "swagger_fake_view", False):
-            return Dataset.objects.none()
-        return Dataset.objects.filter(owner=self.request.user)
-
-    def create(self, request):
-        # Refuse an upload over DATASET_MAX_BYTES as it streams in, before Django parses the body.
-        request.upload_handlers.insert(0, DatasetUploadLimit(request))
-        try:
-            upload = request.FILES.get("file")
-            if upload is None:
-                raise ValidationError({"file": ["Attach a text or JSONL file as 'file'."]})
-            dataset = store_dataset(request.user, upload, name=request.data.get("name") or upload.name)
-        except DatasetTooLarge as error:
-            raise RequestTooLarge(str(error)) from None
-        except DatasetRejected as error:
-            raise ValidationError({"file": [str(error)]}) from None
-        except StorageUnavailable as error:
-            raise StorageDown(str(error)) from None
-        return Response(s.DatasetSerializer(dataset).data, status=status.HTTP_201_CREATED)
-
-    def perform_destroy(self, instance):
-        try:
-            delete_dataset(instance)
-        except DatasetInUse as error:
-            raise ValidationError({"dataset": [str(error)]}) from None
