@@ -16,10 +16,10 @@ from billing.services.ledger import InsufficientFunds, platform_account, transfe
 from fleet.choices import JobStatus
 from fleet.models import ChipType, Job
 from market.services.bids import BidRefused, place_bid
-from tests.portal.test_training_pages import LAUNCH, bring_online, no_scheduling, own_store, quote_html  # noqa: F401
+from tests.portal.test_training_pages import bring_online, quote_html
 from tests.support.accounts import token_client
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_scheduling", "own_store")]
 
 # More digits than a cent anywhere in an amount with the currency symbol.
 SUB_CENT = re.compile(r"¥[\d,]*\.\d{3,}")
