@@ -147,6 +147,9 @@ def test_a_users_model_is_fine_tuned_moved_downloaded_and_loads(stack_with_agent
         "eval_every": 20,
         "mode": "lora",
         "lora": {"r": 8, "alpha": 32, "dropout": 0.0},
+        # The tiny model's weights are random, not pretrained: LoRA's default rate (2e-4, for real
+        # pretrained models) would move its held-out loss too little in 120 steps to tell training worked.
+        "hyperparameters": {"learning_rate": 3e-3, "lr_scheduler": "constant"},
         "seq_len": SEQ,
         "per_device_batch_size": 4,
         "max_steps": 120,
