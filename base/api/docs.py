@@ -61,3 +61,13 @@ AUTH_ERRORS = (401, 429)
 READ_ERRORS = (*AUTH_ERRORS, 404)
 WRITE_ERRORS = (400, *AUTH_ERRORS, 403)
 IDEMPOTENT_WRITE_ERRORS = (*WRITE_ERRORS, 409, 422)
+
+
+# A multipart upload's body: the file and an optional name (the dataset and model uploads).
+FILE_UPLOAD_BODY = {
+    "multipart/form-data": {
+        "type": "object",
+        "properties": {"file": {"type": "string", "format": "binary"}, "name": {"type": "string"}},
+        "required": ["file"],
+    }
+}

@@ -11,10 +11,9 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
-from fleet.choices import JobStatus, TrainingMode
+from fleet.choices import TrainingMode
 from fleet.models import Job
 from kernel.storage import StorageError
-from kernel.storage.locations import is_stored, key_of
 from workers.api.stored_files import tar_response
 from workers.services.checkpoint_objects import (
     CheckpointInUse,
@@ -32,14 +31,12 @@ STORAGE_DOWN = "Object storage is unavailable right now; try again shortly."
 
 def checkpoint_table(job: Job) -> dict:
     """The rows of the table (newest first) and the retention policy."""
-    latest = key_of(job.latest_checkpoint) if is_stored(job.latest_checkpoint) else None
-    ended = job.status in JobStatus.finished()
     rows = [
         {
             "row": entry.row,
             "kept": entry.kept,
             "kept_because": entry.kept_because,
-            "deletable": ended or entry.row.key != latest,
+            "deletable": entry.deletable,
         }
         for entry in list_checkpoints(job)
     ]

@@ -12,10 +12,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from base.api.docs import READ_ERRORS, errors
-from fleet.choices import JobStatus
 from fleet.models import Job
 from kernel.storage import StorageError
-from kernel.storage.locations import is_stored, key_of
 from workers.api.stored_files import StorageDown, tar_response
 from workers.services.checkpoint_objects import (
     CheckpointInUse,
@@ -94,8 +92,6 @@ def step_of(raw: str) -> int:
 
 
 def checkpoint_rows(request, job: Job) -> list[dict]:
-    latest = key_of(job.latest_checkpoint) if is_stored(job.latest_checkpoint) else None
-    ended = job.status in JobStatus.finished()
     rows = []
     for entry in list_checkpoints(job):
         row = entry.row
@@ -110,7 +106,7 @@ def checkpoint_rows(request, job: Job) -> list[dict]:
                 "stopping": row.stopping,
                 "kept": entry.kept,
                 "kept_because": entry.kept_because,
-                "deletable": ended or row.key != latest,
+                "deletable": entry.deletable,
                 "download_url": request.build_absolute_uri(url),
             }
         )

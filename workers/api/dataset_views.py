@@ -7,7 +7,7 @@ from rest_framework import mixins, status, viewsets
 from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 
-from base.api.docs import READ_ERRORS, WRITE_ERRORS, ErrorSerializer, errors
+from base.api.docs import FILE_UPLOAD_BODY, READ_ERRORS, WRITE_ERRORS, ErrorSerializer, errors
 from base.api.errors import RequestTooLarge
 from base.api.parsers import StrictFormParser, StrictMultiPartParser
 from fleet.models import Dataset
@@ -38,13 +38,7 @@ from workers.services.storage import StorageUnavailable
             "line is checked; 400 names the first bad one; 413 once the body passes the dataset limit "
             "(DATASET_MAX_BYTES), refused while it streams in."
         ),
-        request={
-            "multipart/form-data": {
-                "type": "object",
-                "properties": {"file": {"type": "string", "format": "binary"}, "name": {"type": "string"}},
-                "required": ["file"],
-            }
-        },
+        request=FILE_UPLOAD_BODY,
         responses={
             201: s.DatasetSerializer,
             413: OpenApiResponse(ErrorSerializer, description="The file is over the dataset limit."),

@@ -7,7 +7,7 @@ from rest_framework import mixins, status, viewsets
 from rest_framework.exceptions import APIException, ErrorDetail, ValidationError
 from rest_framework.response import Response
 
-from base.api.docs import READ_ERRORS, WRITE_ERRORS, ErrorSerializer, errors
+from base.api.docs import FILE_UPLOAD_BODY, READ_ERRORS, WRITE_ERRORS, ErrorSerializer, errors
 from base.api.errors import RequestTooLarge
 from base.api.parsers import StrictFormParser, StrictMultiPartParser
 from fleet.models import UploadedModel
@@ -66,13 +66,7 @@ class ModelConflict(APIException):
             "missing_weights, weights_mismatch, missing_tokenizer, invalid_tokenizer, ...); 413 over the size "
             "limit. Train it by its `reference`, `model:<id>`."
         ),
-        request={
-            "multipart/form-data": {
-                "type": "object",
-                "properties": {"file": {"type": "string", "format": "binary"}, "name": {"type": "string"}},
-                "required": ["file"],
-            }
-        },
+        request=FILE_UPLOAD_BODY,
         responses={
             201: s.UploadedModelSerializer,
             413: OpenApiResponse(ErrorSerializer, description="The archive, or what it unpacks to, is over the limit."),

@@ -86,6 +86,7 @@ KEPT_BECAUSE = {
 class CheckpointEntry:
     row: JobCheckpoint
     kept: str  # FINAL, LATEST, STOP, RECENT or PRUNABLE
+    deletable: bool  # all but the one a job that has not ended resumes from
 
     @property
     def kept_because(self) -> str:
@@ -99,11 +100,12 @@ def list_checkpoints(job: Job) -> list[CheckpointEntry]:
     kept = checkpoints_to_keep(job, rows, keep)
     latest = key_of(job.latest_checkpoint) if is_stored(job.latest_checkpoint) else None
     final = max(rows, key=lambda row: (row.step, row.pk)) if rows else None
+    ended = job.status in JobStatus.finished()
     entries = []
     for row in sorted(rows, key=lambda row: (row.step, row.pk), reverse=True):
         if row.pk not in kept:
             reason = PRUNABLE
-        elif row is final and job.status in JobStatus.finished():
+        elif row is final and ended:
             reason = FINAL
         elif row.key == latest:
             reason = LATEST
@@ -111,7 +113,7 @@ def list_checkpoints(job: Job) -> list[CheckpointEntry]:
             reason = STOP
         else:
             reason = RECENT
-        entries.append(CheckpointEntry(row, reason))
+        entries.append(CheckpointEntry(row, reason, deletable=ended or row.key != latest))
     return entries
 
 
