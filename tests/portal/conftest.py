@@ -4,8 +4,14 @@ signed in with credit."""
 from __future__ import annotations
 
 import pytest
+from django.utils import timezone
 
+from fleet.choices import JobEventKind, JobStatus
+from fleet.models import Job
+from tests.support.portal_pages import PLAN, make_job
 from tests.support.stored import own_store_url
+from workers.models import JobLogLine, JobMetric
+from workers.services.events import record_event
 
 
 @pytest.fixture
@@ -25,3 +31,28 @@ def alice_client(client, alice, fund):
     fund(alice)
     client.force_login(alice)
     return client
+
+
+@pytest.fixture
+def running_job(alice, catalog) -> Job:
+    now = timezone.now()
+    job = make_job(
+        alice,
+        name="mixed run",
+        status=JobStatus.RUNNING,
+        plan=PLAN,
+        epoch=1,
+        step=50,
+        loss=2.5,
+        first_loss=6.2,
+        tokens_per_s=1_024.0,
+        started_at=now,
+    )
+    record_event(job, JobEventKind.PLACED, "Placed on 1 × rtx-4090 + 1 × tpu-v5e")
+    for step in (49, 50):
+        for index, speed in enumerate((400.0, 624.0)):
+            JobMetric.objects.create(
+                job=job, epoch=1, rank=index, step=step, loss=2.5, tokens_per_s=speed, created_at=now
+            )
+    JobLogLine.objects.create(job=job, epoch=1, rank=1, line="step 50 loss 2.5000", created_at=now)
+    return job

@@ -16,8 +16,8 @@ from billing.services.ledger import InsufficientFunds, platform_account, transfe
 from fleet.choices import JobStatus
 from fleet.models import ChipType, Job
 from market.services.bids import BidRefused, place_bid
-from tests.portal.test_training_pages import bring_online, quote_html
 from tests.support.accounts import token_client
+from tests.support.portal_pages import bring_online, quote_html
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_scheduling", "own_store")]
 

@@ -8,9 +8,8 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
 from fleet.models import Job
+from tests.support.portal_pages import LAUNCH
 from workers.services.datasets import store_dataset
-
-from .test_training_pages import LAUNCH
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_scheduling", "own_store")]
 

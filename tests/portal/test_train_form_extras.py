@@ -11,7 +11,7 @@ from django.urls import reverse
 from fleet.choices import JobStatus
 from fleet.models import Job
 from market.services.hints import default_bid
-from tests.portal.test_training_pages import LAUNCH, quote_html
+from tests.support.portal_pages import LAUNCH, quote_html
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_scheduling", "own_store")]
 

@@ -14,8 +14,8 @@ from playwright.sync_api import Browser, Page, expect
 
 from fleet.choices import JobEventKind, JobStatus
 from fleet.models import Job
-from tests.portal.test_training_pages import PLAN
 from tests.support.accounts import PASSWORD
+from tests.support.portal_pages import PLAN
 from tests.support.stored import own_store_url, stored_checkpoint
 from workers.models import JobEvent, JobLogLine
 from workers.services.events import record_event
