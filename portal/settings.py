@@ -6,6 +6,7 @@ from pathlib import Path
 
 import dj_database_url
 
+from portal.api_schema import SPECTACULAR_SETTINGS  # noqa: F401 - a setting, defined beside its hooks
 from portal.content_policy import CONTENT_SECURITY_POLICY as PAGE_CONTENT_POLICY
 from portal.env import env, env_bool, env_int, env_list, env_secret, find_program, secret_key
 from portal.logs import log_format, logging_config
@@ -197,29 +198,6 @@ REST_FRAMEWORK = {
 }
 # The API's chip list kept this many seconds per web process (0: computed on every request; docs/API.md).
 API_CHIPS_CACHE_SECONDS = float(env("API_CHIPS_CACHE_SECONDS", "1"))
-SPECTACULAR_SETTINGS = {
-    "TITLE": "Starverse API",
-    "DESCRIPTION": "Rent mixed AI accelerators: chips, pools, account, ledger and more. "
-    "Authenticate with `Authorization: Bearer <token>` from `POST /api/v1/tokens/`.",
-    "VERSION": "1.0.0",
-    "SERVE_INCLUDE_SCHEMA": False,
-    "SWAGGER_UI_DIST": "SIDECAR",
-    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
-    "REDOC_DIST": "SIDECAR",
-    "COMPONENT_SPLIT_REQUEST": True,
-    # Several components have a `status` of their own choices; name each set after what it is.
-    "ENUM_NAME_OVERRIDES": {
-        "BidStatusEnum": "market.models.BidStatus",
-        "JobStatusEnum": "fleet.choices.JobStatus",
-        "TrainingModeEnum": "fleet.choices.TrainingMode",
-        "WandbModeEnum": ["online", "offline"],
-    },
-    "POSTPROCESSING_HOOKS": [
-        "drf_spectacular.hooks.postprocess_schema_enums",
-        "base.api.schema.describe_what_requests_may_hold",
-        "base.api.schema.document_common_errors",
-    ],
-}
 
 CELERY_BROKER_URL = env("CELERY_BROKER_URL", REDIS_URL)
 CELERY_RESULT_BACKEND = None
@@ -358,7 +336,8 @@ CONTENT_SECURITY_POLICY = PAGE_CONTENT_POLICY  # portal.content_policy; the bill
 
 # ---- Operations: health, metrics, logs, mail ------------------------------------------------------
 # docs/OPERATIONS.md describes each variable. /healthz and /readyz: portal/health.py; /metrics:
-# portal/metrics.py; logs: portal/logs.py; Sentry: portal/sentry.py; mail: portal/mail_settings.py.
+# portal/metrics.py; logs: portal/logs.py; Sentry: portal/sentry.py; mail: portal/mail_settings.py; the API schema:
+# portal/api_schema.py.
 
 # Prometheus: request metrics (the two middlewares wrap all others) and database metrics (the engine).
 MIDDLEWARE = [
