@@ -29,6 +29,7 @@ from kernel.money import format_price
 from market.models import Bid
 from portal.models.tokens import ApiToken
 from tests.support.lines import bill_as_charged
+from tests.support.portal_pages import PLAN, rank
 from tests.support.stored import own_store_url
 from workers.models import JobLogLine, JobMetric
 from workers.services.events import record_event
@@ -75,47 +76,14 @@ class Site:
 
 
 def chip_plan() -> dict:
-    """A two-chip-type plan as the planner would store it (the job page draws its chip mix from it)."""
-
-    def rank(chip: str, hostname: str, micro_batch: int, tokens_per_s: float) -> dict:
-        return {
-            "chip": chip,
-            "node_id": 1,
-            "hostname": hostname,
-            "pool": f"{chip}-cn-east-1",
-            "micro_batch": micro_batch,
-            "mode": "on_demand",
-            "tokens_per_s": tokens_per_s,
-            "memory_gib": 1.0,
-            "simulated": True,
-        }
-
-    return {
-        "policy": "cost-performance",
-        "model": "llama-tiny",
-        "world_size": 2,
-        "chip_counts": {"rtx-4090": {"on_demand": 1}, "ascend-910b": {"on_demand": 1}},
-        "ranks": [
-            rank("rtx-4090", "sim-rtx-4090-cn-east-1-node-01", 3, 40_000.0),
-            rank("ascend-910b", "sim-ascend-910b-cn-east-1-node-01", 5, 60_000.0),
-        ],
-        "zero_stage": 1,
-        "global_batch": 8,
-        "tokens_per_step": 512,
-        "step_seconds": 0.005,
-        "comm_seconds": 0.001,
-        "link_gbps": 100,
-        "tokens_per_s": 100_000.0,
-        "price_per_hour": 4_000_000,
-        "price_per_million_tokens": 11_111,
-        # As long as a real quote's figures (49 min 41 s, ¥3.23): the comparison's columns must fit them.
-        "eta_seconds": 2_981.0,
-        "total_cost": 3_230_000,
-        "throughput_source": {},
-        "baseline": None,
-        "speedup_vs_baseline": None,
-        "cost_ratio_vs_baseline": None,
-    }
+    """A two-chip-type plan as the planner would store it (the job page draws its chip mix from it), with an
+    ETA and total as long as a real quote's (49 min 41 s, ¥3.23): the comparison's columns must fit them."""
+    ranks = [
+        rank("rtx-4090", "sim-rtx-4090-cn-east-1-node-01", 3, 40_000.0),
+        rank("ascend-910b", "sim-ascend-910b-cn-east-1-node-01", 5, 60_000.0),
+    ]
+    chip_counts = {"rtx-4090": {"on_demand": 1}, "ascend-910b": {"on_demand": 1}}
+    return {**PLAN, "ranks": ranks, "chip_counts": chip_counts, "eta_seconds": 2_981.0, "total_cost": 3_230_000}
 
 
 def running_job(owner) -> Job:
