@@ -208,7 +208,10 @@ def test_a_celery_worker_killed_at_random_points_bills_every_second_once(three_w
                 worker.start()
             else:
                 worker.kill_pool_process()
-        worker.run_for(3.0)  # the last requeued or restored task comes back and runs
+        # A requeued or restored task goes to the back of the fed queue: wait (bounded) until one is
+        # received again, however slowly the busy machine ticks, then let it run.
+        worker.run_for(120.0, until=lambda: any(n > 1 for n in worker.deliveries().values()))
+        worker.run_for(3.0)
     finally:
         worker.stop()
 
