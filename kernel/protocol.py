@@ -71,6 +71,9 @@ Report (one item) =
    "stack", "mode", "t"}
     (an island's leader: change = joined | members | dropped | sync; bridge_gbps, only when it sent
     something since its last one: the Gbit/s its allreduces across the bridge achieved; see hosts/runtime/islands/)
+| {"kind": "serving", "rank", "state": "starting|ready|draining|stopped|failed", "url", "engine", "simulated",
+   "device", "error", "t"}
+    (a serving replica, hosts/serving/replica.py: its engine's state; url: its OpenAI-compatible base ".../v1")
 
 A report's "rank" is the rank's number in the job (`job_rank`): in a run of islands, its island's first
 rank's number plus its rank inside the island.
@@ -124,6 +127,7 @@ class ReportKind:
     EVAL = "eval"
     EXIT = "exit"
     ISLAND = "island"
+    SERVING = "serving"
 
 
 @dataclass
@@ -160,6 +164,9 @@ class RankLaunch:
     # clear: {"wandb": {"project", "entity", "mode", "api_key"}, "mlflow": {"tracking_uri", "experiment",
     # "token"}}; None on every other rank. Never printed or reported.
     tracking: dict | None = None
+    # A serving replica's engine (kernel.serving.EngineLaunch.as_dict(), its port 0: the replica picks a free
+    # one): the agent runs `python -m hosts.serving.replica` instead of the training runtime. None: training.
+    serve: dict | None = None
     extra: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:

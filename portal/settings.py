@@ -226,6 +226,10 @@ CELERY_BEAT_SCHEDULE = {
         # A pass still waiting when the next is due is dropped: slow passes never pile up in the queue.
         "options": {"expires": env_int("RECONCILE_SECONDS", 2)},
     },
+    "scale-deployments": {
+        "task": "workers.tasks.scale_deployments_task",
+        "schedule": env_int("RECONCILE_SECONDS", 2),
+    },
     "clear-spot-market": {"task": "market.tasks.clear_market", "schedule": env_int("SPOT_CLEARING_SECONDS", 5)},
     "run-meter": {"task": "billing.tasks.run_meter", "schedule": env_int("METER_SECONDS", 5)},
     "audit-ledger": {"task": "billing.tasks.audit_ledger", "schedule": env_int("LEDGER_AUDIT_SECONDS", 300)},

@@ -11,13 +11,16 @@ from celery import shared_task
 from base.outage import DATABASE_UNAVAILABLE, note_database_error
 from workers.services import monitor
 from workers.services.checkpoints import prune_checkpoints_task
+from workers.services.deployments import scale_deployments
 from workers.services.retention import prune_job_telemetry_task
 from workers.services.scheduling import schedule_job, schedule_waiting_jobs_task
+from workers.services.serving_load import inflight
 
 __all__ = [
     "prune_checkpoints_task",
     "prune_job_telemetry_task",
     "reconcile_jobs",
+    "scale_deployments_task",
     "schedule_job",
     "schedule_waiting_jobs_task",
 ]
@@ -31,3 +34,9 @@ def reconcile_jobs() -> dict[str, int]:
     except DATABASE_UNAVAILABLE as error:
         note_database_error(error)  # the pass after the outage measures the nodes' silence from now on
         raise
+
+
+@shared_task(ignore_result=True, soft_time_limit=60)
+def scale_deployments_task() -> dict[str, int]:
+    """Deployments to their wanted replicas: a minimum kept, a cold one started, an idle one scaled to zero."""
+    return scale_deployments(inflight=inflight())

@@ -3,6 +3,7 @@ models. The control app (workers) acts on these rows; billing and the market rea
 table it had when it lived in workers (`db_table`), so moving it here moved no data."""
 
 from fleet.models.chips import REFERENCE_CHIP, ChipType, Node, Pool
+from fleet.models.deployments import Deployment, DeploymentStatus, ServedRequest
 from fleet.models.jobs import Allocation, AllocationQuerySet, Job
 from fleet.models.uploads import Dataset, UploadedModel
 
@@ -12,8 +13,11 @@ __all__ = [
     "AllocationQuerySet",
     "ChipType",
     "Dataset",
+    "Deployment",
+    "DeploymentStatus",
     "Job",
     "Node",
     "Pool",
+    "ServedRequest",
     "UploadedModel",
 ]

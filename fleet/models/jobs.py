@@ -91,6 +91,12 @@ class Job(models.Model):
     # A run of islands: each island's last report, by island index: {"stack", "mode", "syncs", "bytes_across",
     # "members", "step", "change"} (hosts/runtime/islands/; the job page's islands table).
     island_stats = models.JSONField(default=dict, blank=True)
+    # A serving replica (docs/SERVING.md): the deployment it serves, and what its engine last reported
+    # (kernel.serving.EngineStatus.as_dict(): state, url, engine, simulated, error). Not a training run.
+    deployment = models.ForeignKey(
+        "fleet.Deployment", null=True, blank=True, on_delete=models.PROTECT, related_name="replicas"
+    )
+    serving = models.JSONField(default=dict, blank=True)
     latest_checkpoint = models.CharField(max_length=500, blank=True)
     latest_checkpoint_step = models.PositiveIntegerField(null=True, blank=True)
     latest_checkpoint_at = models.DateTimeField(null=True, blank=True)

@@ -23,6 +23,7 @@ log = logging.getLogger(__name__)
 
 Emit = Callable[[int, int, dict], None]  # (job_id, epoch, report item)
 FRESH_CONTROL = {"checkpoint": 0, "stop": False}
+SERVING_MODULE = "hosts.serving.replica"
 STAGED_FOLDERS = ("inputs", "resume", "checkpoints")  # in a run folder: staged inputs, saves in progress
 _LAUNCH_FIELDS = {f.name for f in dataclasses.fields(RankLaunch)}
 
@@ -96,9 +97,10 @@ class RankTable:
             on_exit=lambda: self._tidy(job, epoch),
             platform_url=self.platform_url,
         )
-        warm = self.standbys is not None and self.rank_module == DEFAULT_RANK_MODULE and launch.device == "cpu"
+        module = SERVING_MODULE if launch.serve else self.rank_module  # a deployment's replica serves, not trains
+        warm = self.standbys is not None and module == DEFAULT_RANK_MODULE and launch.device == "cpu"
         try:
-            rank.start(self.rank_module, self.standbys.take() if warm else None)
+            rank.start(module, self.standbys.take() if warm else None)
         except OSError as exc:
             error = f"rank {job_rank(launch)} failed to start: {exc}"
             self.emit(

@@ -49,6 +49,7 @@ EVENT_FIELDS = {
         "mode",
         "t",
     ),
+    ReportKind.SERVING: ("state", "url", "engine", "simulated", "device", "error", "t"),
 }
 DONE = "done"
 

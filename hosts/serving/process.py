@@ -9,6 +9,7 @@ SIGTERM, then SIGKILL after a grace, and waits until no process of the group is 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import dataclasses
 import json
 import os
@@ -30,6 +31,7 @@ READY_TIMEOUT_S = 600.0
 POLL_INTERVAL_S = 0.25
 STOP_GRACE_S = 10.0
 LOG_TAIL_LINES = 20
+PR_SET_PDEATHSIG = 1
 
 
 class EngineFailed(RuntimeError):
@@ -54,11 +56,20 @@ def group_alive(pgid: int) -> bool:
     return True
 
 
+def kill_me_with_parent() -> None:
+    """In a child before exec (Linux): SIGKILL it when the process that started it dies."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
 class EngineProcess:
     """One engine serving one EngineLaunch on this host."""
 
-    def __init__(self, launch: EngineLaunch):
+    def __init__(self, launch: EngineLaunch, die_with_parent: bool = False):
         launch.check()
+        # A replica's engine (hosts/serving/replica.py) must not outlive the replica process when the agent kills
+        # it with SIGKILL (the engine has a process group of its own, which the agent's kill doesn't reach).
+        self.die_with_parent = die_with_parent
         self._own_run_dir = not launch.run_dir
         if self._own_run_dir:
             launch = dataclasses.replace(launch, run_dir=tempfile.mkdtemp(prefix=f"serving-{launch.deployment_id}-"))
@@ -95,6 +106,7 @@ class EngineProcess:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # its own process group: stop() ends the model's processes too
+                preexec_fn=kill_me_with_parent if self.die_with_parent else None,
             )
         self.state = STARTING
         return self

@@ -118,6 +118,7 @@ class ReportItemSerializer(serializers.Serializer):
             ReportKind.EVAL,
             ReportKind.EXIT,
             ReportKind.ISLAND,
+            ReportKind.SERVING,
         ]
     )
     rank = serializers.IntegerField(min_value=0, max_value=4096)
@@ -150,6 +151,12 @@ class ReportItemSerializer(serializers.Serializer):
     bridge_gbps = serializers.FloatField(min_value=0, max_value=100_000, required=False)
     stack = serializers.CharField(required=False, max_length=40)
     mode = serializers.CharField(required=False, max_length=20)
+    # A serving replica (hosts/serving/replica.py): its engine's state and where it answers.
+    state = serializers.ChoiceField(choices=["starting", "ready", "draining", "stopped", "failed"], required=False)
+    url = serializers.URLField(required=False, allow_blank=True, max_length=300)
+    engine = serializers.CharField(required=False, allow_blank=True, max_length=40)
+    simulated = serializers.BooleanField(required=False)
+    device = serializers.CharField(required=False, allow_blank=True, max_length=40)
 
     REQUIRED = {
         ReportKind.METRIC: ("step", "loss"),
@@ -158,6 +165,7 @@ class ReportItemSerializer(serializers.Serializer):
         ReportKind.EVAL: ("step", "eval_loss"),
         ReportKind.EXIT: ("code",),
         ReportKind.ISLAND: ("island", "change"),
+        ReportKind.SERVING: ("state",),
     }
 
     def validate(self, attrs):

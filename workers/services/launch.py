@@ -50,8 +50,8 @@ def refusal_of(error: planner.PlanningError) -> LaunchRefused:
     return LaunchRefused(field, code, str(error), title)
 
 
-def launch(owner, spec: JobSpec) -> Job:
-    """Refuse or queue one job for `owner`."""
+def launch(owner, spec: JobSpec, *, deployment=None) -> Job:
+    """Refuse or queue one job for `owner` (a replica of `deployment`, when given: workers/services/deployments.py)."""
     try:
         spec, plan = with_epochs(spec, launch_plan)  # a job given epochs gets its steps here
         model = model_spec(spec)
@@ -72,7 +72,7 @@ def launch(owner, spec: JobSpec) -> Job:
             check_hold(owner, plan.price_per_hour, committed=commitments(owner).total())
         except HoldRefused as error:
             raise LaunchRefused("balance", "insufficient_credit", str(error)) from None
-        return submit(owner, spec, credit_hold=hold, model=model, quote=plan)
+        return submit(owner, spec, credit_hold=hold, model=model, quote=plan, deployment=deployment)
 
 
 def launch_plan(spec: JobSpec) -> planner.Plan:

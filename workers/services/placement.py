@@ -35,6 +35,7 @@ from market.services.reservations import end_job_reservations
 from workers.services import commands, lifecycle, spot
 from workers.services.capacity import free_chips
 from workers.services.checkpoints import is_own_checkpoint, job_checkpoints, own_checkpoint_key
+from workers.services.deployments import engine_launch
 from workers.services.hyperparameters import job_hyperparameters
 from workers.services.lighthouses import lighthouse_of
 from workers.services.models import ModelUnavailable, resolve_model_source, store_hub_snapshot
@@ -205,6 +206,7 @@ def _world_launches(
                     island=island.as_dict() if island else None,
                     # Only the rank that logs the run (hosts/runtime/tracking.py) gets the W&B/MLflow secrets.
                     tracking=launch_tracking(job.tracking) if index == 0 and not (island and island.index) else None,
+                    serve=engine_launch(job, node, device, model) if job.deployment_id else None,
                 ),
             )
         )

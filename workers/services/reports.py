@@ -7,6 +7,7 @@ rank can never write into the newer placement.
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from urllib.parse import urlsplit
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -18,6 +19,7 @@ from workers.models import JobCheckpoint, JobEval, JobLogLine, JobMetric, RankEx
 from workers.services import lifecycle
 from workers.services.allocations import release_leaving_chips
 from workers.services.checkpoints import job_checkpoints, own_checkpoint_key, record_checkpoint
+from workers.services.deployments import record_serving
 from workers.services.events import record_event
 from workers.services.island_reports import record_island
 from workers.services.lifecycle.islands import departed_ranks
@@ -62,6 +64,8 @@ def accept_report(node: Node, job_id: int, epoch: int, items: list[dict], now=No
                 raise ReportRejected(f"Rank {item.get('rank')} of job {job_id} does not run on {node.hostname}.")
             if item["kind"] == ReportKind.CHECKPOINT:
                 _check_checkpoint_path(job, item)
+            if item["kind"] == ReportKind.SERVING:
+                _check_serving_url(node, item)
         _apply(job, node, items, now)
     return len(items)
 
@@ -75,6 +79,17 @@ def _check_checkpoint_path(job: Job, item: dict) -> None:
             f"A checkpoint of job {job.pk} at step {item['step']} is stored at store:{expected}, "
             f"not {str(item['path'])[:200]!r}.",
             "checkpoint_outside_job",
+        )
+
+
+def _check_serving_url(node: Node, item: dict) -> None:
+    """A replica answers on its own node's address: a host can't point the gateway anywhere else (the
+    platform's own services, another customer's replica)."""
+    url, address = item.get("url") or "", node.address or "127.0.0.1"
+    if url and urlsplit(url).hostname != address:
+        raise ReportRejected(
+            f"A replica on {node.hostname} answers at its node's address ({address}), not at {url[:200]}.",
+            "serving_url_outside_node",
         )
 
 
@@ -107,6 +122,8 @@ def _apply(job: Job, node: Node, items: list[dict], now) -> None:
             _record_eval(job, item, now)
         elif item["kind"] == ReportKind.ISLAND:
             record_island(job, item, now, node)
+        elif item["kind"] == ReportKind.SERVING and job.deployment_id:
+            record_serving(job, item, now, node)
         elif item["kind"] == ReportKind.EXIT:
             _record_exit(job, item, now)
             if job.migrations.filter(from_epoch=job.epoch).exists():

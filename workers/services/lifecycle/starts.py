@@ -24,7 +24,13 @@ WAITING = {JobStatus.QUEUED, JobStatus.PLANNING}
 
 
 def submit(
-    owner, spec: JobSpec, *, credit_hold: int = 0, model: ModelSpec | None = None, quote: Plan | None = None
+    owner,
+    spec: JobSpec,
+    *,
+    credit_hold: int = 0,
+    model: ModelSpec | None = None,
+    quote: Plan | None = None,
+    deployment=None,
 ) -> Job:
     """A validated job enters the queue (workers.services.launch decides whether it may); `model` is its
     model as planning sized it, kept for the market's fit check; `quote` the plan its owner was quoted."""
@@ -35,6 +41,8 @@ def submit(
             credit_hold=credit_hold,
             model_spec=model.as_dict() if model else None,
             quote=quote,
+            deployment=deployment,
+            serving={"state": "queued"} if deployment else {},
             **spec.job_columns(),
         )
         record_event(job, JobEventKind.QUEUED, "Queued")

@@ -1,0 +1,399 @@
+"""Deployments: create, scale (to zero and back), stop; the replicas a request may go to (docs/SERVING.md).
+
+A replica is a job (`Job.deployment`) launched through the one launch path (workers.services.launch): it
+is planned, held against the owner's credit, placed, billed per second, reclaimed and moved as any job is.
+Its one rank serves instead of training (hosts/serving/replica.py, `RankLaunch.serve`: see
+`engine_launch`), and reports its engine's state (`record_serving`). `scale_deployments` (every few
+seconds, from the beat) keeps each live deployment at its wanted number of replicas: its minimum, one
+more while requests wait on a busy or cold deployment (up to its maximum), none once it has been idle
+for its idle timeout with a minimum of 0. Cancelling a replica stops its billing as it stops any job.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db import transaction
+from django.db.models import F, Q, Sum
+from django.utils import timezone
+
+from billing.models import BillingLine
+from fleet.choices import JobStatus, Policy
+from fleet.models import ChipType, Deployment, DeploymentStatus, Job, Node, ServedRequest
+from kernel.modelspecs import CATALOG
+from kernel.money import format_money
+from kernel.serving import READY, SERVED_NAME, EngineLaunch, default_engine
+from kernel.spec import JobSpec
+from workers.services import lifecycle
+from workers.services.launch import LaunchRefused, launch
+from workers.services.models import ModelUnavailable, resolve_model_source
+
+log = logging.getLogger(__name__)
+
+MAX_REPLICAS = 8
+MIN_IDLE_TIMEOUT_S, MAX_IDLE_TIMEOUT_S = 30, 7 * 86400
+# A deployment whose replicas failed this many times in a row, none ever ready in between, fails.
+MAX_START_FAILURES = 3
+# One more replica (up to the maximum) when more than this many requests wait per ready replica.
+BUSY_PER_REPLICA = 4
+LIVE_JOB = ~Q(status__in=JobStatus.finished())
+
+
+class DeploymentRefused(Exception):
+    """A deployment that can't be made or changed: `field` and `code` as in the API's error format."""
+
+    def __init__(self, field: str, code: str, message: str):
+        super().__init__(message)
+        self.field, self.code = field, code
+
+
+@dataclass(frozen=True)
+class Replica:
+    """A ready replica the gateway may send a request to."""
+
+    job_id: int
+    url: str  # the engine's OpenAI-compatible base, ".../v1"
+    simulated: bool
+
+
+# -- making and changing -------------------------------------------------------------------------------
+def create_deployment(
+    owner,
+    *,
+    name: str,
+    model_name: str,
+    max_budget_per_hour: int,
+    chip: str = "",
+    chips_per_replica: int = 1,
+    policy: str = Policy.COST_PERFORMANCE,
+    total_budget: int | None = None,
+    spot: bool = False,
+    spot_bid_per_hour: int | None = None,
+    min_replicas: int = 1,
+    max_replicas: int = 1,
+    idle_timeout_s: int = 300,
+    max_model_len: int | None = None,
+) -> Deployment:
+    """Check and make a deployment, then launch its first replicas (its minimum; none for a minimum of 0: the
+    first request starts one). A replica the launch refuses (budget, credit, capacity) refuses the whole
+    deployment, and nothing is kept."""
+    check_name(owner, name)
+    check_model(owner, model_name)
+    check_replicas(min_replicas, max_replicas, idle_timeout_s)
+    if chip and not ChipType.objects.filter(slug=chip).exists():
+        raise DeploymentRefused("chip", "invalid", f"There is no chip type '{chip}'.")
+    with transaction.atomic():
+        deployment = Deployment.objects.create(
+            owner=owner,
+            name=name,
+            model_name=model_name.strip(),
+            chip=chip,
+            chips_per_replica=chips_per_replica,
+            policy=policy,
+            max_budget_per_hour=max_budget_per_hour,
+            total_budget=total_budget,
+            spot=spot,
+            spot_bid_per_hour=spot_bid_per_hour,
+            min_replicas=min_replicas,
+            max_replicas=max_replicas,
+            idle_timeout_s=idle_timeout_s,
+            max_model_len=max_model_len,
+            status=DeploymentStatus.DEPLOYING if min_replicas else DeploymentStatus.IDLE,
+        )
+        for _ in range(min_replicas):
+            launch_replica(deployment)
+    return deployment
+
+
+def check_name(owner, name: str) -> None:
+    if not SERVED_NAME.match(name or "") or "/" in name:
+        raise DeploymentRefused(
+            "name",
+            "invalid",
+            "A deployment's name is 1 to 64 letters, digits, '.', '_' and '-', starting with a letter or digit: "
+            "requests name it as their `model`.",
+        )
+    if Deployment.objects.filter(owner=owner, name=name).exclude(status=DeploymentStatus.STOPPED).exists():
+        raise DeploymentRefused("name", "name_taken", f"You already have a deployment named '{name}'.")
+
+
+def check_model(owner, model_name: str) -> None:
+    """A model that can be served: an upload, a job's output or a cached Hub model (they carry a tokenizer).
+    The built-in models read raw bytes and have no tokenizer, so no engine can serve them."""
+    name = model_name.strip()
+    if name in CATALOG:
+        raise DeploymentRefused(
+            "model",
+            "model_not_servable",
+            f"'{name}' is a built-in model: it reads raw bytes and has no tokenizer, so no serving engine can load "
+            "it. Deploy one of your uploaded models (model:<id>), a job's output trained from one (job:<id>), "
+            "or a cached Hugging Face model.",
+        )
+    try:
+        resolve_model_source(name, owner)
+    except ModelUnavailable as error:
+        raise DeploymentRefused("model", "model_unavailable", str(error)) from None
+
+
+def check_replicas(min_replicas: int, max_replicas: int, idle_timeout_s: int) -> None:
+    if not 1 <= max_replicas <= MAX_REPLICAS:
+        raise DeploymentRefused("max_replicas", "invalid", f"max_replicas must be 1 to {MAX_REPLICAS}.")
+    if not 0 <= min_replicas <= max_replicas:
+        raise DeploymentRefused("min_replicas", "invalid", f"min_replicas must be 0 to max_replicas ({max_replicas}).")
+    if not MIN_IDLE_TIMEOUT_S <= idle_timeout_s <= MAX_IDLE_TIMEOUT_S:
+        raise DeploymentRefused(
+            "idle_timeout_s",
+            "invalid",
+            f"idle_timeout_s must be {MIN_IDLE_TIMEOUT_S} to {MAX_IDLE_TIMEOUT_S} seconds.",
+        )
+
+
+def update_replicas(
+    deployment: Deployment,
+    *,
+    min_replicas: int | None = None,
+    max_replicas: int | None = None,
+    idle_timeout_s: int | None = None,
+) -> Deployment:
+    """New replica bounds or idle timeout; the next scaling pass (or this call, for a raised minimum) acts on them."""
+    if not deployment.is_live:
+        raise DeploymentRefused("non_field_errors", "deployment_stopped", f"Deployment '{deployment.name}' is stopped.")
+    new_min = deployment.min_replicas if min_replicas is None else min_replicas
+    new_max = deployment.max_replicas if max_replicas is None else max_replicas
+    new_idle = deployment.idle_timeout_s if idle_timeout_s is None else idle_timeout_s
+    check_replicas(new_min, new_max, new_idle)
+    Deployment.objects.filter(pk=deployment.pk).update(
+        min_replicas=new_min, max_replicas=new_max, idle_timeout_s=new_idle, updated_at=timezone.now()
+    )
+    deployment.refresh_from_db()
+    scale(deployment, timezone.now())
+    deployment.refresh_from_db()
+    return deployment
+
+
+def stop_deployment(
+    deployment: Deployment, reason: str = "Deleted by its owner", now: datetime | None = None
+) -> Deployment:
+    """Stop for good: every replica is cancelled (their billing stops as they stop); the name is free again."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        deployment = Deployment.objects.select_for_update().get(pk=deployment.pk)
+        if deployment.status != DeploymentStatus.STOPPED:
+            deployment.status, deployment.status_reason, deployment.stopped_at = DeploymentStatus.STOPPED, reason, now
+            deployment.save(update_fields=["status", "status_reason", "stopped_at", "updated_at"])
+    for job in deployment.replicas.filter(LIVE_JOB):
+        lifecycle.cancel(job, now)
+    return deployment
+
+
+# -- replicas -------------------------------------------------------------------------------------------
+def replica_spec(deployment: Deployment) -> JobSpec:
+    """A replica as a job to plan: one sample, one step (it trains nothing), the deployment's chips and terms."""
+    return JobSpec(
+        model_name=deployment.model_name,
+        per_device_batch_size=1,
+        max_steps=1,
+        max_budget_per_hour=deployment.max_budget_per_hour,
+        policy=deployment.policy,
+        name=f"{deployment.name} (replica)",
+        chip_counts={deployment.chip: deployment.chips_per_replica} if deployment.chip else None,
+        spot=deployment.spot,
+        spot_bid_per_hour=deployment.spot_bid_per_hour,
+        allow_other_chips=not deployment.chip,
+    )
+
+
+def launch_replica(deployment: Deployment) -> Job:
+    """One more replica, through the launch path (its refusals as DeploymentRefused)."""
+    try:
+        return launch(deployment.owner, replica_spec(deployment), deployment=deployment)
+    except LaunchRefused as error:
+        field = {"max_budget": "max_budget_per_hour", "chip_counts": "chip"}.get(error.field, error.field)
+        raise DeploymentRefused(field, error.code, str(error)) from None
+
+
+def engine_launch(job: Job, node: Node, device: str, model: dict) -> dict:
+    """`RankLaunch.serve` of a replica's rank on `node` (kernel.serving.EngineLaunch; port 0: the replica picks)."""
+    deployment = job.deployment
+    return EngineLaunch(
+        model=model.get("path") or "",
+        model_folder=model.get("folder"),
+        served_model_name=deployment.name,
+        port=0,
+        engine=default_engine(device, node.simulated),
+        device="cpu" if node.simulated else device,
+        host=node.address or "127.0.0.1",
+        max_model_len=deployment.max_model_len,
+        simulated=node.simulated,
+        chip_type=node.pool.chip_type.slug,
+        deployment_id=deployment.pk,
+        replica=job.pk,
+    ).as_dict()
+
+
+def record_serving(job: Job, item: dict, now: datetime, node: Node) -> None:
+    """A replica's engine state (a `serving` report; call with the job's row locked): a ready replica is
+    running, and its deployment is ready."""
+    url = item.get("url") or job.serving.get("url", "")  # reports.accept_report checked it is on `node`
+    job.serving = {
+        "state": item["state"],
+        "url": url,
+        "engine": item.get("engine") or job.serving.get("engine", ""),
+        "simulated": bool(item.get("simulated", job.serving.get("simulated", False))),
+        "device": item.get("device") or job.serving.get("device", ""),
+        "error": (item.get("error") or "")[-2000:],
+        "epoch": job.epoch,
+        "at": now.isoformat(),
+    }
+    job.save(update_fields=["serving", "updated_at"])
+    if item["state"] == READY:
+        lifecycle.start_running(job, 0, now)
+        Deployment.objects.filter(
+            pk=job.deployment_id, status__in=[DeploymentStatus.DEPLOYING, DeploymentStatus.IDLE]
+        ).update(status=DeploymentStatus.READY, status_reason="", updated_at=now)
+
+
+def ready_replicas(deployment: Deployment) -> list[Replica]:
+    """The replicas answering now: running, their engine ready in the current placement (not draining)."""
+    jobs = deployment.replicas.filter(status=JobStatus.RUNNING, cancel_requested_at__isnull=True, serving__state=READY)
+    return [
+        Replica(job.pk, job.serving["url"], bool(job.serving.get("simulated")))
+        for job in jobs.only("pk", "serving", "epoch")
+        if job.serving.get("epoch") == job.epoch and job.serving.get("url")
+    ]
+
+
+def live_replicas(deployment: Deployment):
+    return deployment.replicas.filter(LIVE_JOB)
+
+
+def wake(deployment: Deployment, now: datetime | None = None) -> None:
+    """A request came: note it (the idle clock starts again) and make sure a replica runs or is starting."""
+    now = now or timezone.now()
+    Deployment.objects.filter(pk=deployment.pk).update(last_request_at=now)
+    deployment.last_request_at = now
+    if deployment.is_live and not live_replicas(deployment).filter(cancel_requested_at__isnull=True).exists():
+        scale(deployment, now)
+
+
+def owned_deployment(user, name: str) -> Deployment | None:
+    """The user's live deployment of that name (what a request's `model` names); None: not theirs, or none."""
+    return Deployment.objects.filter(owner=user, name=name).exclude(status=DeploymentStatus.STOPPED).first()
+
+
+def record_request(deployment: Deployment, **fields) -> ServedRequest:
+    """One answered request: its row (the page's charts) and the deployment's running totals."""
+    served = ServedRequest.objects.create(deployment=deployment, **fields)
+    Deployment.objects.filter(pk=deployment.pk).update(
+        requests=F("requests") + 1,
+        prompt_tokens=F("prompt_tokens") + served.prompt_tokens,
+        completion_tokens=F("completion_tokens") + served.completion_tokens,
+    )
+    return served
+
+
+# -- money ----------------------------------------------------------------------------------------------
+def deployment_cost(deployment: Deployment) -> int:
+    """What the deployment's replicas have been charged so far (micro-units): the meter's billing lines."""
+    return BillingLine.objects.filter(job__deployment=deployment).aggregate(total=Sum("charged_total"))["total"] or 0
+
+
+def price_per_million_tokens(deployment: Deployment) -> int | None:
+    """The measured price: cost so far over the tokens served (prompt and completion), per million; None
+    before any token."""
+    tokens = deployment.prompt_tokens + deployment.completion_tokens
+    if not tokens:
+        return None
+    return round(deployment_cost(deployment) * 1_000_000 / tokens)
+
+
+# -- scaling --------------------------------------------------------------------------------------------
+def scale_deployments(now: datetime | None = None, inflight: dict[int, int] | None = None) -> dict[str, int]:
+    """One scaling pass over the live deployments (the beat's); `inflight`: requests waiting, by deployment."""
+    now = now or timezone.now()
+    counts = {"launched": 0, "stopped": 0}
+    for deployment in Deployment.objects.filter(status__in=DeploymentStatus.live()):
+        launched, stopped = scale(deployment, now, (inflight or {}).get(deployment.pk, 0))
+        counts["launched"] += launched
+        counts["stopped"] += stopped
+    return counts
+
+
+def scale(deployment: Deployment, now: datetime, waiting: int = 0) -> tuple[int, int]:
+    """Bring one deployment to its wanted replicas; (launched, cancelled)."""
+    with transaction.atomic():
+        deployment = Deployment.objects.select_for_update().get(pk=deployment.pk)
+        if not deployment.is_live:
+            return 0, 0
+        reason = why_stop(deployment)
+        if reason:
+            transaction.on_commit(lambda: stop_deployment(deployment, reason, now))
+            return 0, 0
+        live = list(live_replicas(deployment).filter(cancel_requested_at__isnull=True))
+        ready = [job for job in live if job.status == JobStatus.RUNNING and job.serving.get("state") == READY]
+        wanted = wanted_replicas(deployment, now, len(live), len(ready), waiting)
+        launched = cancelled = 0
+        if len(live) < wanted:
+            if too_many_failures(deployment):
+                deployment.status = DeploymentStatus.FAILED
+                deployment.status_reason = failure_reason(deployment)
+                deployment.save(update_fields=["status", "status_reason", "updated_at"])
+                return 0, 0
+            for _ in range(wanted - len(live)):
+                try:
+                    launch_replica(deployment)
+                except DeploymentRefused as error:
+                    deployment.status_reason = f"A replica could not start: {error}"
+                    deployment.save(update_fields=["status_reason", "updated_at"])
+                    break
+                launched += 1
+        surplus = sorted(live, key=lambda job: (job.pk in {r.pk for r in ready}, job.pk))[: max(0, len(live) - wanted)]
+        status = status_of(deployment, len(ready), len(live) + launched - len(surplus))
+        if status != deployment.status:
+            deployment.status = status
+            deployment.save(update_fields=["status", "updated_at"])
+    for job in surplus:
+        lifecycle.cancel(job, now)
+        cancelled += 1
+    return launched, cancelled
+
+
+def wanted_replicas(deployment: Deployment, now: datetime, live: int, ready: int, waiting: int) -> int:
+    idle_since = deployment.last_request_at or deployment.created_at
+    idle = now - idle_since >= timedelta(seconds=deployment.idle_timeout_s)
+    if idle:
+        return deployment.min_replicas
+    wanted = max(deployment.min_replicas, 1, live)
+    if ready and waiting > BUSY_PER_REPLICA * ready and live == ready:
+        wanted = live + 1
+    return min(wanted, deployment.max_replicas)
+
+
+def status_of(deployment: Deployment, ready: int, replicas: int) -> str:
+    if ready:
+        return DeploymentStatus.READY
+    return DeploymentStatus.DEPLOYING if replicas else DeploymentStatus.IDLE
+
+
+def why_stop(deployment: Deployment) -> str:
+    """Why the deployment must stop now ("" : it may go on): its total budget spent, or its owner out of credit."""
+    if deployment.total_budget is not None and deployment_cost(deployment) >= deployment.total_budget:
+        return f"Its total budget of {format_money(deployment.total_budget)} is spent."
+    if deployment.replicas.filter(status=JobStatus.STOPPED_NO_CREDIT).exists():
+        return "Stopped: out of credit. Top up, then deploy again."
+    return ""
+
+
+def too_many_failures(deployment: Deployment) -> bool:
+    last = list(deployment.replicas.filter(~LIVE_JOB).order_by("-pk")[:MAX_START_FAILURES])
+    return len(last) == MAX_START_FAILURES and all(
+        job.status == JobStatus.FAILED and job.serving.get("state") != READY for job in last
+    )
+
+
+def failure_reason(deployment: Deployment) -> str:
+    last = deployment.replicas.filter(status=JobStatus.FAILED).order_by("-pk").first()
+    detail = (last.serving.get("error") or last.status_reason) if last else ""
+    return f"{MAX_START_FAILURES} replicas in a row failed to start. The last: {detail}".strip()
