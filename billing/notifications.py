@@ -135,8 +135,8 @@ def credit_stop_requested(job_id: int) -> None:
 @shared_task(ignore_result=True)
 def send_job_end_email(job_id: int, stopping_for_credit: bool = False) -> None:
     job = Job.objects.select_related("owner").filter(pk=job_id).first()
-    if job is None or not job.owner.email:
-        return
+    if job is None or not job.owner.email or job.deployment_id:
+        return  # a deployment's replica starts and stops as it scales: its page says so, not an e-mail per replica
     status = JobStatus.STOPPED_NO_CREDIT if stopping_for_credit else job.status
     by_operator = status == JobStatus.CANCELLED and bool(job.operator_cancel_reason())
     if not by_operator and (status not in JOB_END_SUBJECTS or not settings_for(job.owner).job_emails):

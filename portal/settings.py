@@ -296,6 +296,11 @@ JOB_MAX_BATCH = env_int("JOB_MAX_BATCH", 1024)
 # The OpenAI fine-tuning API (/v1/, docs/FINE_TUNING.md) has no budget field: its jobs get this hourly cap, in
 # currency units (the SDK's default budget).
 OPENAI_API_MAX_BUDGET = env("OPENAI_API_MAX_BUDGET", "28")
+# Deployments (docs/SERVING.md): the shortest idle timeout a deployment may have before it scales to zero.
+SERVING_MIN_IDLE_TIMEOUT_S = env_int("SERVING_MIN_IDLE_TIMEOUT_S", 30)
+# The serving gateway (/v1/chat/completions, docs/SERVING.md): a request to a deployment with no ready replica
+# waits this many seconds for one to start, then is answered 503 with Retry-After.
+SERVING_COLD_START_TIMEOUT_S = float(env("SERVING_COLD_START_TIMEOUT_S", "120"))
 # Jobs one user may have waiting to be placed; a queued job is re-planned with backoff (doubling
 # from PLAN_BACKOFF_MIN_S up to PLAN_BACKOFF_MAX_S), and at once when chips free up or a node joins.
 MAX_QUEUED_JOBS_PER_USER = env_int("MAX_QUEUED_JOBS_PER_USER", 5)

@@ -173,7 +173,7 @@ def model_links(job: Job) -> dict | None:
 def job_list(request: HttpRequest) -> HttpResponse:
     """The user's jobs, newest first, each with its cost so far (summed in the query: no query per row)."""
     jobs = (
-        Job.objects.filter(owner=request.user)
+        Job.objects.filter(owner=request.user, deployment__isnull=True)  # replicas show on their deployment
         .annotate(cost=Coalesce(charged_of_job(), 0))
         .order_by("-created_at", "-id")
     )

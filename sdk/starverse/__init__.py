@@ -1,6 +1,7 @@
-"""Starverse SDK: quote and train on mixed accelerators, upload your own models, bid for spot chips, from Python
-or the CLI."""
+"""Starverse SDK: quote and train on mixed accelerators, upload your own models, bid for spot chips, serve a
+trained model behind an OpenAI-compatible endpoint, from Python or the CLI."""
 
+from starverse.chat import ChatReply, ChatStream, Usage
 from starverse.client import Client, create_token, upload_model
 from starverse.config import Config, load_config, save_config
 from starverse.errors import (
@@ -10,6 +11,7 @@ from starverse.errors import (
     BudgetTooLow,
     ConfigError,
     Conflict,
+    DeploymentFailed,
     IdempotencyConflict,
     InsufficientCredit,
     JobFailed,
@@ -27,6 +29,7 @@ from starverse.errors import (
 )
 from starverse.objects import Checkpoint, Checkpoints, Dataset, Event, Hyperparameters, Job
 from starverse.plans import Quote
+from starverse.serving import Deployment, Replica, deploy, deployments
 from starverse.training import Cluster, MetaParallel, ModelConfig, Plan, Run, Trainer, accelerate
 from starverse.version import VERSION
 
@@ -37,6 +40,8 @@ __all__ = [
     "APIError",
     "AuthError",
     "BudgetTooLow",
+    "ChatReply",
+    "ChatStream",
     "Checkpoint",
     "Checkpoints",
     "Client",
@@ -45,6 +50,8 @@ __all__ = [
     "ConfigError",
     "Conflict",
     "Dataset",
+    "Deployment",
+    "DeploymentFailed",
     "Event",
     "Hyperparameters",
     "IdempotencyConflict",
@@ -62,14 +69,18 @@ __all__ = [
     "Plan",
     "Quote",
     "RateLimited",
+    "Replica",
     "Run",
     "ServerError",
     "StarverseError",
     "Trainer",
     "TwoFactorRequired",
+    "Usage",
     "ValidationError",
     "accelerate",
     "create_token",
+    "deploy",
+    "deployments",
     "load_config",
     "save_config",
     "upload_model",

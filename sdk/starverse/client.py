@@ -14,9 +14,11 @@ from typing import Any
 import httpx
 
 from starverse import errors
+from starverse.chat import ChatCalls
 from starverse.config import Config, load_config
 from starverse.files import API_PREFIX, UPLOAD_READ_TIMEOUT_S, FileCalls
 from starverse.objects import Hyperparameters, hyperparameters_body
+from starverse.serving import DeploymentCalls
 from starverse.version import VERSION
 
 USER_AGENT = f"starverse-python/{VERSION}"
@@ -24,9 +26,10 @@ USER_AGENT = f"starverse-python/{VERSION}"
 RETRY_STATUSES = {409, 429, 500, 502, 503, 504}
 
 
-class Client(FileCalls):
+class Client(FileCalls, DeploymentCalls, ChatCalls):
     """One platform, one token. The account, job and model methods return the API's JSON (dicts and lists);
-    datasets, checkpoints and events come back as typed objects (starverse.objects) that read like it too."""
+    datasets, checkpoints, events and deployments come back as typed objects (starverse.objects,
+    starverse.serving) that read like it too."""
 
     def __init__(
         self,

@@ -114,7 +114,17 @@ class RateLimited(APIError):
 
 
 class ServerError(APIError):
-    """5xx: the platform failed; the request may be retried."""
+    """5xx: the platform failed; the request may be retried (after `retry_after` seconds, when it said)."""
+
+    retry_after: float | None = None
+
+
+class DeploymentFailed(StarverseError):
+    """A deployment failed (its replicas kept failing to start) or was stopped while it was awaited."""
+
+    def __init__(self, message: str, deployment=None):
+        super().__init__(message)
+        self.deployment = deployment
 
 
 class JobFailed(StarverseError):
@@ -165,7 +175,7 @@ def error_for(status: int, body: Any, retry_after: float | None = None) -> APIEr
         return ValidationError(detail, status=status, errors=errors, body=body)
     kind = STATUS_ERRORS.get(status) or (ServerError if status >= 500 else APIError)
     error = kind(detail, status=status, errors=errors, body=body)
-    if isinstance(error, RateLimited):
+    if isinstance(error, RateLimited | ServerError):
         error.retry_after = retry_after
     return error
 

@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Literal, TypeVar
 from starverse.plans import Plan
 
 LRScheduler = Literal["constant", "linear", "cosine"]
-T = TypeVar("T", bound="APIObject")
+T = TypeVar("T", bound="APIFields")
 
 
 @dataclass
@@ -72,23 +72,28 @@ def decimal(value: Any) -> Decimal | None:
     return None if value is None or value == "" else Decimal(str(value))
 
 
-@dataclass(frozen=True)
-class APIObject(Mapping[str, Any]):
-    """An answer of the API: typed fields, and the JSON itself in `raw` (read as a mapping)."""
+class APIFields(Mapping[str, Any]):
+    """How a dataclass reads an answer of the API: typed fields converted from the JSON, which stays in `raw`
+    (read as a mapping). APIObject is a snapshot; a handle that reads itself again (a Deployment) uses it too."""
 
-    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False, kw_only=True)
+    raw: dict[str, Any]
     # field name -> how to read it from the JSON (default: as it is)
     converters: ClassVar[dict[str, Any]] = {}
 
     @classmethod
-    def from_api(cls: type[T], data: Mapping[str, Any]) -> T:
+    def fields_of(cls, data: Mapping[str, Any]) -> dict[str, Any]:
+        """The dataclass's fields that the JSON holds, converted."""
         values = {}
-        for item in dataclasses.fields(cls):
-            if item.name == "raw" or item.name not in data:
+        for item in dataclasses.fields(cls):  # type: ignore[arg-type]
+            if item.name == "raw" or item.name not in data or not item.init:
                 continue
             convert = cls.converters.get(item.name)
             values[item.name] = convert(data[item.name]) if convert else data[item.name]
-        return cls(**values, raw=dict(data))
+        return values
+
+    @classmethod
+    def from_api(cls: type[T], data: Mapping[str, Any], **extra: Any) -> T:
+        return cls(**cls.fields_of(data), **extra, raw=dict(data))
 
     def to_dict(self) -> dict[str, Any]:
         """The API's JSON, as it came."""
@@ -102,6 +107,13 @@ class APIObject(Mapping[str, Any]):
 
     def __len__(self) -> int:
         return len(self.raw)
+
+
+@dataclass(frozen=True)
+class APIObject(APIFields):
+    """An answer of the API: typed fields, and the JSON itself in `raw` (read as a mapping)."""
+
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False, kw_only=True)
 
 
 @dataclass(frozen=True)

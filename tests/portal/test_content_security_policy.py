@@ -8,6 +8,7 @@ import re
 import pytest
 from django.test import Client
 
+from tests.support.deployment_pages import make_deployment
 from tests.support.statements import seed_march
 
 pytestmark = pytest.mark.django_db
@@ -24,6 +25,10 @@ PAGES = [
     "/datasets/",
     "/jobs/",
     "/jobs/{job}/",
+    "/deployments/",
+    "/deployments/new/",
+    "/deployments/{deployment}/",
+    "/deployments/{deployment}/playground/",
     "/bids/",
     "/billing/",
     "/billing/usage/",
@@ -43,9 +48,10 @@ def policy(response) -> dict[str, list[str]]:
 @pytest.fixture
 def alice_signed_in(catalog, alice, bob) -> tuple[Client, dict]:
     march = seed_march(alice, bob)
+    deployment = make_deployment(alice)
     client = Client()
     client.force_login(alice)
-    return client, {"job": march["alpha"].pk}
+    return client, {"job": march["alpha"].pk, "deployment": deployment.pk}
 
 
 @pytest.fixture

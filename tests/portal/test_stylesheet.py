@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from fleet.choices import JobStatus, MigrationStatus
+from fleet.models import DeploymentStatus
 from market.models import BidStatus
 
 STYLESHEET = Path(__file__).resolve().parents[2] / "static" / "css" / "starverse.css"
@@ -75,10 +76,11 @@ def contrast(text: str, background: str) -> float:
     return (light + 0.05) / (dark + 0.05)
 
 
-# Every badge the templates draw, by its classes (templates/partials/training/status_badge.html, market/bids.html,
-# job_migrations.html, the pricing and quote tags).
+# Every badge the templates draw, by its classes (templates/partials/training/status_badge.html,
+# partials/deployments/status_badge.html, market/bids.html, job_migrations.html, the pricing and quote tags).
 BADGES = {
     **{f"job {status}": ["badge", "status", f"status-{status}"] for status in JobStatus.values},
+    **{f"deployment {status}": ["badge", "status", f"status-{status}"] for status in DeploymentStatus.values},
     **{f"bid {status}": ["badge", "bid-status", f"bid-status-{status}"] for status in BidStatus.values},
     **{f"move {s}": ["badge", "migration-status", f"migration-status-{s}"] for s in MigrationStatus.values},
     "online": ["badge", "badge-on"],

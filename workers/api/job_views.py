@@ -88,8 +88,13 @@ def jobs_of(owner, status: str | None = None):
     return jobs.filter(status=status) if status is not None else jobs
 
 
+def training_jobs_of(owner, status: str | None = None):
+    """The list's jobs: a deployment's replicas (serving jobs) are listed with their deployment, not here."""
+    return jobs_of(owner, status).filter(deployment__isnull=True)
+
+
 # The list page's queries, compiled once (base.prepared).
-JOB_PAGE = PreparedQuery(jobs_of, owner=int, status=str)
+JOB_PAGE = PreparedQuery(training_jobs_of, owner=int, status=str)
 MIGRATIONS_OF_JOBS = PreparedQuery(lambda jobs: JobMigration.objects.filter(job_id__any_of=jobs), jobs=list)
 
 
@@ -132,7 +137,10 @@ class QuoteView(APIView):
 @extend_schema_view(
     list=extend_schema(
         summary="List your jobs",
-        description="Your jobs, newest first, paginated; `?status=running` filters by status.",
+        description=(
+            "Your jobs, newest first, paginated; `?status=running` filters by status. A deployment's replicas "
+            "(serving jobs) are listed with their deployment (`/api/v1/deployments/`), not here."
+        ),
         parameters=[OpenApiParameter("status", str, description="queued, planning, running, succeeded, ...")],
         responses={200: s.JobSerializer(many=True), **errors(*AUTH_ERRORS_LIST)},
     ),

@@ -1,13 +1,22 @@
 from django.urls import path, re_path
 from rest_framework.routers import DefaultRouter
 
-from workers.api import agent_views, checkpoint_views, continue_views, dataset_views, job_views, model_views
+from workers.api import (
+    agent_views,
+    checkpoint_views,
+    continue_views,
+    dataset_views,
+    deployment_views,
+    job_views,
+    model_views,
+)
 
 router = DefaultRouter(trailing_slash=True)
 router.include_root_view = False
 router.register("jobs", job_views.JobViewSet, basename="job")
 router.register("datasets", dataset_views.DatasetViewSet, basename="dataset")
 router.register("models", model_views.ModelViewSet, basename="model")
+router.register("deployments", deployment_views.DeploymentViewSet, basename="deployment")
 
 urlpatterns = [
     path("quotes/", job_views.QuoteView.as_view(), name="api-quotes"),

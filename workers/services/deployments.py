@@ -15,6 +15,7 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Q, Sum
 from django.utils import timezone
@@ -27,13 +28,13 @@ from kernel.money import format_money
 from kernel.serving import READY, SERVED_NAME, EngineLaunch, default_engine
 from kernel.spec import JobSpec
 from workers.services import lifecycle
-from workers.services.launch import LaunchRefused, launch
+from workers.services.launch import LaunchRefused, launch, launch_plan
 from workers.services.models import ModelUnavailable, resolve_model_source
 
 log = logging.getLogger(__name__)
 
 MAX_REPLICAS = 8
-MIN_IDLE_TIMEOUT_S, MAX_IDLE_TIMEOUT_S = 30, 7 * 86400
+MIN_IDLE_TIMEOUT_S, MAX_IDLE_TIMEOUT_S = 30, 7 * 86400  # the least: settings.SERVING_MIN_IDLE_TIMEOUT_S (30 by default)
 # A deployment whose replicas failed this many times in a row, none ever ready in between, fails.
 MAX_START_FAILURES = 3
 # One more replica (up to the maximum) when more than this many requests wait per ready replica.
@@ -84,6 +85,8 @@ def create_deployment(
     check_replicas(min_replicas, max_replicas, idle_timeout_s)
     if chip and not ChipType.objects.filter(slug=chip).exists():
         raise DeploymentRefused("chip", "invalid", f"There is no chip type '{chip}'.")
+    if total_budget is not None and total_budget <= 0:
+        raise DeploymentRefused("total_budget", "invalid", "A total budget must be more than ¥0.")
     with transaction.atomic():
         deployment = Deployment.objects.create(
             owner=owner,
@@ -104,6 +107,11 @@ def create_deployment(
         )
         for _ in range(min_replicas):
             launch_replica(deployment)
+        if not min_replicas:  # nothing launched: still refuse now what no replica could ever be placed with
+            try:
+                launch_plan(replica_spec(deployment))
+            except LaunchRefused as error:
+                raise refused(error) from None
     return deployment
 
 
@@ -142,11 +150,10 @@ def check_replicas(min_replicas: int, max_replicas: int, idle_timeout_s: int) ->
         raise DeploymentRefused("max_replicas", "invalid", f"max_replicas must be 1 to {MAX_REPLICAS}.")
     if not 0 <= min_replicas <= max_replicas:
         raise DeploymentRefused("min_replicas", "invalid", f"min_replicas must be 0 to max_replicas ({max_replicas}).")
-    if not MIN_IDLE_TIMEOUT_S <= idle_timeout_s <= MAX_IDLE_TIMEOUT_S:
+    least = settings.SERVING_MIN_IDLE_TIMEOUT_S
+    if not least <= idle_timeout_s <= MAX_IDLE_TIMEOUT_S:
         raise DeploymentRefused(
-            "idle_timeout_s",
-            "invalid",
-            f"idle_timeout_s must be {MIN_IDLE_TIMEOUT_S} to {MAX_IDLE_TIMEOUT_S} seconds.",
+            "idle_timeout_s", "invalid", f"idle_timeout_s must be {least} to {MAX_IDLE_TIMEOUT_S} seconds."
         )
 
 
@@ -210,8 +217,13 @@ def launch_replica(deployment: Deployment) -> Job:
     try:
         return launch(deployment.owner, replica_spec(deployment), deployment=deployment)
     except LaunchRefused as error:
-        field = {"max_budget": "max_budget_per_hour", "chip_counts": "chip"}.get(error.field, error.field)
-        raise DeploymentRefused(field, error.code, str(error)) from None
+        raise refused(error) from None
+
+
+def refused(error: LaunchRefused) -> DeploymentRefused:
+    """A replica's launch refusal as the deployment's, on the deployment's field."""
+    field = {"max_budget": "max_budget_per_hour", "chip_counts": "chip"}.get(error.field, error.field)
+    return DeploymentRefused(field, error.code, str(error))
 
 
 def engine_launch(job: Job, node: Node, device: str, model: dict) -> dict:
@@ -260,7 +272,8 @@ def ready_replicas(deployment: Deployment) -> list[Replica]:
     jobs = deployment.replicas.filter(status=JobStatus.RUNNING, cancel_requested_at__isnull=True, serving__state=READY)
     return [
         Replica(job.pk, job.serving["url"], bool(job.serving.get("simulated")))
-        for job in jobs.only("pk", "serving", "epoch")
+        # deployment_id too: the related manager sets each job's deployment, a query per job when it is deferred
+        for job in jobs.only("pk", "serving", "epoch", "deployment_id")
         if job.serving.get("epoch") == job.epoch and job.serving.get("url")
     ]
 
@@ -300,13 +313,13 @@ def deployment_cost(deployment: Deployment) -> int:
     return BillingLine.objects.filter(job__deployment=deployment).aggregate(total=Sum("charged_total"))["total"] or 0
 
 
-def price_per_million_tokens(deployment: Deployment) -> int | None:
-    """The measured price: cost so far over the tokens served (prompt and completion), per million; None
-    before any token."""
+def price_per_million_tokens(deployment: Deployment, cost: int | None = None) -> int | None:
+    """The measured price: cost so far (`cost`, when the caller has it) over the tokens served (prompt and
+    completion), per million; None before any token."""
     tokens = deployment.prompt_tokens + deployment.completion_tokens
     if not tokens:
         return None
-    return round(deployment_cost(deployment) * 1_000_000 / tokens)
+    return round((deployment_cost(deployment) if cost is None else cost) * 1_000_000 / tokens)
 
 
 # -- scaling --------------------------------------------------------------------------------------------
@@ -328,8 +341,12 @@ def scale(deployment: Deployment, now: datetime, waiting: int = 0) -> tuple[int,
         if not deployment.is_live:
             return 0, 0
         reason = why_stop(deployment)
-        if reason:
-            transaction.on_commit(lambda: stop_deployment(deployment, reason, now))
+    if reason:
+        stop_deployment(deployment, reason, now)
+        return 0, 0
+    with transaction.atomic():
+        deployment = Deployment.objects.select_for_update().get(pk=deployment.pk)
+        if not deployment.is_live:
             return 0, 0
         live = list(live_replicas(deployment).filter(cancel_requested_at__isnull=True))
         ready = [job for job in live if job.status == JobStatus.RUNNING and job.serving.get("state") == READY]
@@ -349,8 +366,10 @@ def scale(deployment: Deployment, now: datetime, waiting: int = 0) -> tuple[int,
                     deployment.save(update_fields=["status_reason", "updated_at"])
                     break
                 launched += 1
-        surplus = sorted(live, key=lambda job: (job.pk in {r.pk for r in ready}, job.pk))[: max(0, len(live) - wanted)]
-        status = status_of(deployment, len(ready), len(live) + launched - len(surplus))
+        # The surplus: replicas not ready yet first, then the newest.
+        surplus = sorted(live, key=lambda job: (job in ready, -job.pk))[: max(0, len(live) - wanted)]
+        staying_ready = len([job for job in ready if job not in surplus])
+        status = status_of(deployment, staying_ready, len(live) + launched - len(surplus))
         if status != deployment.status:
             deployment.status = status
             deployment.save(update_fields=["status", "updated_at"])

@@ -11,8 +11,9 @@ Exit codes:
 
 The commands, by group: account.py (login, chips, balance, usage), jobs.py (quote, run, jobs, job,
 logs, cancel, continue; their training options in training_options.py), bids.py (bid ..., bid-advice),
-models.py (model ...), datasets.py (datasets ...), checkpoints.py (checkpoints ..., tensorboard); common.py
-holds what they share (and --version, --install-completion, --show-completion).
+models.py (model ...), deployments.py (deploy, deployments ..., chat), datasets.py (datasets ...),
+checkpoints.py (checkpoints ..., tensorboard); common.py holds what they share (and --version,
+--install-completion, --show-completion).
 """
 
 from __future__ import annotations
@@ -27,11 +28,13 @@ from starverse.cli import account, jobs  # isort: split
 
 from starverse.cli import bids, models  # isort: split
 
+from starverse.cli import deployments  # isort: split
+
 from starverse.cli import checkpoints, datasets
 from starverse.cli.common import EXIT_API, EXIT_AUTH, EXIT_CREDIT, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, app, err
 from starverse.config import config_path
 
-COMMAND_GROUPS = (account, jobs, bids, models, datasets, checkpoints)
+COMMAND_GROUPS = (account, jobs, bids, models, deployments, datasets, checkpoints)
 
 
 def exit_code(error: BaseException) -> int:

@@ -79,7 +79,7 @@ def make_table(*columns: str, title: str | None = None) -> Table:
 
 NUMERIC = {
     "id", "chips", "memory GiB", "on-demand ¥/h", "spot ¥/h", "step", "loss", "cost ¥", "amount ¥", "seconds",
-    "parameters", "size MB",
+    "parameters", "size MB", "replicas", "requests", "¥/M tokens",
 }  # fmt: skip
 
 

@@ -11,7 +11,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from billing.models import Entry
-from fleet.models import ChipType, Dataset, Job, UploadedModel
+from fleet.models import ChipType, Dataset, Deployment, Job, UploadedModel
 from market.models import Bid
 from portal.models import ApiToken
 from tests.support.accounts import client_with
@@ -46,6 +46,13 @@ def make_model(user) -> int:
     ).pk  # fmt: skip
 
 
+def make_deployment(user) -> int:
+    return Deployment.objects.create(
+        owner=user, name="private", model_name=f"model:{make_model(user)}", max_budget_per_hour=28_000_000,
+        min_replicas=0,
+    ).pk  # fmt: skip
+
+
 def make_token(user) -> int:
     return ApiToken.issue(user, name="private")[0].pk
 
@@ -71,6 +78,8 @@ OBJECTS = [
     ("dataset", make_dataset, "datasets/", ["datasets/{id}/"], [("delete", "datasets/{id}/", None)]),
     ("model", make_model, "models/", ["models/{id}/"], [("delete", "models/{id}/", None)]),
     ("token", make_token, "tokens/", [], [("delete", "tokens/{id}/", None)]),
+    ("deployment", make_deployment, "deployments/", ["deployments/{id}/"],
+     [("patch", "deployments/{id}/", {"min_replicas": 1}), ("delete", "deployments/{id}/", None)]),
     ("bid", make_bid, "bids/", ["bids/{id}/"],
      [("patch", "bids/{id}/", {"max_price": "9"}), ("post", "bids/{id}/cancel/", None)]),
     ("ledger entry", make_ledger_entry, "ledger/", [], []),

@@ -40,7 +40,7 @@ PHONE = {"width": 390, "height": 844}
 DESKTOP = {"width": 1366, "height": 900}
 SIZES = {"phone": PHONE, "desktop": DESKTOP}
 
-NAV_LINKS = ["Pricing", "Train", "Models", "Jobs", "Bids", "Billing", "Dashboard", "API docs"]
+NAV_LINKS = ["Pricing", "Train", "Models", "Jobs", "Deployments", "Bids", "Billing", "Dashboard", "API docs"]
 
 # A name with no spaces: it must wrap (or be cut) rather than push the page sideways.
 LONG_NAME = "llama-tiny-finetune-on-customer-support-transcripts-2025-q4-experiment-0042"
@@ -65,6 +65,7 @@ class Site:
             "models": "/models/",
             "jobs": "/jobs/",
             "job": f"/jobs/{self.job.pk}/",
+            "deployments": "/deployments/",
             "bids": "/bids/",
             "dashboard": "/dashboard/",
             "tokens": "/dashboard/tokens/",
