@@ -33,9 +33,11 @@ class OpenAIError(Exception):
         code: str | None = None,
         status_code: int = status.HTTP_400_BAD_REQUEST,
         kind: str = INVALID_REQUEST,
+        headers: dict[str, str] | None = None,
     ):
         super().__init__(message)
         self.message, self.param, self.code, self.status_code, self.kind = message, param, code, status_code, kind
+        self.headers = headers
 
     def body(self) -> dict:
         return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
@@ -80,7 +82,7 @@ def translated(exc: exceptions.APIException) -> OpenAIError:
 def exception_handler(exc, context):
     """DRF's handler for the /v1/ views: OpenAI's error object, DRF's headers (WWW-Authenticate, Retry-After)."""
     if isinstance(exc, OpenAIError):
-        return Response(exc.body(), status=exc.status_code)
+        return Response(exc.body(), status=exc.status_code, headers=exc.headers)
     exc = api_exception(exc)  # Django's refusals of a malformed or too large body
     response = drf_exception_handler(exc, context)
     if response is None:

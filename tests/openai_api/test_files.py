@@ -98,6 +98,6 @@ def test_tokens_read_only_tokens_and_rate_limits_answer_in_openais_shape(alice, 
 
 
 def test_an_unknown_v1_path_is_openais_404(alice, raw_for):
-    response = raw_for(alice).get("models")
+    response = raw_for(alice).get("embeddings")
     assert response.status_code == 404
-    assert response.json()["error"]["message"] == "Invalid URL (GET /v1/models)"
+    assert response.json()["error"]["message"] == "Invalid URL (GET /v1/embeddings)"
