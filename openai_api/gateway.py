@@ -212,12 +212,16 @@ def replicas_for(deployment: Deployment, now: datetime, tally: Tally) -> list[Re
 def wait_for_replicas(deployment: Deployment) -> list[Replica]:
     timeout_s = float(settings.SERVING_COLD_START_TIMEOUT_S)
     deadline = time.monotonic() + timeout_s
+    woken = time.monotonic()
     while (left := deadline - time.monotonic()) > 0:
         time.sleep(min(POLL_S, left))
         if replicas := ready_replicas(deployment):
             return replicas
         deployment.refresh_from_db(fields=["status", "status_reason"])
         refuse_unless_live(deployment)
+        if time.monotonic() - woken >= WAKE_EVERY.total_seconds():  # still wanted: the idle clock starts again
+            wake(deployment)
+            woken = time.monotonic()
     raise OpenAIError(
         f"Deployment '{deployment.name}' has no replica ready yet: one is starting (waited {timeout_s:g} s). "
         "Try again shortly.",

@@ -81,7 +81,7 @@ def create_deployment(
     first request starts one). A replica the launch refuses (budget, credit, capacity) refuses the whole
     deployment, and nothing is kept."""
     check_name(owner, name)
-    check_model(owner, model_name)
+    check_model(owner, model_name, max_model_len)
     check_replicas(min_replicas, max_replicas, idle_timeout_s)
     if chip and not ChipType.objects.filter(slug=chip).exists():
         raise DeploymentRefused("chip", "invalid", f"There is no chip type '{chip}'.")
@@ -127,9 +127,10 @@ def check_name(owner, name: str) -> None:
         raise DeploymentRefused("name", "name_taken", f"You already have a deployment named '{name}'.")
 
 
-def check_model(owner, model_name: str) -> None:
+def check_model(owner, model_name: str, max_model_len: int | None = None) -> None:
     """A model that can be served: an upload, a job's output or a cached Hub model (they carry a tokenizer).
-    The built-in models read raw bytes and have no tokenizer, so no engine can serve them."""
+    The built-in models read raw bytes and have no tokenizer, so no engine can serve them. `max_model_len`
+    may not pass the model's context (the engines refuse to start with it)."""
     name = model_name.strip()
     if name in CATALOG:
         raise DeploymentRefused(
@@ -140,9 +141,17 @@ def check_model(owner, model_name: str) -> None:
             "or a cached Hugging Face model.",
         )
     try:
-        resolve_model_source(name, owner)
+        source = resolve_model_source(name, owner)
     except ModelUnavailable as error:
         raise DeploymentRefused("model", "model_unavailable", str(error)) from None
+    context = (source.config or {}).get("max_position_embeddings")
+    if max_model_len is not None and isinstance(context, int) and max_model_len > context:
+        raise DeploymentRefused(
+            "max_model_len",
+            "invalid",
+            f"max_model_len {max_model_len} is longer than {name}'s context ({context} tokens): past it, the model's "
+            f"answers are wrong. Use at most {context}.",
+        )
 
 
 def check_replicas(min_replicas: int, max_replicas: int, idle_timeout_s: int) -> None:
@@ -381,7 +390,8 @@ def scale(deployment: Deployment, now: datetime, waiting: int = 0) -> tuple[int,
 
 def wanted_replicas(deployment: Deployment, now: datetime, live: int, ready: int, waiting: int) -> int:
     idle_since = deployment.last_request_at or deployment.created_at
-    idle = now - idle_since >= timedelta(seconds=deployment.idle_timeout_s)
+    # Requests in flight (one held through a cold start among them) keep it awake, however long ago they came.
+    idle = not waiting and now - idle_since >= timedelta(seconds=deployment.idle_timeout_s)
     if idle:
         return deployment.min_replicas
     wanted = max(deployment.min_replicas, 1, live)

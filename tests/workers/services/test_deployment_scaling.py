@@ -134,3 +134,18 @@ def test_a_deployment_starting_at_zero_is_still_refused_a_budget_no_replica_coul
         deploy(min_replicas=0, max_budget_per_hour=1)
     assert refused.value.field == "max_budget_per_hour" and refused.value.code == "budget_too_low"
     assert not Deployment.objects.exists()
+
+
+def test_a_longest_request_past_the_models_context_is_refused_by_name(deploy):
+    with pytest.raises(DeploymentRefused) as refused:
+        deploy(max_model_len=4096)  # llama-tiny's config, as the test upload has it: 2048 tokens
+    assert refused.value.field == "max_model_len" and "context (2048 tokens)" in str(refused.value)
+
+
+def test_a_request_held_through_a_cold_start_keeps_its_starting_replica_past_the_idle_timeout(deploy):
+    deployment = deploy(min_replicas=0, idle_timeout_s=60)
+    wake(deployment)
+    [starting] = live(deployment)
+    much_later = timezone.now() + timedelta(minutes=5)
+    assert scale(deployment, much_later, waiting=1) == (0, 0), "a request waits for it"
+    assert scale(deployment, much_later, waiting=0) == (0, 1)
