@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import logging
 import os
 import secrets
 import shutil
@@ -230,7 +231,10 @@ def main(argv: list[str] | None = None) -> int:
         platform.start()
         platform.wait_until_up()
         os.environ["DATABASE_URL"] = env["DATABASE_URL"]
+        os.environ["STARVERSE_DATA_DIR"] = env["STARVERSE_DATA_DIR"]  # where the launcher wrote its secret key
         token = seed_user()
+        logging.getLogger("httpx").setLevel(logging.WARNING)  # Django's logging config shows every request
+        logging.getLogger("httpx2").setLevel(logging.WARNING)
         api = httpx.Client(base_url=platform.url, headers={"Authorization": f"Bearer {token}"}, timeout=120)
         began = time.perf_counter()
         deployment = deploy(api, root)
