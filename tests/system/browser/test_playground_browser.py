@@ -117,7 +117,7 @@ def test_a_message_in_the_playground_streams_an_answer_with_its_timings(
     assert problems == []
 
 
-def wait_for_record(deployment: Deployment, timeout_s: float = 10) -> ServedRequest:
+def wait_for_record(deployment: Deployment, timeout_s: float = 30) -> ServedRequest:
     """The gateway writes its record once the stream has been sent: it may land just after the page shows it."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

@@ -133,8 +133,9 @@ def test_a_deployment_serves_the_openai_client_survives_a_killed_replica_scales_
     assert [c for c in chunks if c.choices and c.choices[0].delta.content]
     streamed = chunks[-1].usage  # the gateway asks every engine for the usage, sent last
     assert 0 < streamed.completion_tokens <= 6
+    # The gateway records a request as its response closes, just after the client has the answer.
+    wait_until(lambda: Deployment.objects.get(pk=deployment.pk).requests == 2, 30, "both requests recorded", stack)
     deployment.refresh_from_db()
-    assert deployment.requests == 2
     assert deployment.completion_tokens == answer.usage.completion_tokens + streamed.completion_tokens
     assert deployment.prompt_tokens == answer.usage.prompt_tokens + streamed.prompt_tokens
 
