@@ -212,7 +212,8 @@ def test_a_deployment_serves_the_openai_client_survives_a_killed_replica_scales_
         "the meter's last charge",
         stack,
     )
-    assert allocations.count() >= 4  # two replicas, a replacement, the cold start's
+    # Two replicas and the cold start's; the replacement's too when it was placed before the scale to zero.
+    assert allocations.count() >= 3
     assert list(differences(timezone.now(), timedelta(0), allocations)) == []
     spent = sum(a.charged_total for a in allocations.all())
     assert spent > 0 and balance_of(alice) == funds - spent
