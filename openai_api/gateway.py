@@ -30,7 +30,8 @@ from openai_api.errors import SERVER_ERROR, OpenAIError, OpenAIView, invalid
 from openai_api.gateway_answers import Tally, answer
 from openai_api.gateway_proxy import open_upstream
 from openai_api.objects import unix
-from workers.services.deployments import Replica, owned_deployment, ready_replicas, wake
+from workers.services.deployments import owned_deployment, wake
+from workers.services.replicas import Replica, ready_replicas
 
 ENGINE_PATHS = {"chat": "/chat/completions", "completions": "/completions"}
 TOKEN_LIMITS = ("max_tokens", "max_completion_tokens")

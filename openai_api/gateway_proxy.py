@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 from rest_framework import status
 
 from openai_api.errors import INVALID_REQUEST, SERVER_ERROR, OpenAIError
-from workers.services.deployments import Replica
+from workers.services.replicas import Replica
 
 log = logging.getLogger(__name__)
 

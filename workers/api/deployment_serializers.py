@@ -19,9 +19,9 @@ from workers.services.deployments import (
     MAX_IDLE_TIMEOUT_S,
     MAX_REPLICAS,
     deployment_cost,
-    live_replicas,
     price_per_million_tokens,
 )
+from workers.services.replicas import live_replicas
 
 # Where the OpenAI-compatible routes are, on the site's own address (portal/urls.py includes openai_api at /v1/).
 GATEWAY_PATH = "/v1"

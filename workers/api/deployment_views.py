@@ -18,13 +18,8 @@ from base.api.idempotency import IDEMPOTENCY_KEY_PARAMETER, idempotent
 from base.api.validation import refuse_unknown_fields
 from fleet.models import Deployment, Job
 from workers.api import deployment_serializers as s
-from workers.services.deployments import (
-    LIVE_JOB,
-    DeploymentRefused,
-    create_deployment,
-    stop_deployment,
-    update_replicas,
-)
+from workers.services.deployments import create_deployment, stop_deployment, update_replicas
+from workers.services.replicas import LIVE_JOB, DeploymentRefused
 
 # The service's names of a few fields, as the API's request calls them.
 API_FIELDS = {

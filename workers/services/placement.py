@@ -35,11 +35,11 @@ from market.services.reservations import end_job_reservations
 from workers.services import commands, lifecycle, spot
 from workers.services.capacity import free_chips
 from workers.services.checkpoints import is_own_checkpoint, job_checkpoints, own_checkpoint_key
-from workers.services.deployments import engine_launch
 from workers.services.hyperparameters import job_hyperparameters
 from workers.services.lighthouses import lighthouse_of
 from workers.services.models import ModelUnavailable, resolve_model_source, store_hub_snapshot
 from workers.services.planning import model_spec
+from workers.services.replicas import engine_launch
 from workers.services.storage_grants import issue_grant
 from workers.services.tracking import launch_tracking
 

@@ -19,11 +19,11 @@ from workers.models import JobCheckpoint, JobEval, JobLogLine, JobMetric, RankEx
 from workers.services import lifecycle
 from workers.services.allocations import release_leaving_chips
 from workers.services.checkpoints import job_checkpoints, own_checkpoint_key, record_checkpoint
-from workers.services.deployments import record_serving
 from workers.services.events import record_event
 from workers.services.island_reports import record_island
 from workers.services.lifecycle.islands import departed_ranks
 from workers.services.redaction import redact
+from workers.services.replicas import record_serving
 from workers.services.throughput import remember_throughput
 
 MAX_LOG_LINE = 2000
