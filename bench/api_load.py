@@ -26,7 +26,6 @@ CPU per request is the honest figure; wall-clock throughput is what the target i
 from __future__ import annotations
 
 import argparse
-import contextlib
 import csv
 import io
 import json
@@ -34,11 +33,9 @@ import os
 import resource
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,12 +45,19 @@ import psutil
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from launched_platform import (  # noqa: E402
+    Platform,
+    close_django_connections,
+    forget_redis_keys,
+    launcher_command,
+    launcher_env,
+    use_its_settings,
+)
 from machine_speed import loop_ms  # noqa: E402 - bench/ is on the path when run
 from throwaway_db import database_url, recreate_database  # noqa: E402
 
 DATABASE = "bench_api_load"
 TARGET_RPS, TARGET_P95_MS, TARGET_CLIENTS = 300.0, 250.0, 50
-STARTUP_TIMEOUT_S = 300
 WARMUP_S = 5
 
 
@@ -132,64 +136,6 @@ def seed(users: int, jobs: int, ledger_rows: int, bids: int) -> list[str]:
 
 
 # The platform ---------------------------------------------------------------------------------------
-
-
-class Platform:
-    """The launcher as a subprocess in its own session; its output drained to a log file."""
-
-    def __init__(self, root: Path, env: dict[str, str], command: list[str]) -> None:
-        self.root, self.env, self.command = root, env, command
-        self.url = f"http://127.0.0.1:{env['PORT']}"
-        self.lines: list[str] = []
-        self.process: subprocess.Popen[str] | None = None
-
-    def start(self) -> None:
-        self.process = subprocess.Popen(
-            self.command,
-            cwd=REPO,
-            env=self.env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-        )
-        threading.Thread(target=self._drain, daemon=True).start()
-
-    def _drain(self) -> None:
-        assert self.process is not None and self.process.stdout is not None
-        with open(self.root / "platform.log", "w") as log:
-            for line in self.process.stdout:
-                if len(self.lines) < 2000:  # the start-up lines; the rest (a line per request) only in the file
-                    self.lines.append(line)
-                log.write(line)
-
-    def wait_until_up(self) -> None:
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while not any("Starverse is running at" in line for line in self.lines):
-            if self.process is None or self.process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("the platform did not start:\n" + "".join(self.lines[-60:]))
-            time.sleep(0.5)
-
-    def family(self) -> list[psutil.Process]:
-        if self.process is None:
-            return []
-        try:
-            leader = psutil.Process(self.process.pid)
-            return [leader, *leader.children(recursive=True)]
-        except psutil.NoSuchProcess:
-            return []
-
-    def stop(self) -> None:
-        """SIGTERM as Ctrl-C would (the launcher stops its children and stores), then kill what is left."""
-        if self.process is None or self.process.poll() is not None:
-            return
-        family = self.family()
-        self.process.send_signal(signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.process.wait(timeout=90)
-        _, alive = psutil.wait_procs(family, timeout=10)
-        for leftover in alive:
-            leftover.kill()
 
 
 def cpu_seconds(processes: list[psutil.Process]) -> dict[int, float]:
@@ -354,17 +300,6 @@ def print_table(rows: list[Row], duration: int) -> None:
 # Redis clean-up -------------------------------------------------------------------------------------
 
 
-def forget_redis_keys(url: str, tag: str) -> int:
-    """Delete this run's cache keys and Celery queues from a shared Redis (they all contain `tag`)."""
-    import redis
-
-    client = redis.Redis.from_url(url)
-    keys = list(client.scan_iter(match=f"*{tag}*", count=1000))
-    if keys:
-        client.delete(*keys)
-    return len(keys)
-
-
 # Main ---------------------------------------------------------------------------------------------
 
 
@@ -394,31 +329,19 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(tempfile.mkdtemp(prefix="api-load-"))
     tag = f"apiload-{secrets.token_hex(4)}"
     redis_url = os.environ.get("REDIS_URL")
-    env = {
-        **os.environ,
-        "DATABASE_URL": database_url(url, DATABASE),
-        "STARVERSE_DATA_DIR": str(root / "data"),
-        "PORT": str(_free_port()),
-        "AGENT_PORT": str(_free_port()),  # the async agent service, where the launcher has one (default PORT + 1)
-        "STARVERSE_DEMO_FLEET": "1" if args.demo_fleet else "0",
-        "CELERY_QUEUE": tag,
-        "CACHE_KEY_PREFIX": tag,
-        "PYTHONUNBUFFERED": "1",
-    }
-    if not redis_url:
-        env["STARVERSE_REDIS_PORT"] = str(_free_port())
+    env = launcher_env(database_url(url, DATABASE), root, tag, demo_fleet=args.demo_fleet)
     if args.chips_cache_seconds is not None:
         env["API_CHIPS_CACHE_SECONDS"] = str(args.chips_cache_seconds)
     if args.web_workers is not None:
         env["WEB_WORKERS"] = str(args.web_workers)
     if args.web_threads is not None:
         env["WEB_THREADS"] = str(args.web_threads)
-    platform = Platform(root, env, [sys.executable, "-m", "launcher", "run"])
+    platform = Platform(root, env, launcher_command())
     recreate_database(url, DATABASE)
     try:
         platform.start()
         platform.wait_until_up()
-        os.environ["DATABASE_URL"] = env["DATABASE_URL"]
+        use_its_settings(env)
         tokens_file = root / "tokens.json"
         tokens_file.write_text(json.dumps(seed(args.users, args.jobs, args.ledger_rows, args.bids)))
         web = [p for p in platform.family() if _is_web(p)]
@@ -436,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     finally:
         platform.stop()
-        _close_django_connections()
+        close_django_connections()
         recreate_database(url, DATABASE, drop_only=True)
         if redis_url:
             forget_redis_keys(redis_url, tag)
@@ -444,12 +367,6 @@ def main(argv: list[str] | None = None) -> int:
             print(f"kept {root}")
         else:
             shutil.rmtree(root, ignore_errors=True)
-
-
-def _free_port() -> int:
-    from launcher._child import free_port
-
-    return free_port()
 
 
 def _web_line(web: list[psutil.Process]) -> str:
@@ -460,13 +377,6 @@ def _web_line(web: list[psutil.Process]) -> str:
     parts = line.split()
     keep = {"--workers", "--threads", "--worker-class"}
     return " ".join(f"{p} {parts[i + 1]}" for i, p in enumerate(parts[:-1]) if p in keep)
-
-
-def _close_django_connections() -> None:
-    if "django.db" in sys.modules:
-        from django.db import connections
-
-        connections.close_all()
 
 
 if __name__ == "__main__":

@@ -45,7 +45,14 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from api_load import Platform, _close_django_connections, _free_port, forget_redis_keys  # noqa: E402
+from launched_platform import (  # noqa: E402
+    Platform,
+    close_django_connections,
+    forget_redis_keys,
+    launcher_command,
+    launcher_env,
+    use_its_settings,
+)
 from machine_speed import loop_ms  # noqa: E402
 from throwaway_db import database_url, recreate_database  # noqa: E402
 
@@ -212,26 +219,13 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(tempfile.mkdtemp(prefix="serving-bench-"))
     tag = f"serving-{secrets.token_hex(4)}"
     redis_url = os.environ.get("REDIS_URL")
-    env = {
-        **os.environ,
-        "DATABASE_URL": database_url(url, DATABASE),
-        "STARVERSE_DATA_DIR": str(root / "data"),
-        "PORT": str(_free_port()),
-        "AGENT_PORT": str(_free_port()),
-        "STARVERSE_DEMO_FLEET": "1",
-        "CELERY_QUEUE": tag,
-        "CACHE_KEY_PREFIX": tag,
-        "PYTHONUNBUFFERED": "1",
-    }
-    if not redis_url:
-        env["STARVERSE_REDIS_PORT"] = str(_free_port())
-    platform = Platform(root, env, [sys.executable, "-m", "launcher", "run"])
+    env = launcher_env(database_url(url, DATABASE), root, tag, demo_fleet=True)
+    platform = Platform(root, env, launcher_command())
     recreate_database(url, DATABASE)
     try:
         platform.start()
         platform.wait_until_up()
-        os.environ["DATABASE_URL"] = env["DATABASE_URL"]
-        os.environ["STARVERSE_DATA_DIR"] = env["STARVERSE_DATA_DIR"]  # where the launcher wrote its secret key
+        use_its_settings(env)
         token = seed_user()
         logging.getLogger("httpx").setLevel(logging.WARNING)  # Django's logging config shows every request
         logging.getLogger("httpx2").setLevel(logging.WARNING)
@@ -255,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     finally:
         platform.stop()
-        _close_django_connections()
+        close_django_connections()
         recreate_database(url, DATABASE, drop_only=True)
         if redis_url:
             forget_redis_keys(redis_url, tag)
