@@ -4,17 +4,21 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test install install-test browser lint format clean-data screenshots
+.PHONY: run test install install-test browser translations lint format clean-data screenshots
 
-run: install
+run: install translations
 	$(BIN)/python -m launcher run
 
-test: install-test browser
+test: install-test browser translations
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 install: $(VENV)/.installed
+
+# The zh-hans catalogs (locale/*.po) compiled to .mo, with Babel (no GNU gettext needed).
+translations: install
+	$(BIN)/python -m portal.translations
 install-test: $(VENV)/.installed-test
 
 $(BIN)/python:

@@ -55,9 +55,11 @@ MIDDLEWARE = [
     "portal.middleware.RefuseNulCharacters",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "portal.locale.UserLocaleMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "portal.middleware.ContentSecurityPolicy",
@@ -145,9 +147,15 @@ LOGIN_URL = "account_login"
 
 # Mail (sign-up needs it in production): EMAIL_URL or EMAIL_*, in the Operations block at the end.
 
-LANGUAGE_CODE = "en-us"
-TIME_ZONE = env("TIME_ZONE", "UTC")
+# Two languages (docs/I18N.md): a signed-in person's saved choice, then the header's switch (a cookie), then
+# Accept-Language, then English. Our catalogs live in locale/; Django, its admin, allauth and DRF bring theirs.
+LANGUAGE_CODE = "en"
+LANGUAGES = [("zh-hans", "简体中文"), ("en", "English")]
+LOCALE_PATHS = [BASE_DIR / "locale", *sorted((BASE_DIR / "locale" / "areas").glob("*"))]
 USE_I18N = True
+# The server, the database and the API keep UTC; pages show a person's own zone, this one by default.
+TIME_ZONE = env("TIME_ZONE", "UTC")
+DISPLAY_TIME_ZONE = env("DISPLAY_TIME_ZONE", "Asia/Shanghai")
 USE_TZ = True
 
 STATIC_URL = "static/"

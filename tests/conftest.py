@@ -17,6 +17,13 @@ pytest_plugins = [
 ]
 
 
+def pytest_configure(config):
+    """The translation catalogs compiled (as `make test` does), so a bare `pytest` sees the zh-hans pages too."""
+    from portal.translations import compile_all
+
+    compile_all()
+
+
 def _uses_database(item) -> bool:
     return item.get_closest_marker("django_db") is not None or bool(
         {"db", "transactional_db", "live_server"} & set(getattr(item, "fixturenames", ()))

@@ -79,7 +79,6 @@ class Replica:
         (self.run_dir / CONTROL_FILE).write_text(json.dumps({"checkpoint": 0, "stop": True, "stop_checkpoint": False}))
 
 
-
 @pytest.fixture
 def replica(tiny_model_dir, tmp_path):
     replica = Replica(launch_file(tmp_path / "run", tiny_model_dir))

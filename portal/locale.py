@@ -1,0 +1,61 @@
+"""The language and time zone of each request (docs/I18N.md).
+
+Django's LocaleMiddleware picks the language from the header switch's cookie, then Accept-Language;
+`UserLocaleMiddleware`, after authentication, puts a signed-in person's saved language first and
+activates their time zone (Asia/Shanghai unless they chose another; the API still answers in UTC).
+"""
+
+from __future__ import annotations
+
+import zoneinfo
+from collections.abc import Callable
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse
+from django.utils import timezone, translation
+from django.views.i18n import set_language
+
+from portal.models import Preferences
+
+
+def preferences_of(user) -> Preferences | None:
+    if not user.is_authenticated:
+        return None
+    try:
+        return user.preferences
+    except Preferences.DoesNotExist:
+        return None
+
+
+class UserLocaleMiddleware:
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]):
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        preferences = preferences_of(getattr(request, "user", None) or _Anonymous)
+        if preferences is not None and preferences.language:
+            translation.activate(preferences.language)
+            request.LANGUAGE_CODE = translation.get_language()
+        zone = preferences.time_zone if preferences is not None else settings.DISPLAY_TIME_ZONE
+        try:
+            timezone.activate(zoneinfo.ZoneInfo(zone))
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+            timezone.activate(zoneinfo.ZoneInfo(settings.DISPLAY_TIME_ZONE))
+        try:
+            return self.get_response(request)
+        finally:
+            timezone.deactivate()
+
+
+class _Anonymous:
+    is_authenticated = False
+
+
+def switch_language(request: HttpRequest) -> HttpResponse:
+    """Django's `set_language` (cookie, redirect back); a signed-in person keeps the choice on their account."""
+    response = set_language(request)
+    language = request.POST.get("language", "")
+    chosen = language in dict(settings.LANGUAGES) and translation.check_for_language(language)
+    if request.method == "POST" and request.user.is_authenticated and chosen:
+        Preferences.objects.update_or_create(user=request.user, defaults={"language": language})
+    return response
