@@ -12,8 +12,11 @@ The larger unit is whole, the smaller one truncated, so "49 min 59 s" never read
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 
-from django.utils.html import escape
+from django.utils import timezone
+from django.utils.formats import date_format
+from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 
 NONE = "—"
@@ -98,3 +101,27 @@ def quote_accuracy(uncertainty: float | None, overhead_seconds: float) -> str:
         f"modelled figure and {start_up}, so the ETA and total may be off by 2× or more. "
         "Quotes sharpen once a run has finished here."
     )
+
+
+def zone_label(moment: datetime) -> str:
+    """The offset of an aware local time, as people read it: "UTC+8", "UTC+5:30", "UTC"."""
+    offset = moment.utcoffset()
+    minutes = int(offset.total_seconds() // 60) if offset is not None else 0
+    if minutes == 0:
+        return "UTC"
+    sign = "+" if minutes > 0 else "−"
+    hours, rest = divmod(abs(minutes), 60)
+    return f"UTC{sign}{hours}:{rest:02d}" if rest else f"UTC{sign}{hours}"
+
+
+def format_when(moment: datetime | None, part: str = "DATETIME_FORMAT", zone: bool = True) -> SafeString | str:
+    """A time for a page, in the person's own time zone and language, with its zone: a `<time>` element
+    whose `datetime` is the UTC instant ("2026年12月7日 14:05 UTC+8", "2026-12-07 14:05 UTC+8"). `part` is
+    one of Django's format names (DATETIME_FORMAT, DATE_FORMAT, TIME_FORMAT); a dash for none."""
+    if moment is None:
+        return NONE
+    local = timezone.localtime(moment)
+    text = date_format(local, part)
+    if zone:
+        text = f"{text} {zone_label(local)}"
+    return format_html('<time datetime="{}">{}</time>', moment.astimezone(UTC).isoformat(), text)

@@ -157,6 +157,8 @@ USE_I18N = True
 TIME_ZONE = env("TIME_ZONE", "UTC")
 DISPLAY_TIME_ZONE = env("DISPLAY_TIME_ZONE", "Asia/Shanghai")
 USE_TZ = True
+# Each language's date formats (portal/formats/<lang>/formats.py); `{{ when|when }}` adds the zone.
+FORMAT_MODULE_PATH = ["portal.formats"]
 
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
