@@ -6,6 +6,7 @@ import hashlib
 import re
 import uuid
 
+from django.utils.translation import gettext_lazy
 from drf_spectacular.utils import OpenApiExample, extend_schema
 from rest_framework import serializers, status
 from rest_framework.exceptions import APIException
@@ -32,12 +33,12 @@ def stripe_nonce(key: str) -> str:
 
 class TopupsNotConfigured(APIException):
     status_code = status.HTTP_503_SERVICE_UNAVAILABLE
-    default_detail = "Top-ups are not configured on this platform (no Stripe keys)."
+    default_detail = gettext_lazy("Top-ups are not configured on this platform (no Stripe keys).")
 
 
 class PaymentServiceUnavailable(APIException):
     status_code = status.HTTP_502_BAD_GATEWAY
-    default_detail = "The payment service is unavailable; please try again in a minute."
+    default_detail = gettext_lazy("The payment service is unavailable; please try again in a minute.")
 
 
 class TopupRequestSerializer(serializers.Serializer):

@@ -2,7 +2,9 @@
 
 Django's LocaleMiddleware picks the language from the header switch's cookie, then Accept-Language;
 `UserLocaleMiddleware`, after authentication, puts a signed-in person's saved language first and
-activates their time zone (Asia/Shanghai unless they chose another; the API still answers in UTC).
+activates their time zone (Asia/Shanghai unless they chose another). The API answers in UTC whoever asks:
+its requests get UTC as their zone (DRF writes datetimes in the current zone), and a token's owner's
+language is applied by the token's authentication (portal.api.authentication), which runs after this.
 """
 
 from __future__ import annotations
@@ -27,6 +29,10 @@ def preferences_of(user) -> Preferences | None:
         return None
 
 
+# Machine-readable answers: the REST API and the OpenAI-compatible gateway.
+API_PATHS = ("/api/", "/v1/")
+
+
 class UserLocaleMiddleware:
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]):
         self.get_response = get_response
@@ -37,6 +43,8 @@ class UserLocaleMiddleware:
             translation.activate(preferences.language)
             request.LANGUAGE_CODE = translation.get_language()
         zone = preferences.time_zone if preferences is not None else settings.DISPLAY_TIME_ZONE
+        if request.path.startswith(API_PATHS):
+            zone = "UTC"  # ISO 8601 in UTC (Z), whatever zone the person reads pages in
         try:
             timezone.activate(zoneinfo.ZoneInfo(zone))
         except (zoneinfo.ZoneInfoNotFoundError, ValueError):

@@ -12,6 +12,8 @@ from django.conf import settings
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation, TooManyFieldsSent, TooManyFilesSent
 from django.http import HttpResponsePermanentRedirect, JsonResponse
 from django.urls import Resolver404, resolve
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from django.views import defaults
 from django.views.decorators.csrf import csrf_exempt
 from rest_framework import status
@@ -21,7 +23,7 @@ from rest_framework.views import exception_handler as drf_exception_handler
 
 class RequestTooLarge(APIException):
     status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
-    default_detail = "The request body is too large."
+    default_detail = gettext_lazy("The request body is too large.")
     default_code = "request_too_large"
 
 
@@ -29,11 +31,14 @@ def api_exception(exc: Exception) -> Exception:
     """Django's refusals of a malformed body (too big, too many fields), as API errors instead of an HTML 400."""
     if isinstance(exc, RequestDataTooBig):
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-        return RequestTooLarge(f"The request body is too large: this API takes at most {limit:,} bytes of fields.")
+        return RequestTooLarge(
+            _("The request body is too large: this API takes at most %(limit)s bytes of fields.")
+            % {"limit": f"{limit:,}"}
+        )
     if isinstance(exc, TooManyFieldsSent | TooManyFilesSent):
         return ValidationError({"non_field_errors": [ErrorDetail(f"{exc}", "too_many_fields")]})
     if isinstance(exc, SuspiciousOperation):
-        return ValidationError({"non_field_errors": [ErrorDetail("The request is malformed.", "malformed")]})
+        return ValidationError({"non_field_errors": [ErrorDetail(_("The request is malformed."), "malformed")]})
     return exc
 
 
@@ -45,7 +50,11 @@ def exception_handler(exc, context):
     if isinstance(exc, ValidationError):
         errors = response.data if isinstance(response.data, dict) else {"non_field_errors": response.data}
         fields = ", ".join(errors)
-        response.data = {"detail": f"Invalid input: {fields}.", "code": validation_code(exc), "errors": errors}
+        response.data = {
+            "detail": _("Invalid input: %(fields)s.") % {"fields": fields},
+            "code": validation_code(exc),
+            "errors": errors,
+        }
     elif isinstance(exc, ParseError):
         detail = str(exc.detail)
         response.data = {"detail": detail, "code": "parse_error", "errors": {"non_field_errors": [detail]}}
@@ -80,7 +89,9 @@ def page_not_found(request, exception):
     which no route's `.` matches: without this that got the HTML page (#28, found by schemathesis).
     """
     if request.path.startswith("/api/"):
-        return JsonResponse({"detail": f"No API endpoint at {request.path!r}; see /api/v1/docs/."}, status=404)
+        return JsonResponse(
+            {"detail": _("No API endpoint at %(path)s; see /api/v1/docs/.") % {"path": repr(request.path)}}, status=404
+        )
     return defaults.page_not_found(request, exception)
 
 
@@ -95,4 +106,6 @@ def unknown_endpoint(request, *args, **kwargs):
                 )
         except Resolver404:
             pass
-    return JsonResponse({"detail": f"No API endpoint at {request.path}; see /api/v1/docs/."}, status=404)
+    return JsonResponse(
+        {"detail": _("No API endpoint at %(path)s; see /api/v1/docs/.") % {"path": request.path}}, status=404
+    )

@@ -26,6 +26,9 @@ import re
 
 from django.db import OperationalError, connection, transaction
 from django.utils import timezone
+from django.utils.text import format_lazy
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from drf_spectacular.utils import OpenApiParameter
 from rest_framework import status
 from rest_framework.exceptions import APIException, ValidationError
@@ -63,13 +66,15 @@ class IdempotencyKeyReused(APIException):
 
 class IdempotencyKeyBusy(APIException):
     status_code = status.HTTP_409_CONFLICT
-    default_detail = f"A request with this {HEADER} is still being processed; retry in a few seconds."
+    default_detail = format_lazy(
+        gettext_lazy("A request with this {header} is still being processed; retry in a few seconds."), header=HEADER
+    )
     default_code = "idempotency_key_busy"
 
 
 def check_key(key: str) -> None:
     if not KEY_RE.match(key):
-        raise ValidationError({HEADER: ["Use 1-255 visible ASCII characters (no spaces), e.g. a UUID."]})
+        raise ValidationError({HEADER: [_("Use 1-255 visible ASCII characters (no spaces), e.g. a UUID.")]})
 
 
 def fingerprint(request) -> str:
@@ -107,8 +112,11 @@ def stored_answer(user, key: str, request_hash: str) -> Response | None:
         return None
     if stored.body_hash != request_hash:
         raise IdempotencyKeyReused(
-            f"This {HEADER} was already used for a different request ({stored.method} {stored.path} "
-            "with another body). Send a new key for a new request."
+            _(
+                "This %(header)s was already used for a different request (%(method)s %(path)s with another body). "
+                "Send a new key for a new request."
+            )
+            % {"header": HEADER, "method": stored.method, "path": stored.path}
         )
     body = json.loads(stored.response_body) if stored.response_body else None
     return Response(body, status=stored.status_code, headers={REPLAYED_HEADER: "true"})

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
+from django.utils.translation import gettext as _
 from rest_framework.exceptions import ErrorDetail, ValidationError
 from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
 
@@ -20,19 +21,25 @@ NUL_CODE = "null_characters_not_allowed"
 
 
 def nul_error(field: str, where: str = "") -> ValidationError:
-    at = f" (at {where})" if where else ""
-    message = f"Null characters (U+0000) are not allowed{at}."
+    if where:
+        message = _("Null characters (U+0000) are not allowed (at %(where)s).") % {"where": where}
+    else:
+        message = _("Null characters (U+0000) are not allowed.")
     return ValidationError({field: [ErrorDetail(message, NUL_CODE)]})
 
 
 def too_deep(field: str) -> ValidationError:
-    message = f"Nested deeper than {MAX_JSON_DEPTH} levels."
+    message = _("Nested deeper than %(depth)s levels.") % {"depth": MAX_JSON_DEPTH}
     return ValidationError({field: [ErrorDetail(message, "too_deep")]})
 
 
 def surrogate_error(field: str, where: str = "") -> ValidationError:
-    at = f" (at {where})" if where else ""
-    message = f"Unpaired surrogate characters (\\ud800-\\udfff) are not allowed{at}."
+    if where:
+        message = _("Unpaired surrogate characters (\\ud800-\\udfff) are not allowed (at %(where)s).") % {
+            "where": where
+        }
+    else:
+        message = _("Unpaired surrogate characters (\\ud800-\\udfff) are not allowed.")
     return ValidationError({field: [ErrorDetail(message, "surrogate_characters_not_allowed")]})
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from django.utils.translation import gettext as _
 from rest_framework.exceptions import ErrorDetail, ValidationError
 from rest_framework.serializers import Serializer
 
@@ -16,14 +17,19 @@ def refuse_unknown_fields(serializer: Serializer, *, read_only: Iterable[str] = 
     """
     data = serializer.initial_data
     if not isinstance(data, Mapping):
-        raise ValidationError({"non_field_errors": ["Send a JSON object."]})
+        raise ValidationError({"non_field_errors": [_("Send a JSON object.")]})
     known = {name for name, field in serializer.fields.items() if not field.read_only}
     unknown = sorted(set(data) - known - set(read_only))
     if unknown:
         allowed = ", ".join(sorted(known))
         raise ValidationError(
             {
-                name: [ErrorDetail(f"Unknown field '{name}'. Known fields: {allowed}.", "unknown_field")]
+                name: [
+                    ErrorDetail(
+                        _("Unknown field '%(name)s'. Known fields: %(allowed)s.") % {"name": name, "allowed": allowed},
+                        "unknown_field",
+                    )
+                ]
                 for name in unknown
             }
         )

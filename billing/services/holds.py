@@ -21,6 +21,7 @@ from datetime import datetime, timedelta
 
 from django.db import connection
 from django.utils import timezone
+from django.utils.translation import gettext
 
 from billing.models import BillingLine, OperatorSettings
 from billing.services.ledger import balance_of
@@ -68,12 +69,25 @@ def check_hold(user, plan_price_per_hour: int, committed: int = 0) -> None:
     needed = hold_needed(plan_price_per_hour, minutes)
     balance = balance_of(user)
     if balance < needed + committed:
-        on_top = f", on top of {format_money(committed)} held by your queued jobs and bids" if committed else ""
-        raise HoldRefused(
-            f"Your balance is {format_money(balance)}; launching this plan "
-            f"({format_money(plan_price_per_hour)}/h) needs at least {format_money_needed(needed)}, enough for "
-            f"{minutes} minutes{on_top}. Top up or choose a cheaper plan."
-        )
+        values = {
+            "balance": format_money(balance),
+            "price": format_money(plan_price_per_hour),
+            "needed": format_money_needed(needed),
+            "minutes": minutes,
+            "committed": format_money(committed),
+        }
+        if committed:
+            message = gettext(
+                "Your balance is %(balance)s; launching this plan (%(price)s/h) needs at least %(needed)s, enough "
+                "for %(minutes)s minutes, on top of %(committed)s held by your queued jobs and bids. Top up or "
+                "choose a cheaper plan."
+            )
+        else:
+            message = gettext(
+                "Your balance is %(balance)s; launching this plan (%(price)s/h) needs at least %(needed)s, enough "
+                "for %(minutes)s minutes. Top up or choose a cheaper plan."
+            )
+        raise HoldRefused(message % values)
 
 
 # Stops ----------------------------------------------------------------------------------------

@@ -36,18 +36,32 @@ def hand_picked_options(request: PlanRequest, chips: Sequence[ChipInfo], ev: Eva
     asked = dict(request.chip_counts or {})
     for slug in sorted(asked):
         if slug not in known:
-            raise InvalidRequest(f"Unknown chip type '{slug}'. Choose from: {', '.join(sorted(known))}.")
+            raise InvalidRequest.of(
+                "Unknown chip type '%(chip)s'. Choose from: %(known)s.", chip=slug, known=", ".join(sorted(known))
+            )
     if sum(asked.values()) > request.max_ranks:
-        raise InvalidRequest(f"{sum(asked.values())} chips asked for; a job may use at most {request.max_ranks}.")
+        raise InvalidRequest.of(
+            "%(asked)s chips asked for; a job may use at most %(most)s.",
+            asked=sum(asked.values()),
+            most=request.max_ranks,
+        )
     for slug in sorted(asked):
         free = sum(kind.limit for kind in ev.kinds if kind.slug == slug)
         if free < asked[slug]:
-            where = " spot-eligible" if request.spot_only else ""
-            raise NoCapacity(f"Asked for {asked[slug]} × {slug}, but only {free}{where} {slug} chips are free.")
+            template = (
+                "Asked for %(asked)s × %(chip)s, but only %(free)s spot-eligible %(chip)s chips are free."
+                if request.spot_only
+                else "Asked for %(asked)s × %(chip)s, but only %(free)s %(chip)s chips are free."
+            )
+            raise NoCapacity.of(template, asked=asked[slug], chip=slug, free=free)
     sets = sides(ev.kinds, request.islands)
     options = [counts for side in sets if (counts := _placed(asked, ev.kinds, side)) is not None]
     if not options:
-        raise NoCapacity(f"{_describe_asked(asked)} are free only on real and simulated nodes together; {WHY}.")
+        raise NoCapacity.of(
+            "%(asked)s are free only on real and simulated nodes together; %(why)s.",
+            asked=_describe_asked(asked),
+            why=WHY,
+        )
     return options
 
 
@@ -81,34 +95,56 @@ def explain_failure(
         return _explain_hand_picked(request, kinds, ev, unbounded)
     if not any(_fits_somewhere(request, [kinds[i] for i in side]) for side in sides(kinds, request.islands)):
         if _fits_somewhere(request, kinds):
-            return ModelDoesNotFit(
-                f"{request.model.name} fits only on real and simulated chips together "
-                f"({_describe_sides(kinds)}), and {WHY}."
+            return ModelDoesNotFit.of(
+                "%(model)s fits only on real and simulated chips together (%(sides)s), and %(why)s.",
+                model=request.model.name,
+                sides=_describe_sides(kinds),
+                why=WHY,
             )
         return _does_not_fit(request, _largest_side(kinds, request.islands), catalog)
     cheapest = _search(request, optimiser, unbounded, "hourly-price")
     if cheapest is None:
         if request.policy == "single-type":
-            return ModelDoesNotFit(
-                f"{request.model.name} fits on no single chip type among the free chips; only a mix of "
-                f"types does. Choose another policy."
+            return ModelDoesNotFit.of(
+                "%(model)s fits on no single chip type among the free chips; only a mix of types does. "
+                "Choose another policy.",
+                model=request.model.name,
             )
         return _does_not_fit(request, _largest_side(kinds, request.islands), catalog)
-    what = "single-type plan" if request.policy == "single-type" else "plan"
+    single = request.policy == "single-type"
     budget = request.max_budget_per_hour
     if budget is not None and cheapest.price_per_hour > budget:
-        return BudgetTooLow(
-            f"The hourly budget {format_money(budget)}/h is below the cheapest {what} that fits "
-            f"{request.model.name}: {format_money(cheapest.price_per_hour)}/h ({_describe(kinds, cheapest.counts)})."
+        template = (
+            "The hourly budget %(budget)s/h is below the cheapest single-type plan that fits %(model)s: "
+            "%(price)s/h (%(chips)s)."
+            if single
+            else "The hourly budget %(budget)s/h is below the cheapest plan that fits %(model)s: "
+            "%(price)s/h (%(chips)s)."
+        )
+        return BudgetTooLow.of(
+            template,
+            budget=format_money(budget),
+            model=request.model.name,
+            price=format_money(cheapest.price_per_hour),
+            chips=_describe(kinds, cheapest.counts),
         )
     if request.total_budget is None:
-        return PlanningError(f"No plan found for {request.model.name} within the limits given.")
+        return PlanningError.of("No plan found for %(model)s within the limits given.", model=request.model.name)
     hourly = Evaluator(replace(request, total_budget=None), kinds, budget)
     best = _search(request, optimiser, hourly, "cheapest") or cheapest
-    return BudgetTooLow(
-        f"The total budget {format_money(request.total_budget)} is below the cheapest {what}'s total for "
-        f"{request.max_steps} steps: {format_money(total_cost(best.price_per_hour, best.eta_seconds))} "
-        f"({_describe(kinds, best.counts)})."
+    template = (
+        "The total budget %(budget)s is below the cheapest single-type plan's total for %(steps)s steps: "
+        "%(total)s (%(chips)s)."
+        if single
+        else "The total budget %(budget)s is below the cheapest plan's total for %(steps)s steps: "
+        "%(total)s (%(chips)s)."
+    )
+    return BudgetTooLow.of(
+        template,
+        budget=format_money(request.total_budget),
+        steps=request.max_steps,
+        total=format_money(total_cost(best.price_per_hour, best.eta_seconds)),
+        chips=_describe(kinds, best.counts),
     )
 
 
@@ -132,24 +168,37 @@ def _explain_hand_picked(request, kinds, ev: Evaluator, unbounded: Evaluator) ->
     mix = _describe(kinds, counts)
     ranks = sum(counts)
     if ranks > ev.global_batch(ranks):
-        return InvalidRequest(f"{mix} is {ranks} ranks, more than the global batch of {ev.global_batch(ranks)}.")
+        return InvalidRequest.of(
+            "%(mix)s is %(ranks)s ranks, more than the global batch of %(batch)s.",
+            mix=mix,
+            ranks=ranks,
+            batch=ev.global_batch(ranks),
+        )
     if free is None:
         smallest = min(k.chip.memory_gib for k, c in zip(kinds, counts, strict=True) if c)
         need = rank_bytes(request.model, 3, ranks, 1) / GIB
-        return ModelDoesNotFit(
-            f"{request.model.name} does not fit on {mix} with a global batch of {ev.global_batch(ranks)}: "
-            f"at ZeRO-3 a rank needs {need:.1f} GiB with one sample; the smallest chip in the mix has "
-            f"{smallest} GiB."
+        return ModelDoesNotFit.of(
+            "%(model)s does not fit on %(mix)s with a global batch of %(batch)s: at ZeRO-3 a rank needs %(need)s GiB "
+            "with one sample; the smallest chip in the mix has %(smallest)s GiB.",
+            model=request.model.name,
+            mix=mix,
+            batch=ev.global_batch(ranks),
+            need=f"{need:.1f}",
+            smallest=smallest,
         )
     price = free.price_per_hour
     if request.max_budget_per_hour is not None and price > request.max_budget_per_hour:
-        return BudgetTooLow(
-            f"{mix} costs {format_money(price)}/h, "
-            f"above the hourly budget {format_money(request.max_budget_per_hour)}/h."
+        return BudgetTooLow.of(
+            "%(mix)s costs %(price)s/h, above the hourly budget %(budget)s/h.",
+            mix=mix,
+            price=format_money(price),
+            budget=format_money(request.max_budget_per_hour),
         )
-    return BudgetTooLow(
-        f"{mix} would cost {format_money(total_cost(price, free.eta_seconds))} in total, above the "
-        f"total budget {format_money(request.total_budget or 0)}."
+    return BudgetTooLow.of(
+        "%(mix)s would cost %(total)s in total, above the total budget %(budget)s.",
+        mix=mix,
+        total=format_money(total_cost(price, free.eta_seconds)),
+        budget=format_money(request.total_budget or 0),
     )
 
 

@@ -103,7 +103,9 @@ def _quote(request, chips, offers, throughput, optimiser: Optimiser, build: Kind
     validate(request)
     kinds = build(request, chips, offers, throughput)
     if not kinds:
-        raise NoCapacity(f"No free chips{' eligible for spot' if request.spot_only else ''} to plan on.")
+        if request.spot_only:
+            raise NoCapacity.of("No free chips eligible for spot to plan on.")
+        raise NoCapacity.of("No free chips to plan on.")
     ev = Evaluator(request, kinds, request.max_budget_per_hour)
     if not request.islands:
         optimiser = one_backend(optimiser, kinds)  # real and simulated chips never share a job without islands

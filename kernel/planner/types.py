@@ -349,7 +349,20 @@ def catalog_chips() -> list[ChipInfo]:
 
 
 class PlanningError(ValueError):
-    """No plan can be made; the message names the problem and the numbers."""
+    """No plan can be made; the message names the problem and the numbers.
+
+    Made with `of(template, **values)`, it keeps the message before its numbers went in (English with
+    %(name)s placeholders) and the numbers: the platform shows it in the reader's language
+    (workers.services.launch.refusal_of); the kernel itself stays English and free of Django.
+    """
+
+    def __init__(self, message: str, template: str = "", values: dict | None = None):
+        super().__init__(message)
+        self.template, self.values = template, dict(values or {})
+
+    @classmethod
+    def of(cls, template: str, **values) -> PlanningError:
+        return cls(template % values, template, values)
 
 
 class InvalidRequest(PlanningError):

@@ -3,6 +3,7 @@ long the bid would have kept its chips in the recent clearing price history."""
 
 from __future__ import annotations
 
+from django.utils.translation import gettext
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import permissions
 from rest_framework.exceptions import ValidationError
@@ -77,11 +78,13 @@ class MarketAdviceView(APIView):
         params = request.query_params
         slug = params.get("chip")
         if not slug:
-            raise ValidationError({"chip": ["Give a chip type, e.g. ?chip=rtx-4090."]})
+            raise ValidationError({"chip": [gettext("Give a chip type, e.g. ?chip=rtx-4090.")]})
         chip = ChipType.objects.filter(slug=slug).first()
         if chip is None:
             known = ", ".join(ChipType.objects.values_list("slug", flat=True))
-            raise ValidationError({"chip": [f"Unknown chip type '{slug}'; known: {known}."]})
+            raise ValidationError(
+                {"chip": [gettext("Unknown chip type '%(chip)s'; known: %(known)s.") % {"chip": slug, "known": known}]}
+            )
         bid = _bid_param(params.get("bid"))
         days = _days_param(params.get("days"))
         return Response(AdviceSerializer(advice_body(bid_hint(chip, bid, days=days, curve=True))).data)
@@ -95,7 +98,14 @@ def _bid_param(text: str | None) -> int | None:
     except InvalidAmount as error:
         raise ValidationError({"bid": [str(error)]}) from None
     if not 0 < bid <= to_micros(PRICE["max_value"]):
-        raise ValidationError({"bid": [f"'{text}' is not a price between 0.000001 and {PRICE['max_value']}."]})
+        raise ValidationError(
+            {
+                "bid": [
+                    gettext("'%(given)s' is not a price between 0.000001 and %(most)s.")
+                    % {"given": text, "most": PRICE["max_value"]}
+                ]
+            }
+        )
     return bid
 
 
@@ -103,5 +113,7 @@ def _days_param(text: str | None) -> float:
     if text in (None, ""):
         return DEFAULT_DAYS
     if not text.isascii() or not text.isdigit() or not 1 <= int(text) <= MAX_ADVICE_DAYS:
-        raise ValidationError({"days": [f"Give a whole number of days from 1 to {MAX_ADVICE_DAYS}."]})
+        raise ValidationError(
+            {"days": [gettext("Give a whole number of days from 1 to %(most)s.") % {"most": MAX_ADVICE_DAYS}]}
+        )
     return int(text)

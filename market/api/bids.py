@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 
+from django.utils.translation import gettext
 from drf_spectacular.utils import (
     OpenApiExample,
     OpenApiParameter,
@@ -56,7 +57,7 @@ def refused(error: BidRefused):
 def confirm_required(move: JobMove) -> Response:
     """409: the change would move a running job; say where, and how to make it anyway."""
     body = {
-        "detail": f"{move.message} Send confirm=true to go ahead.",
+        "detail": gettext("%(move)s Send confirm=true to go ahead.") % {"move": move.message},
         "code": "confirm_required",
         "move": MoveSerializer(move.as_dict()).data,
     }

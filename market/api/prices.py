@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.utils.dateparse import parse_datetime
+from django.utils.translation import gettext
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import generics, permissions
 from rest_framework.exceptions import ValidationError
@@ -31,9 +32,9 @@ class PriceHistoryView(generics.ListAPIView):
             return SpotPrice.objects.none()
         slug = self.request.query_params.get("chip")
         if not slug:
-            raise ValidationError({"chip": ["Give a chip type, e.g. ?chip=rtx-4090."]})
+            raise ValidationError({"chip": [gettext("Give a chip type, e.g. ?chip=rtx-4090.")]})
         if not ChipType.objects.filter(slug=slug).exists():
-            raise ValidationError({"chip": [f"Unknown chip type '{slug}'."]})
+            raise ValidationError({"chip": [gettext("Unknown chip type '%(chip)s'.") % {"chip": slug}]})
         prices = SpotPrice.objects.filter(chip_type__slug=slug).select_related("chip_type")
         if since := self.request.query_params.get("since"):
             try:
@@ -41,6 +42,6 @@ class PriceHistoryView(generics.ListAPIView):
             except ValueError:  # well-formed but impossible, e.g. 2024-02-30T00:00
                 moment = None
             if moment is None:
-                raise ValidationError({"since": [f"'{since}' is not an ISO 8601 time."]})
+                raise ValidationError({"since": [gettext("'%(given)s' is not an ISO 8601 time.") % {"given": since}]})
             prices = prices.filter(at__gt=moment)
         return prices

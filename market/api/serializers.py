@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+from django.utils.translation import gettext
 from rest_framework import serializers
 
 from base.api.fields import MoneyField, MoneyInputField
@@ -91,14 +92,16 @@ class BidCreateSerializer(serializers.Serializer):
     def validate_job(self, value: int) -> Job:
         job = Job.objects.filter(pk=value, owner=self.context["request"].user).first()
         if job is None:
-            raise serializers.ValidationError(f"Job {value} not found.")
+            raise serializers.ValidationError(gettext("Job %(id)s not found.") % {"id": value})
         return job
 
     def validate_chip(self, value: str) -> ChipType:
         chip = ChipType.objects.filter(slug=value).first()
         if chip is None:
             known = ", ".join(ChipType.objects.values_list("slug", flat=True))
-            raise serializers.ValidationError(f"Unknown chip type '{value}'; known: {known}.")
+            raise serializers.ValidationError(
+                gettext("Unknown chip type '%(chip)s'; known: %(known)s.") % {"chip": value, "known": known}
+            )
         return chip
 
 
@@ -109,7 +112,7 @@ class BidChangeSerializer(serializers.Serializer):
 
     def validate(self, data):
         if "chips" not in data and "max_price" not in data:
-            raise serializers.ValidationError({"max_price": ["Send max_price and/or chips to change."]})
+            raise serializers.ValidationError({"max_price": [gettext("Send max_price and/or chips to change.")]})
         return data
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from django.db import transaction
 from django.db.models import Max, OuterRef, Subquery, Sum
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from billing.models import OperatorSettings
 from billing.services.holds import lock_credit
@@ -38,19 +39,24 @@ class BidRefused(Exception):
 def place_bid(owner, *, job: Job, chip_type: ChipType, chips: int, max_price_per_hour: int, now=None) -> Bid:
     now = now or timezone.now()
     if job.owner_id != owner.pk:
-        raise BidRefused("job", f"Job {job.pk} not found.")
+        raise BidRefused("job", _("Job %(id)s not found.") % {"id": job.pk})
     with transaction.atomic():
         job = Job.objects.select_for_update().get(pk=job.pk)
         _check_usable(job, chip_type, chips)
         if Bid.objects.active().filter(job=job, chip_type=chip_type).exists():
             raise BidRefused(
-                "chip", f"Job {job.pk} already has an active bid for {chip_type.slug}: raise or lower that one."
+                "chip",
+                _("Job %(id)s already has an active bid for %(chip)s: raise or lower that one.")
+                % {"id": job.pk, "chip": chip_type.slug},
             )
         if chip_type.pk in lapsed_chip_types(job):
             raise BidRefused(
                 "chip",
-                f"Job {job.pk}'s last bid for {chip_type.slug} lapsed: it won chips the job did not take up in "
-                "time. The job can bid for them again once it has been placed.",
+                _(
+                    "Job %(id)s's last bid for %(chip)s lapsed: it won chips the job did not take up in time. "
+                    "The job can bid for them again once it has been placed."
+                )
+                % {"id": job.pk, "chip": chip_type.slug},
             )
         lock_credit(owner)  # after the job's row lock: rows first, then credit, everywhere
         _check_terms(owner, job, chip_type, chips, max_price_per_hour, now, replacing=None)
@@ -72,7 +78,11 @@ def change_bid(bid: Bid, *, chips: int | None = None, max_price_per_hour: int | 
     with transaction.atomic():
         bid = lock_bid(bid.pk)  # its job first, then the bid, then the owner's credit
         if bid.status != BidStatus.ACTIVE:
-            raise BidRefused("status", f"Bid {bid.pk} is {bid.get_status_display().lower()}; it can't be changed.")
+            raise BidRefused(
+                "status",
+                _("Bid %(id)s is %(status)s; it can't be changed.")
+                % {"id": bid.pk, "status": bid.get_status_display().lower()},
+            )
         chips = bid.chips if chips is None else chips
         price = bid.max_price_per_hour if max_price_per_hour is None else max_price_per_hour
         _check_usable(bid.job, bid.chip_type, chips)
@@ -95,7 +105,11 @@ def cancel_bid(bid: Bid, now=None) -> Bid:
         if bid.status == BidStatus.CANCELLED:
             return bid
         if bid.status != BidStatus.ACTIVE:
-            raise BidRefused("status", f"Bid {bid.pk} is {bid.get_status_display().lower()}; it can't be cancelled.")
+            raise BidRefused(
+                "status",
+                _("Bid %(id)s is %(status)s; it can't be cancelled.")
+                % {"id": bid.pk, "status": bid.get_status_display().lower()},
+            )
         bid.status, bid.won_chips = BidStatus.CANCELLED, 0
         bid.save(update_fields=["status", "won_chips", "updated_at"])
         end_bid_reservations([bid.pk], now)
@@ -175,23 +189,28 @@ def _check_usable(job: Job, chip_type: ChipType, chips: int) -> None:
         raise BidRefused(usable.field, usable.reason)
     if job.chip_counts and chips > usable.limit:  # beyond the planner's cap, "chips that exist" says more
         raise BidRefused(
-            "chips", f"Job {job.pk} runs on {usable.limit} {chip_type.slug} chip(s) picked for it; {chips} asked."
+            "chips",
+            _("Job %(id)s runs on %(limit)s %(chip)s chip(s) picked for it; %(asked)s asked.")
+            % {"id": job.pk, "limit": usable.limit, "chip": chip_type.slug, "asked": chips},
         )
 
 
 def _check_terms(owner, job: Job, chip_type: ChipType, chips: int, price: int, now, replacing: Bid | None) -> None:
     floor = floor_of(chip_type.pk, now)
     if floor is None:
-        raise BidRefused("chip", f"{chip_type.slug} has no price yet; it can't be bid on.")
+        raise BidRefused("chip", _("%(chip)s has no price yet; it can't be bid on.") % {"chip": chip_type.slug})
     if price < floor:
         raise BidRefused(
             "max_price",
-            f"{format_amount(price)}/h is below the {chip_type.slug} spot floor of {format_amount(floor)}/h.",
+            _("%(price)s/h is below the %(chip)s spot floor of %(floor)s/h.")
+            % {"price": format_amount(price), "chip": chip_type.slug, "floor": format_amount(floor)},
         )
     exist = Node.objects.filter(pool__chip_type=chip_type, spot_eligible=True).aggregate(n=Sum("chips"))["n"] or 0
     if chips > exist:
         raise BidRefused(
-            "chips", f"{chips} chips asked, but the platform has {exist} spot-eligible {chip_type.slug} chip(s)."
+            "chips",
+            _("%(asked)s chips asked, but the platform has %(exist)s spot-eligible %(chip)s chip(s).")
+            % {"asked": chips, "exist": exist, "chip": chip_type.slug},
         )
     minutes = OperatorSettings.load().hold_minutes
     held = bid_hold(chips, price, minutes)
@@ -203,7 +222,23 @@ def _check_terms(owner, job: Job, chip_type: ChipType, chips: int, price: int, n
     if already.total(bid_for=job.pk, bid_hold=held) > balance:
         raise BidRefused(
             "balance",
-            f"Your balance of {format_money(balance)} can't hold this bid: {minutes} minutes of {chips} chip(s) at "
-            f"{format_price(price)}/h is {format_money(held)}"
-            + (f", on top of {format_money(others)} held by your other bids and queued jobs." if others else "."),
+            (
+                _(
+                    "Your balance of %(balance)s can't hold this bid: %(minutes)s minutes of %(chips)s chip(s) at "
+                    "%(price)s/h is %(held)s, on top of %(others)s held by your other bids and queued jobs."
+                )
+                if others
+                else _(
+                    "Your balance of %(balance)s can't hold this bid: %(minutes)s minutes of %(chips)s chip(s) at "
+                    "%(price)s/h is %(held)s."
+                )
+            )
+            % {
+                "balance": format_money(balance),
+                "minutes": minutes,
+                "chips": chips,
+                "price": format_price(price),
+                "held": format_money(held),
+                "others": format_money(others),
+            },
         )

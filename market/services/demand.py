@@ -20,6 +20,8 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+from django.utils.translation import gettext as _
+
 from fleet.choices import JobStatus
 from fleet.models import ChipType, Job
 from kernel import planner
@@ -41,27 +43,30 @@ class Usable:
 def chip_limit(job: Job, chip_type: ChipType) -> Usable:
     """How many chips of this type the job could ever run on (0, with the reason, when none)."""
     if not job.spot:
-        return Usable(0, "job", f"Job {job.pk} is not a spot job; only spot jobs bid for spot chips.")
+        return Usable(0, "job", _("Job %(id)s is not a spot job; only spot jobs bid for spot chips.") % {"id": job.pk})
     if job.is_finished:
-        return Usable(0, "job", f"Job {job.pk} has finished ({job.get_status_display().lower()}); bid for a live job.")
+        finished = _("Job %(id)s has finished (%(status)s); bid for a live job.")
+        return Usable(0, "job", finished % {"id": job.pk, "status": job.get_status_display().lower()})
     if job.cancel_requested_at or job.status == JobStatus.STOPPING:
-        return Usable(0, "job", f"Job {job.pk} is stopping; it will not use more chips.")
+        return Usable(0, "job", _("Job %(id)s is stopping; it will not use more chips.") % {"id": job.pk})
     slug = chip_type.slug
     limit = _hand_picked_limit(job, slug)
     if limit == 0:
         picked = ", ".join(f"{count}× {name}" for name, count in sorted(job.chip_counts.items()))
-        return Usable(0, "chip", f"Job {job.pk} runs only on the chips picked for it ({picked}), not on {slug}.")
+        only = _("Job %(id)s runs only on the chips picked for it (%(picked)s), not on %(chip)s.")
+        return Usable(0, "chip", only % {"id": job.pk, "picked": picked, "chip": slug})
     kept = _kept_chip_types(job)
     if kept is not None and slug not in kept:
         types = ", ".join(sorted(kept))
-        return Usable(0, "chip", f"Job {job.pk} may not change chip types: it runs on {types}, not on {slug}.")
+        kept_only = _("Job %(id)s may not change chip types: it runs on %(types)s, not on %(chip)s.")
+        return Usable(0, "chip", kept_only % {"id": job.pk, "types": types, "chip": slug})
     model = job_model(job)
     if model is None or not model_fits(model, float(chip_type.memory_gib), _largest_world(job)):
         return Usable(
             0,
             "chip",
-            f"{job.model_name} fits a {slug} chip ({chip_type.memory_gib} GiB) at no ZeRO stage, "
-            f"so job {job.pk} could never run on it.",
+            _("%(model)s fits a %(chip)s chip (%(memory)s GiB) at no ZeRO stage, so job %(id)s could never run on it.")
+            % {"model": job.model_name, "chip": slug, "memory": chip_type.memory_gib, "id": job.pk},
         )
     return Usable(limit)
 

@@ -12,6 +12,10 @@ answer is a Redis GET instead of a query over two tables. What makes a cached to
 - any other change (a bulk update of tokens) is seen within TOKEN_CACHE_SECONDS at most, when the
   entry expires.
 
+A token's answers are in its owner's saved language (Preferences.language, cached with the token and
+dropped when it changes), else the request's Accept-Language: UserLocaleMiddleware runs before DRF
+authenticates a token, so it can't apply the owner's language to token requests (docs/I18N.md).
+
 Only good tokens are cached; an unknown, revoked or expired one is looked up every time (and throttled).
 """
 
@@ -24,12 +28,13 @@ from django.contrib.auth import get_user_model
 from django.core.cache import cache
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
-from django.utils import timezone
+from django.utils import timezone, translation
+from django.utils.translation import gettext as _
 from rest_framework import authentication, exceptions
 
 from base.tokens import hash_token
 from portal.api.sign_in import UNCONFIRMED, SignInRefused, is_confirmed
-from portal.models import ApiToken
+from portal.models import ApiToken, Preferences
 from portal.models.tokens import token_cache_key
 
 # Write last_used_at at most once a minute per token, not on every request.
@@ -60,6 +65,17 @@ def _user_changed(sender, instance, created: bool = False, **kwargs) -> None:
         forget_tokens_of(instance)
 
 
+@receiver([post_save, post_delete], sender=Preferences, dispatch_uid="api-token-cache-preferences")
+def _preferences_changed(sender, instance: Preferences, **kwargs) -> None:
+    """A changed saved language: the user's tokens answer in it from their next request."""
+    forget_tokens_of(instance.user_id)
+
+
+def saved_language(user) -> str:
+    """The user's saved language ("" for none: the request's Accept-Language decides)."""
+    return Preferences.objects.filter(user=user).values_list("language", flat=True).first() or ""
+
+
 @receiver([post_save, post_delete], sender=EmailAddress, dispatch_uid="api-token-cache-email")
 def _email_changed(sender, instance: EmailAddress, **kwargs) -> None:
     """An address confirmed, unconfirmed (the admin) or removed: the user's tokens are looked up afresh."""
@@ -76,6 +92,7 @@ def looked_up(token_hash: str) -> ApiToken | None:
     if token is None:
         return None
     token.user_confirmed = is_confirmed(token.user)  # cached with the token
+    token.user_language = saved_language(token.user)  # so is this
     if token.revoked_at is None and token.user.is_active and token.user_confirmed:
         cache.set(key, token, TOKEN_CACHE_SECONDS)
     return token
@@ -89,19 +106,20 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
         if not header or header[0].lower() != self.keyword.lower():
             return None
         if len(header) != 2:
-            raise exceptions.AuthenticationFailed("Malformed Authorization header: use 'Bearer <token>'.")
+            raise exceptions.AuthenticationFailed(_("Malformed Authorization header: use 'Bearer <token>'."))
         token = looked_up(hash_token(header[1]))
         if token is None:
-            raise exceptions.AuthenticationFailed("Invalid API token.")
+            raise exceptions.AuthenticationFailed(_("Invalid API token."))
         if token.revoked_at is not None:
-            raise exceptions.AuthenticationFailed("This API token has been revoked.")
+            raise exceptions.AuthenticationFailed(_("This API token has been revoked."))
         now = timezone.now()
         if token.expires_at is not None and token.expires_at <= now:
-            raise exceptions.AuthenticationFailed("This API token has expired.")
+            raise exceptions.AuthenticationFailed(_("This API token has expired."))
         if not token.user.is_active:
-            raise exceptions.AuthenticationFailed("This account is disabled.")
+            raise exceptions.AuthenticationFailed(_("This account is disabled."))
         if not token.user_confirmed:
             raise SignInRefused(UNCONFIRMED, code="email_unconfirmed")
+        speak_language_of(request, token)
         if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
             ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
             token.last_used_at = now
@@ -110,3 +128,11 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
 
     def authenticate_header(self, request) -> str:
         return self.keyword
+
+
+def speak_language_of(request, token: ApiToken) -> None:
+    """Answer in the token owner's saved language, as UserLocaleMiddleware does for a signed-in page."""
+    language = getattr(token, "user_language", "")
+    if language:
+        translation.activate(language)
+        request._request.LANGUAGE_CODE = translation.get_language()

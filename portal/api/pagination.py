@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import QuerySet
+from django.utils.translation import gettext as _
 from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.request import Request
@@ -52,7 +53,11 @@ class BoundedPageNumberPagination(PageNumberPagination):
         size = _whole_number(given)
         if size is None or size > self.max_page_size:
             raise ValidationError(
-                {self.page_size_query_param: [f"Give a whole number of items per page from 1 to {self.max_page_size}."]}
+                {
+                    self.page_size_query_param: [
+                        _("Give a whole number of items per page from 1 to %(most)s.") % {"most": self.max_page_size}
+                    ]
+                }
             )
         return size
 
@@ -60,7 +65,7 @@ class BoundedPageNumberPagination(PageNumberPagination):
         given = request.query_params.get(self.page_query_param) or "1"
         number = _whole_number(given)
         if number is None or number > MAX_PAGE:
-            raise NotFound(f"Invalid page: give a whole number from 1 to {MAX_PAGE:,}.")
+            raise NotFound(_("Invalid page: give a whole number from 1 to %(most)s.") % {"most": f"{MAX_PAGE:,}"})
         return number
 
     def paginate_queryset(self, queryset: QuerySet, request: Request, view=None) -> list[Any] | None:
@@ -75,7 +80,7 @@ class BoundedPageNumberPagination(PageNumberPagination):
         self.has_next = len(rows) > page_size
         rows = rows[:page_size]
         if not rows and self.page_number > 1:
-            raise NotFound("Invalid page.")
+            raise NotFound(_("Invalid page."))
         if self.has_next:
             self.count = max(self.bounded_count(queryset), offset + page_size + 1)
         else:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from django.utils.translation import gettext_lazy as _
 from rest_framework.permissions import SAFE_METHODS, BasePermission
 
 from portal.models import ApiToken, TokenScope
 
 
 class TokenScopeAllows(BasePermission):
-    message = "This API token is read-only."
+    message = _("This API token is read-only.")
 
     def has_permission(self, request, view) -> bool:
         token = request.auth

@@ -14,6 +14,8 @@ from allauth.account.utils import has_verified_email
 from allauth.mfa.base.forms import AuthenticateForm
 from allauth.mfa.utils import is_mfa_enabled
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from rest_framework.exceptions import AuthenticationFailed, Throttled
 
 from portal.accounts import locked_out, lockout_retry_after, two_factor_retry_after
@@ -26,7 +28,7 @@ class SignInRefused(AuthenticationFailed):
     answer_with_code = True
 
 
-UNCONFIRMED = (
+UNCONFIRMED = gettext_lazy(
     "Confirm your e-mail address first: open the link in the mail we sent when you signed up (signing in on "
     "the site sends a new one). Until then this account gets no token and its tokens don't work."
 )
@@ -36,7 +38,7 @@ def sign_in(request, username: str, password: str, otp: str | None):
     """The user these credentials sign in, or the exception the login page's refusal maps to."""
     user = authenticate_with_lockout(request, username, password)
     if user is None or not user.is_active:
-        raise AuthenticationFailed("Invalid username or password.")
+        raise AuthenticationFailed(_("Invalid username or password."))
     if not is_confirmed(user):
         raise SignInRefused(UNCONFIRMED, code="email_unconfirmed")
     check_two_factor(request, user, otp)
@@ -54,7 +56,7 @@ def authenticate_with_lockout(request, username: str, password: str):
     except DjangoValidationError:
         raise Throttled(
             wait=lockout_retry_after(request._request, username),
-            detail="Too many failed sign-in attempts for this account; try again in a few minutes.",
+            detail=_("Too many failed sign-in attempts for this account; try again in a few minutes."),
         ) from None
 
 
@@ -70,8 +72,10 @@ def check_two_factor(request, user, otp: str | None) -> None:
         return
     if not otp:
         raise SignInRefused(
-            "This account uses two-factor authentication: send the 6-digit code from your authenticator app "
-            "(or a recovery code) as `otp`.",
+            _(
+                "This account uses two-factor authentication: send the 6-digit code from your authenticator app "
+                "(or a recovery code) as `otp`."
+            ),
             code="two_factor_required",
         )
     form = AuthenticateForm(user=user, data={"code": otp})
@@ -81,6 +85,6 @@ def check_two_factor(request, user, otp: str | None) -> None:
     if locked_out(form):
         raise Throttled(
             wait=two_factor_retry_after(request._request, user),
-            detail="Too many wrong two-factor codes for this account; try again in a few minutes.",
+            detail=_("Too many wrong two-factor codes for this account; try again in a few minutes."),
         )
-    raise SignInRefused("The two-factor code is wrong, or was already used.", code="two_factor_invalid")
+    raise SignInRefused(_("The two-factor code is wrong, or was already used."), code="two_factor_invalid")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.urls import path
+from django.utils.translation import gettext as _
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
@@ -29,7 +30,14 @@ class UsageQuerySerializer(serializers.Serializer):
     def validate(self, data: dict) -> dict:
         since, until = data.get("since"), data.get("until")
         if since and until and since > until:
-            raise serializers.ValidationError({"since": [f"The start date {since} is after the end date {until}."]})
+            raise serializers.ValidationError(
+                {
+                    "since": [
+                        _("The start date %(since)s is after the end date %(until)s.")
+                        % {"since": since, "until": until}
+                    ]
+                }
+            )
         return data
 
 

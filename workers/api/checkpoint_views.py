@@ -4,6 +4,8 @@ Hugging Face model, delete one. Only the job's owner sees them: another user's j
 from __future__ import annotations
 
 from django.urls import reverse
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers, status
@@ -29,14 +31,14 @@ from workers.services.model_download import MergedNotApplicable
 
 class CheckpointConflict(APIException):
     status_code = status.HTTP_409_CONFLICT
-    default_detail = "The checkpoint can't be deleted now."
+    default_detail = gettext_lazy("The checkpoint can't be deleted now.")
     default_code = "checkpoint_in_use"
     answer_with_code = True
 
 
 class NotExported(APIException):
     status_code = status.HTTP_409_CONFLICT
-    default_detail = "The checkpoint holds no Hugging Face model."
+    default_detail = gettext_lazy("The checkpoint holds no Hugging Face model.")
     default_code = "checkpoint_not_exported"
     answer_with_code = True
 
@@ -81,13 +83,15 @@ class CheckpointListSerializer(serializers.Serializer):
 def own_job(request, pk: str) -> Job:
     job = Job.objects.filter(owner=request.user, pk=int(pk)).first() if pk.isascii() and pk.isdigit() else None
     if job is None:
-        raise NotFound(f"You have no job {pk}.")
+        raise NotFound(_("You have no job %(id)s.") % {"id": pk})
     return job
 
 
 def step_of(raw: str) -> int:
     if not (raw.isascii() and raw.isdigit()) or len(raw) > 10:
-        raise ValidationError({"step": [f"A checkpoint is named by its step, a whole number; got {raw!r}."]})
+        raise ValidationError(
+            {"step": [_("A checkpoint is named by its step, a whole number; got %(given)s.") % {"given": repr(raw)}]}
+        )
     return int(raw)
 
 

@@ -8,6 +8,7 @@ workers/services/continuation.py checks and launches it. The portal's Continue b
 from __future__ import annotations
 
 from django.conf import settings
+from django.utils.translation import gettext as _
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.exceptions import APIException, ErrorDetail, NotFound, ValidationError
@@ -127,11 +128,11 @@ def continue_from_request(request, job: Job, data) -> Job:
     """Validate and launch the continuation `data` asks for (the API's body, or the portal's form): raises
     the API's 400 or 409 (ValidationError, Conflict)."""
     if not hasattr(data, "keys"):
-        raise ValidationError({"non_field_errors": ["Expected an object of fields."]})
+        raise ValidationError({"non_field_errors": [_("Expected an object of fields.")]})
     known = set(ContinueDocSerializer().fields)
     unknown = sorted(set(data.keys()) - known)
     if unknown:
-        raise ValidationError({name: [ErrorDetail("Unknown field.", code="unknown_field")] for name in unknown})
+        raise ValidationError({name: [ErrorDetail(_("Unknown field."), code="unknown_field")] for name in unknown})
     asked = ContinueSerializer(data={name: data[name] for name in CONTINUE_FIELDS if name in data})
     asked.is_valid(raise_exception=True)
     try:
@@ -174,6 +175,6 @@ class ContinueView(APIView):
     def post(self, request, pk: str):
         job = Job.objects.filter(pk=int(pk), owner=request.user).first() if pk.isascii() and pk.isdigit() else None
         if job is None:
-            raise NotFound("No such job.")
+            raise NotFound(_("No such job."))
         new = continue_from_request(request, job, request.data)
         return Response(JobSerializer(new).data, status=status.HTTP_201_CREATED)

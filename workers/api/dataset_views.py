@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.utils.translation import gettext as _
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import mixins, status, viewsets
 from rest_framework.exceptions import ValidationError
@@ -68,7 +69,7 @@ class DatasetViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets
         try:
             upload = request.FILES.get("file")
             if upload is None:
-                raise ValidationError({"file": ["Attach a text or JSONL file as 'file'."]})
+                raise ValidationError({"file": [_("Attach a text or JSONL file as 'file'.")]})
             dataset = store_dataset(request.user, upload, name=request.data.get("name") or upload.name)
         except DatasetTooLarge as error:
             raise RequestTooLarge(str(error)) from None

@@ -6,6 +6,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 from django.db.models import OuterRef, Subquery, Sum
+from django.utils.translation import gettext as _
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -96,11 +97,17 @@ class DeploymentCreateSerializer(serializers.Serializer):
 
     def validate(self, data):
         if data.get("spot") and data.get("spot_bid") is None:
-            raise serializers.ValidationError({"spot_bid": ["Spot replicas need a bid: the most paid per chip-hour."]})
+            raise serializers.ValidationError(
+                {"spot_bid": [_("Spot replicas need a bid: the most paid per chip-hour.")]}
+            )
         if not data.get("spot") and data.get("spot_bid") is not None:
-            raise serializers.ValidationError({"spot_bid": ["A bid only applies to spot replicas: set spot to true."]})
+            raise serializers.ValidationError(
+                {"spot_bid": [_("A bid only applies to spot replicas: set spot to true.")]}
+            )
         if data.get("chips_per_replica", 1) > 1 and not data.get("chip"):
-            raise serializers.ValidationError({"chips_per_replica": ["Several chips per replica need a `chip` type."]})
+            raise serializers.ValidationError(
+                {"chips_per_replica": [_("Several chips per replica need a `chip` type.")]}
+            )
         return data
 
     def service_arguments(self) -> dict:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from django.db import IntegrityError
 from django.db.models import Prefetch
+from django.utils.translation import gettext as _
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import mixins, status, viewsets
 from rest_framework.exceptions import APIException, ErrorDetail, ValidationError
@@ -116,7 +117,7 @@ class DeploymentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
         except DeploymentRefused as error:
             raise refusal(error) from None
         except IntegrityError:  # the same name deployed at the same moment by another request
-            taken = f"You already have a deployment named '{asked.validated_data['name']}'."
+            taken = _("You already have a deployment named '%(name)s'.") % {"name": asked.validated_data["name"]}
             raise ValidationError({"name": [ErrorDetail(taken, code="name_taken")]}) from None
         return self.answer(deployment, status.HTTP_201_CREATED)
 

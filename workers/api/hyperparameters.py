@@ -4,6 +4,7 @@ kernel.hyperparameters'; docs/FINE_TUNING.md explains each setting."""
 
 from __future__ import annotations
 
+from django.utils.translation import gettext as _
 from rest_framework import serializers
 
 from kernel.hyperparameters import SCHEDULERS
@@ -67,11 +68,11 @@ class HyperparametersSerializer(serializers.Serializer):
             unknown = sorted(set(data) - set(self.fields))
             if unknown:
                 raise serializers.ValidationError(
-                    {unknown[0]: [f"Unknown hyperparameter; known: {', '.join(self.fields)}."]}
+                    {unknown[0]: [_("Unknown hyperparameter; known: %(known)s.") % {"known": ", ".join(self.fields)}]}
                 )
         return super().to_internal_value(data)
 
     def validate(self, data):
         if data.get("warmup_ratio") is not None and data.get("warmup_steps") is not None:
-            raise serializers.ValidationError({"warmup_steps": ["Give warmup_ratio or warmup_steps, not both."]})
+            raise serializers.ValidationError({"warmup_steps": [_("Give warmup_ratio or warmup_steps, not both.")]})
         return data

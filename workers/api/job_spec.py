@@ -6,6 +6,7 @@ import re
 from decimal import Decimal
 
 from django.conf import settings
+from django.utils.translation import gettext as _
 from rest_framework import serializers
 
 from base.api.fields import MoneyInputField
@@ -157,17 +158,17 @@ class JobSpecSerializer(serializers.Serializer):
     def validate(self, data):
         self._validate_training(data)
         if data.get("n_epochs") and data.get("max_steps"):
-            raise serializers.ValidationError({"n_epochs": ["Give max_steps or n_epochs, not both."]})
+            raise serializers.ValidationError({"n_epochs": [_("Give max_steps or n_epochs, not both.")]})
         if not data.get("n_epochs") and not data.get("max_steps"):
-            raise serializers.ValidationError({"max_steps": ["Give max_steps, or n_epochs over your dataset."]})
+            raise serializers.ValidationError({"max_steps": [_("Give max_steps, or n_epochs over your dataset.")]})
         if data.get("n_epochs") and data.get("dataset", "synthetic") == "synthetic":
             raise serializers.ValidationError(
-                {"n_epochs": ["The synthetic dataset never ends: give max_steps, or train on a dataset of yours."]}
+                {"n_epochs": [_("The synthetic dataset never ends: give max_steps, or train on a dataset of yours.")]}
             )
         if data.get("spot") and data.get("bid") is None:
-            raise serializers.ValidationError({"bid": ["A spot job needs a bid: the most it pays per chip-hour."]})
+            raise serializers.ValidationError({"bid": [_("A spot job needs a bid: the most it pays per chip-hour.")]})
         if not data.get("spot") and data.get("bid") is not None:
-            raise serializers.ValidationError({"bid": ["A bid only applies to spot jobs: set spot to true."]})
+            raise serializers.ValidationError({"bid": [_("A bid only applies to spot jobs: set spot to true.")]})
         return data
 
     def _validate_training(self, data) -> None:
@@ -176,11 +177,16 @@ class JobSpecSerializer(serializers.Serializer):
         context = source.config.get("max_position_embeddings") if source else None
         if data.get("seq_len") and isinstance(context, int) and data["seq_len"] > context:
             raise serializers.ValidationError(
-                {"seq_len": [f"{source.name} reads at most {context} tokens (max_position_embeddings)."]}
+                {
+                    "seq_len": [
+                        _("%(model)s reads at most %(tokens)s tokens (max_position_embeddings).")
+                        % {"model": source.name, "tokens": context}
+                    ]
+                }
             )
         if data.get("mode") != TrainingMode.LORA:
             if lora:
-                raise serializers.ValidationError({"lora": ["LoRA settings apply only to mode 'lora'."]})
+                raise serializers.ValidationError({"lora": [_("LoRA settings apply only to mode 'lora'.")]})
         else:
             data["lora"] = lora_settings(lora)
             known = set(source.shape.linears) if source else set()
@@ -189,22 +195,26 @@ class JobSpecSerializer(serializers.Serializer):
                 raise serializers.ValidationError(
                     {
                         "lora": [
-                            f"Unknown target module(s) {', '.join(unknown)} for {source.name}; "
-                            f"its linear layers are {', '.join(sorted(known))}."
+                            _("Unknown target module(s) %(unknown)s for %(model)s; its linear layers are %(known)s.")
+                            % {"unknown": ", ".join(unknown), "model": source.name, "known": ", ".join(sorted(known))}
                         ]
                     }
                 )
         if data.get("eval_dataset") and data.get("eval_fraction"):
             raise serializers.ValidationError(
-                {"eval_fraction": ["Give an eval dataset or a held-out fraction, not both."]}
+                {"eval_fraction": [_("Give an eval dataset or a held-out fraction, not both.")]}
             )
         if data.get("sync_every") and data.get("sync_mode") != "diloco":
             raise serializers.ValidationError(
-                {"sync_every": ["sync_every applies to the diloco sync mode only: set sync_mode to 'diloco' as well."]}
+                {
+                    "sync_every": [
+                        _("sync_every applies to the diloco sync mode only: set sync_mode to 'diloco' as well.")
+                    ]
+                }
             )
         if data.get("eval_every") and not (data.get("eval_dataset") or data.get("eval_fraction")):
             raise serializers.ValidationError(
-                {"eval_every": ["Nothing to evaluate: give an eval_dataset or an eval_fraction."]}
+                {"eval_every": [_("Nothing to evaluate: give an eval_dataset or an eval_fraction.")]}
             )
 
     def validate_model(self, value: str) -> str:
@@ -233,8 +243,12 @@ class JobSpecSerializer(serializers.Serializer):
         if reference and Dataset.objects.filter(pk=int(reference[1]), owner=user).exists():
             return value
         if what == "dataset":
-            raise serializers.ValidationError(f"Unknown dataset '{value}': use 'synthetic' or 'upload:<id>' of yours.")
-        raise serializers.ValidationError(f"Unknown {what} '{value}': use 'upload:<id>' of one of your datasets.")
+            raise serializers.ValidationError(
+                _("Unknown dataset '%(value)s': use 'synthetic' or 'upload:<id>' of yours.") % {"value": value}
+            )
+        raise serializers.ValidationError(
+            _("Unknown eval dataset '%(value)s': use 'upload:<id>' of one of your datasets.") % {"value": value}
+        )
 
     def validate_chip_counts(self, value):
         if value is None:
@@ -242,10 +256,10 @@ class JobSpecSerializer(serializers.Serializer):
         known = set(ChipType.objects.values_list("slug", flat=True))
         unknown = sorted(set(value) - known)
         if unknown:
-            raise serializers.ValidationError(f"Unknown chip type(s): {', '.join(unknown)}.")
+            raise serializers.ValidationError(_("Unknown chip type(s): %(unknown)s.") % {"unknown": ", ".join(unknown)})
         picked = {slug: count for slug, count in value.items() if count > 0}
         if not picked:
-            raise serializers.ValidationError("Pick at least one chip.")
+            raise serializers.ValidationError(_("Pick at least one chip."))
         return picked
 
     def job_spec(self) -> JobSpec:

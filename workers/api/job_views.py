@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.http import Http404, StreamingHttpResponse
 from django.urls import reverse
+from django.utils.translation import gettext
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import mixins, status, viewsets
@@ -63,7 +64,14 @@ def quote_or_400(spec: JobSpec) -> planner.Plan:
         if never is not None:
             raise launch_error(never) from None
         waits = ValidationError(
-            {"chip_counts": [ErrorDetail(f"{error} A job launched now waits in the queue.", code="no_capacity")]}
+            {
+                "chip_counts": [
+                    ErrorDetail(
+                        gettext("%(reason)s A job launched now waits in the queue.") % {"reason": refusal_of(error)},
+                        code="no_capacity",
+                    )
+                ]
+            }
         )
         raise waits from None
     except planner.PlanningError as error:
@@ -106,7 +114,7 @@ def int_param(request, name: str, default: int) -> int:
     try:
         return int(request.query_params.get(name) or default)
     except ValueError:
-        raise ValidationError({name: ["Must be an integer."]}) from None
+        raise ValidationError({name: [gettext("Must be an integer.")]}) from None
 
 
 class QuoteView(APIView):
@@ -216,7 +224,7 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         try:
             since = int(request.query_params.get("since_step") or 0)
         except ValueError:
-            raise ValidationError({"since_step": ["Must be an integer."]}) from None
+            raise ValidationError({"since_step": [gettext("Must be an integer.")]}) from None
         return Response(job_metrics(job, since))
 
     @extend_schema(
@@ -259,7 +267,7 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
             raise ValidationError({error.field: [str(error)]}) from None
         tail = params.get("tail", "").lower() in ("1", "true", "yes")
         if sum((after is not None, before is not None, tail)) > 1:
-            raise ValidationError({"before": ["Give one of after, before and tail."]})
+            raise ValidationError({"before": [gettext("Give one of after, before and tail.")]})
         if before is not None or tail:
             lines = job_logs.lines_before(job, before, search=search, limit=limit)
         else:
@@ -344,7 +352,7 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         try:
             found = stored_artifact(job, path)
             if found is None:
-                raise Http404("No such artifact.")
+                raise Http404(gettext("No such artifact."))
             return stored_file_response(found.key, found.filename)
         except StorageError as error:
             raise StorageDown() from error

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import mixins, status, viewsets
 from rest_framework.exceptions import APIException, ErrorDetail, ValidationError
@@ -32,7 +34,7 @@ NAME_MAX = 120
 
 class ModelConflict(APIException):
     status_code = status.HTTP_409_CONFLICT
-    default_detail = "The model is in use."
+    default_detail = gettext_lazy("The model is in use.")
     default_code = "model_in_use"
 
 
@@ -133,17 +135,23 @@ class ModelViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets.R
         if unknown:
             raise ValidationError(
                 {
-                    name: [ErrorDetail(f"Unknown field '{name}'. Known fields: file, name.", "unknown_field")]
+                    name: [
+                        ErrorDetail(
+                            _("Unknown field '%(name)s'. Known fields: file, name.") % {"name": name}, "unknown_field"
+                        )
+                    ]
                     for name in unknown
                 }
             )
         upload = request.FILES.get("file")
         if upload is None:
-            attach = "Attach the model folder as a .tar.gz, .tgz, .tar or .zip archive in 'file'."
+            attach = _("Attach the model folder as a .tar.gz, .tgz, .tar or .zip archive in 'file'.")
             raise ValidationError({"file": [ErrorDetail(attach, code="required")]})
         name = str(request.data.get("name") or "").strip()
         if len(name) > NAME_MAX:
-            raise ValidationError({"name": [ErrorDetail(f"At most {NAME_MAX} characters.", code="max_length")]})
+            raise ValidationError(
+                {"name": [ErrorDetail(_("At most %(most)s characters.") % {"most": NAME_MAX}, code="max_length")]}
+            )
         return upload, name
 
     def perform_destroy(self, instance):

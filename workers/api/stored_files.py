@@ -5,6 +5,7 @@ streamed from the store."""
 from __future__ import annotations
 
 from django.http import FileResponse, HttpResponse, HttpResponseRedirect, StreamingHttpResponse
+from django.utils.translation import gettext_lazy
 from rest_framework import status
 from rest_framework.exceptions import APIException
 
@@ -15,7 +16,7 @@ PRESIGNED_URL_SECONDS = 300
 
 class StorageDown(APIException):
     status_code = status.HTTP_503_SERVICE_UNAVAILABLE
-    default_detail = "Object storage is unavailable right now; try again shortly."
+    default_detail = gettext_lazy("Object storage is unavailable right now; try again shortly.")
     default_code = "storage_unavailable"
 
 

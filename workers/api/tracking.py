@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from urllib.parse import urlsplit
 
+from django.utils.translation import gettext as _
 from rest_framework import serializers
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")  # a W&B project or entity
@@ -20,7 +21,9 @@ class _Strict(serializers.Serializer):
         if isinstance(data, dict):
             unknown = sorted(set(data) - set(self.fields))
             if unknown:
-                raise serializers.ValidationError({unknown[0]: [f"Unknown setting; known: {', '.join(self.fields)}."]})
+                raise serializers.ValidationError(
+                    {unknown[0]: [_("Unknown setting; known: %(known)s.") % {"known": ", ".join(self.fields)}]}
+                )
         return super().to_internal_value(data)
 
 
@@ -48,9 +51,9 @@ class WandbSerializer(_Strict):
 
     def validate(self, data):
         if data.get("mode", "online") == "online" and not data.get("api_key"):
-            raise serializers.ValidationError({"api_key": ["An online W&B run needs your API key."]})
+            raise serializers.ValidationError({"api_key": [_("An online W&B run needs your API key.")]})
         if any(ch.isspace() for ch in data.get("api_key") or ""):
-            raise serializers.ValidationError({"api_key": ["An API key has no spaces."]})
+            raise serializers.ValidationError({"api_key": [_("An API key has no spaces.")]})
         return data
 
 
@@ -79,7 +82,9 @@ class MlflowSerializer(_Strict):
             return value
         if parts.scheme in ("file", "sqlite"):
             return value
-        raise serializers.ValidationError("Give an http(s):// URL of your MLflow server (or a file: or sqlite: URI).")
+        raise serializers.ValidationError(
+            _("Give an http(s):// URL of your MLflow server (or a file: or sqlite: URI).")
+        )
 
 
 class TrackingSerializer(_Strict):

@@ -17,6 +17,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Sum
 from django.utils import timezone
+from django.utils.translation import gettext
 
 from billing.models import BillingLine
 from fleet.choices import JobStatus, Policy
@@ -64,9 +65,9 @@ def create_deployment(
     check_model(owner, model_name, max_model_len)
     check_replicas(min_replicas, max_replicas, idle_timeout_s)
     if chip and not ChipType.objects.filter(slug=chip).exists():
-        raise DeploymentRefused("chip", "invalid", f"There is no chip type '{chip}'.")
+        raise DeploymentRefused("chip", "invalid", gettext("There is no chip type '%(chip)s'.") % {"chip": chip})
     if total_budget is not None and total_budget <= 0:
-        raise DeploymentRefused("total_budget", "invalid", "A total budget must be more than ¥0.")
+        raise DeploymentRefused("total_budget", "invalid", gettext("A total budget must be more than ¥0."))
     with transaction.atomic():
         deployment = Deployment.objects.create(
             owner=owner,
@@ -100,11 +101,15 @@ def check_name(owner, name: str) -> None:
         raise DeploymentRefused(
             "name",
             "invalid",
-            "A deployment's name is 1 to 64 letters, digits, '.', '_' and '-', starting with a letter or digit: "
-            "requests name it as their `model`.",
+            gettext(
+                "A deployment's name is 1 to 64 letters, digits, '.', '_' and '-', starting with a letter or digit: "
+                "requests name it as their `model`."
+            ),
         )
     if Deployment.objects.filter(owner=owner, name=name).exclude(status=DeploymentStatus.STOPPED).exists():
-        raise DeploymentRefused("name", "name_taken", f"You already have a deployment named '{name}'.")
+        raise DeploymentRefused(
+            "name", "name_taken", gettext("You already have a deployment named '%(name)s'.") % {"name": name}
+        )
 
 
 def check_model(owner, model_name: str, max_model_len: int | None = None) -> None:
@@ -116,9 +121,12 @@ def check_model(owner, model_name: str, max_model_len: int | None = None) -> Non
         raise DeploymentRefused(
             "model",
             "model_not_servable",
-            f"'{name}' is a built-in model: it reads raw bytes and has no tokenizer, so no serving engine can load "
-            "it. Deploy one of your uploaded models (model:<id>), a job's output trained from one (job:<id>), "
-            "or a cached Hugging Face model.",
+            gettext(
+                "'%(name)s' is a built-in model: it reads raw bytes and has no tokenizer, so no serving engine can "
+                "load it. Deploy one of your uploaded models (model:<id>), a job's output trained from one "
+                "(job:<id>), or a cached Hugging Face model."
+            )
+            % {"name": name},
         )
     try:
         source = resolve_model_source(name, owner)
@@ -129,20 +137,32 @@ def check_model(owner, model_name: str, max_model_len: int | None = None) -> Non
         raise DeploymentRefused(
             "max_model_len",
             "invalid",
-            f"max_model_len {max_model_len} is longer than {name}'s context ({context} tokens): past it, the model's "
-            f"answers are wrong. Use at most {context}.",
+            gettext(
+                "max_model_len %(asked)s is longer than %(name)s's context (%(context)s tokens): past it, the "
+                "model's answers are wrong. Use at most %(context)s."
+            )
+            % {"asked": max_model_len, "name": name, "context": context},
         )
 
 
 def check_replicas(min_replicas: int, max_replicas: int, idle_timeout_s: int) -> None:
     if not 1 <= max_replicas <= MAX_REPLICAS:
-        raise DeploymentRefused("max_replicas", "invalid", f"max_replicas must be 1 to {MAX_REPLICAS}.")
+        raise DeploymentRefused(
+            "max_replicas", "invalid", gettext("max_replicas must be 1 to %(most)s.") % {"most": MAX_REPLICAS}
+        )
     if not 0 <= min_replicas <= max_replicas:
-        raise DeploymentRefused("min_replicas", "invalid", f"min_replicas must be 0 to max_replicas ({max_replicas}).")
+        raise DeploymentRefused(
+            "min_replicas",
+            "invalid",
+            gettext("min_replicas must be 0 to max_replicas (%(most)s).") % {"most": max_replicas},
+        )
     least = settings.SERVING_MIN_IDLE_TIMEOUT_S
     if not least <= idle_timeout_s <= MAX_IDLE_TIMEOUT_S:
         raise DeploymentRefused(
-            "idle_timeout_s", "invalid", f"idle_timeout_s must be {least} to {MAX_IDLE_TIMEOUT_S} seconds."
+            "idle_timeout_s",
+            "invalid",
+            gettext("idle_timeout_s must be %(least)s to %(most)s seconds.")
+            % {"least": least, "most": MAX_IDLE_TIMEOUT_S},
         )
 
 
@@ -155,7 +175,11 @@ def update_replicas(
 ) -> Deployment:
     """New replica bounds or idle timeout; the next scaling pass (or this call, for a raised minimum) acts on them."""
     if not deployment.is_live:
-        raise DeploymentRefused("non_field_errors", "deployment_stopped", f"Deployment '{deployment.name}' is stopped.")
+        raise DeploymentRefused(
+            "non_field_errors",
+            "deployment_stopped",
+            gettext("Deployment '%(name)s' is stopped.") % {"name": deployment.name},
+        )
     new_min = deployment.min_replicas if min_replicas is None else min_replicas
     new_max = deployment.max_replicas if max_replicas is None else max_replicas
     new_idle = deployment.idle_timeout_s if idle_timeout_s is None else idle_timeout_s

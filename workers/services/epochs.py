@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from django.utils.translation import gettext
+
 from fleet.models import Dataset
 from kernel import planner
 from kernel.datasets.files import first_records
@@ -48,7 +50,9 @@ def with_epochs(spec: JobSpec, plan_of) -> tuple[JobSpec, planner.Plan]:
 def dataset_tokens(spec: JobSpec) -> int:
     """The training tokens of the spec's dataset in its model's tokens (estimated past SAMPLE_RECORDS records)."""
     if spec.dataset_upload_id is None:
-        raise EpochsRefused("The synthetic dataset never ends: give max_steps, or train on a dataset of yours.")
+        raise EpochsRefused(
+            gettext("The synthetic dataset never ends: give max_steps, or train on a dataset of yours.")
+        )
     dataset = Dataset.objects.get(pk=spec.dataset_upload_id)
     source = resolve_model_source(spec.model_name)
     try:
@@ -57,7 +61,9 @@ def dataset_tokens(spec: JobSpec) -> int:
         tokenizer = _tokenizer(source)
         counted = [encode_record(record, dataset.kind, tokenizer) for record in records]
     except (OSError, DatasetError, StorageError) as error:
-        raise EpochsRefused(f"Can't count the dataset's tokens: {redact(str(error))}") from None
+        raise EpochsRefused(
+            gettext("Can't count the dataset's tokens: %(error)s") % {"error": redact(str(error))}
+        ) from None
     sampled = sum(len(ids) for ids, _ in counted)
     records_trained = dataset.samples * (1.0 - (spec.eval_fraction if not spec.eval_dataset_upload_id else 0.0))
     return round(sampled * records_trained / max(len(counted), 1))

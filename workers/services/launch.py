@@ -14,6 +14,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
+from django.utils.translation import gettext, gettext_lazy
 
 from billing.models import OperatorSettings
 from billing.services.holds import HoldRefused, check_hold, hold_needed, lock_credit
@@ -30,10 +31,10 @@ from workers.services.planning import fleet_chips, fleet_quote, model_spec, quot
 # Which field a planning error is about, its code in the error format (the SDK's typed errors), and
 # its title on the pages.
 PLANNING_REFUSALS = {
-    planner.ModelDoesNotFit: ("model", "model_does_not_fit", "Model does not fit"),
-    planner.BudgetTooLow: ("max_budget", "budget_too_low", "Budget too low"),
-    planner.NoCapacity: ("chip_counts", "no_capacity", "No capacity"),
-    planner.InvalidRequest: ("non_field_errors", "invalid", "Invalid request"),
+    planner.ModelDoesNotFit: ("model", "model_does_not_fit", gettext_lazy("Model does not fit")),
+    planner.BudgetTooLow: ("max_budget", "budget_too_low", gettext_lazy("Budget too low")),
+    planner.NoCapacity: ("chip_counts", "no_capacity", gettext_lazy("No capacity")),
+    planner.InvalidRequest: ("non_field_errors", "invalid", gettext_lazy("Invalid request")),
 }
 
 
@@ -46,8 +47,16 @@ class LaunchRefused(Exception):
 
 
 def refusal_of(error: planner.PlanningError) -> LaunchRefused:
-    field, code, title = PLANNING_REFUSALS.get(type(error), ("non_field_errors", "invalid", "No plan"))
-    return LaunchRefused(field, code, str(error), title)
+    field, code, title = PLANNING_REFUSALS.get(type(error), ("non_field_errors", "invalid", gettext_lazy("No plan")))
+    return LaunchRefused(field, code, planning_message(error), str(title))
+
+
+def planning_message(error: planner.PlanningError) -> str:
+    """The planner's reason in the reader's language (the kernel keeps its English template and numbers)."""
+    template = getattr(error, "template", "")
+    if not template:
+        return str(error)
+    return gettext(template) % error.values
 
 
 def launch(owner, spec: JobSpec, *, deployment=None) -> Job:
@@ -105,16 +114,33 @@ def fleet_refusal(spec: JobSpec) -> LaunchRefused | None:
 def never_placeable(spec: JobSpec) -> LaunchRefused:
     """`no_capacity`, naming what was asked and what the fleet has online."""
     fleet = fleet_chips(spot_only=spec.spot_only)
-    kind = " spot-eligible" if spec.spot_only else ""
     asked = spec.chip_counts or {}
     short = [(slug, count) for slug, count in sorted(asked.items()) if count > fleet.get(slug, 0)]
     if short:
         slug, count = short[0]
-        message = f"{count} × {slug} asked; the fleet has {fleet.get(slug, 0)}{kind} {slug} chips online."
+        if spec.spot_only:
+            message = gettext(
+                "%(count)s × %(chip)s asked; the fleet has %(have)s spot-eligible %(chip)s chips online. "
+                "It could never be placed."
+            )
+        else:
+            message = gettext(
+                "%(count)s × %(chip)s asked; the fleet has %(have)s %(chip)s chips online. It could never be placed."
+            )
+        message %= {"count": count, "chip": slug, "have": fleet.get(slug, 0)}
     else:
-        have = ", ".join(f"{n} {slug}" for slug, n in sorted(fleet.items())) or "none"
-        message = f"The fleet has no{kind} chips this job could run on (online{kind} chips: {have})."
-    return LaunchRefused("chip_counts", "no_capacity", message + " It could never be placed.", "No capacity")
+        have = ", ".join(f"{n} {slug}" for slug, n in sorted(fleet.items())) or gettext("none")
+        if spec.spot_only:
+            message = gettext(
+                "The fleet has no spot-eligible chips this job could run on (online spot-eligible chips: "
+                "%(have)s). It could never be placed."
+            )
+        else:
+            message = gettext(
+                "The fleet has no chips this job could run on (online chips: %(have)s). It could never be placed."
+            )
+        message %= {"have": have}
+    return LaunchRefused("chip_counts", "no_capacity", message, gettext("No capacity"))
 
 
 def check_total_budget(spec: JobSpec, plan: planner.Plan) -> None:
@@ -128,11 +154,18 @@ def check_total_budget(spec: JobSpec, plan: planner.Plan) -> None:
         raise LaunchRefused(
             "total_budget",
             "budget_too_low",
-            f"The total budget {format_money(budget)} is not more than {minutes} minutes of this plan's spend "
-            f"({format_money(least)} at {format_money(plan.price_per_hour)}/h); a job stops when its budget "
-            f"would run out within {minutes} minutes, so it would stop at once. "
-            f"Set a total budget above {format_money(least)}.",
-            "Budget too low",
+            gettext(
+                "The total budget %(budget)s is not more than %(minutes)s minutes of this plan's spend "
+                "(%(least)s at %(price)s/h); a job stops when its budget would run out within %(minutes)s "
+                "minutes, so it would stop at once. Set a total budget above %(least)s."
+            )
+            % {
+                "budget": format_money(budget),
+                "minutes": minutes,
+                "least": format_money(least),
+                "price": format_money(plan.price_per_hour),
+            },
+            gettext("Budget too low"),
         )
 
 
@@ -144,7 +177,10 @@ def check_queue_cap(owner) -> None:
         raise LaunchRefused(
             "non_field_errors",
             "too_many_queued",
-            f"You have {waiting} jobs waiting to be placed; at most {cap} may wait at once. "
-            "Cancel one, or launch again once one has started.",
-            "Too many queued jobs",
+            gettext(
+                "You have %(waiting)s jobs waiting to be placed; at most %(cap)s may wait at once. "
+                "Cancel one, or launch again once one has started."
+            )
+            % {"waiting": waiting, "cap": cap},
+            gettext("Too many queued jobs"),
         )

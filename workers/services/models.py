@@ -23,6 +23,7 @@ from pathlib import Path
 
 from django.conf import settings
 from django.db import transaction
+from django.utils.translation import gettext
 
 from base.uploads import UploadLimit
 from fleet.choices import JobStatus
@@ -56,8 +57,11 @@ class ModelInUse(Exception):
 
     def __init__(self, model: UploadedModel, job: Job):
         super().__init__(
-            f"Model {model.reference} is used by job {job.pk} ({job.get_status_display().lower()}); "
-            "cancel the job or wait for it to end, then delete the model."
+            gettext(
+                "Model %(model)s is used by job %(id)s (%(status)s); cancel the job or wait for it to end, "
+                "then delete the model."
+            )
+            % {"model": model.reference, "id": job.pk, "status": job.get_status_display().lower()}
         )
         self.job = job
 
@@ -176,7 +180,7 @@ def lock_for_launch(name: str) -> None:
     the job's checks and its row (delete_model takes the same lock). Raises ModelUnavailable if it is gone."""
     reference = MODEL_REFERENCE.match(name)
     if reference and not UploadedModel.objects.select_for_update().filter(pk=int(reference[1])).exists():
-        raise ModelUnavailable(f"Model '{name}' was deleted; upload it again to train it.")
+        raise ModelUnavailable(gettext("Model '%(name)s' was deleted; upload it again to train it.") % {"name": name})
 
 
 def jobs_training(model: UploadedModel):
@@ -200,9 +204,12 @@ def resolve_model_source(name: str, owner=None) -> ModelSource:
     if HUB_ID.match(name) and ".." not in name and "--" not in name:
         return hub_source(name)
     raise ModelUnavailable(
-        f"Unknown model '{name}'. Use a built-in model ({', '.join(CATALOG)}), one of your uploads "
-        "(model:<id>), a finished job's trained model (job:<id>), or a Hugging Face Hub id (org/name) that this "
-        "platform's Hugging Face cache holds."
+        gettext(
+            "Unknown model '%(name)s'. Use a built-in model (%(catalog)s), one of your uploads (model:<id>), a "
+            "finished job's trained model (job:<id>), or a Hugging Face Hub id (org/name) that this platform's "
+            "Hugging Face cache holds."
+        )
+        % {"name": name, "catalog": ", ".join(CATALOG)}
     )
 
 
@@ -227,8 +234,10 @@ def upload_source(pk: int, owner=None) -> ModelSource:
     model = models.first()
     if model is None:
         if owner is None:
-            raise ModelUnavailable(f"There is no model model:{pk}.")
-        raise ModelUnavailable(f"There is no model model:{pk} among yours; see yours with GET /api/v1/models/.")
+            raise ModelUnavailable(gettext("There is no model model:%(id)s.") % {"id": pk})
+        raise ModelUnavailable(
+            gettext("There is no model model:%(id)s among yours; see yours with GET /api/v1/models/.") % {"id": pk}
+        )
     return ModelSource(
         name=model.name,
         reference=model.reference,
@@ -246,14 +255,20 @@ def hub_source(repo_id: str) -> ModelSource:
     folder = hub_snapshot(repo_id)
     if folder is None:
         raise ModelUnavailable(
-            f"Model '{repo_id}' is a Hugging Face Hub id and isn't in this platform's Hugging Face cache; nothing "
-            "is downloaded from the Hub. Upload the model folder (`starverse model upload DIR`, POST "
-            "/api/v1/models/ or the Models page) and use its reference (model:<id>)."
+            gettext(
+                "Model '%(name)s' is a Hugging Face Hub id and isn't in this platform's Hugging Face cache; nothing "
+                "is downloaded from the Hub. Upload the model folder (`starverse model upload DIR`, POST "
+                "/api/v1/models/ or the Models page) and use its reference (model:<id>)."
+            )
+            % {"name": repo_id}
         )
     try:
         checked = checked_snapshot(folder)
     except ModelFileError as error:
-        unusable = f"Model '{repo_id}' in this platform's Hugging Face cache can't be trained: {error}"
+        unusable = gettext("Model '%(name)s' in this platform's Hugging Face cache can't be trained: %(error)s") % {
+            "name": repo_id,
+            "error": error,
+        }
         raise ModelUnavailable(unusable) from None
     return ModelSource(
         name=repo_id,
