@@ -14,7 +14,7 @@ from django.utils import timezone
 from base.admin import AuditedChangesMixin, ReadOnlyMixin
 from base.audit import already_recorded, record
 from base.templatetags.money import money_html, signed_money_html
-from billing import admin_payments, admin_reports  # noqa: F401  (operator reports: /admin/billing-reports/*, a box on the index)
+from billing import admin_invoices, admin_payments, admin_reports  # noqa: F401  (operator reports: /admin/billing-reports/*, a box on the index)
 from billing.forms import OperatorSettingsForm, PriceForm
 from billing.models import Account, Entry, OperatorSettings, Price, Transaction
 from billing.services.ledger import LedgerError, reverse_transaction

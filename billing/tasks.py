@@ -14,6 +14,7 @@ from billing.models import StripeEvent
 from billing.notifications import send_job_end_email, send_low_balance_email  # noqa: F401
 from billing.services.ledger import audit_ledger as find_ledger_problems
 from billing.services.meter import run_meter as charge_due_allocations
+from billing.services.receipts import send_receipt_email  # noqa: F401
 from billing.services.stripe_payments.webhooks import process_event
 
 logger = logging.getLogger(__name__)

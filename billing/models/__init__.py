@@ -1,3 +1,4 @@
+from billing.models.invoices import InvoiceDetails, InvoiceRequest, InvoiceStatus, PaymentMethodType, Receipt
 from billing.models.ledger import Account, AppendOnlyError, Entry, Transaction
 from billing.models.notifications import NotificationSettings, SentNotification
 from billing.models.operator_settings import OperatorSettings
@@ -11,11 +12,16 @@ __all__ = [
     "BillingLine",
     "Charge",
     "Entry",
+    "InvoiceDetails",
+    "InvoiceRequest",
+    "InvoiceStatus",
     "NotificationSettings",
     "OperatorSettings",
     "Payment",
+    "PaymentMethodType",
     "PaymentStatus",
     "Price",
+    "Receipt",
     "Refund",
     "SentNotification",
     "SpotPrice",

@@ -6,12 +6,14 @@ from portal.views import (
     dashboard,
     datasets,
     deployments,
+    invoices,
     job_checkpoints,
     job_continue,
     jobs,
     models,
     notifications,
     pages,
+    preferences,
     statements,
     training,
 )
@@ -20,6 +22,7 @@ urlpatterns = [
     path("", pages.home, name="home"),
     path("pricing/", pages.pricing, name="pricing"),
     path("dashboard/", dashboard.dashboard, name="dashboard"),
+    path("dashboard/preferences/", preferences.preferences, name="preferences"),
     path("dashboard/tokens/", dashboard.tokens, name="tokens"),
     path("dashboard/tokens/<int:pk>/revoke/", dashboard.revoke_token, name="token_revoke"),
     path("train/", training.train, name="train"),
@@ -72,4 +75,8 @@ urlpatterns = [
     path("billing/usage.csv", statements.usage_csv, name="billing_usage_csv"),
     path("billing/statements/", statements.statements, name="billing_statements"),
     path("billing/statements/<str:month>/", statements.statement, name="billing_statement"),
+    # Receipts and invoices (docs/INVOICES.md).
+    path("billing/receipts/<int:pk>/", invoices.receipt, name="receipt"),
+    path("billing/invoice-details/", invoices.invoice_details, name="invoice_details"),
+    path("billing/statements/<str:month>/invoice/", invoices.invoice_request, name="invoice_request"),
 ]

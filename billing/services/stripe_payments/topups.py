@@ -19,11 +19,13 @@ from django.contrib.auth import get_user_model
 from django.core.cache import cache
 from django.db import transaction
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from billing.choices import AccountKind, TransactionKind
 from billing.models import OperatorSettings, Payment, PaymentStatus
 from billing.notifications import rearm_low_balance
 from billing.services.ledger import platform_account, transfer, wallet_for
+from billing.services.receipts import method_of, record_receipt
 from billing.services.stripe_payments.config import (
     NONCE_RE,
     CardDeclined,
@@ -58,26 +60,26 @@ def parse_topup_amount(raw) -> int:
     try:
         value = Decimal(text)
     except (InvalidOperation, ValueError):
-        raise PaymentError("Enter the amount as a number, e.g. 50 or 50.00.") from None
+        raise PaymentError(_("Enter the amount as a number, e.g. 50 or 50.00.")) from None
     if not value.is_finite():
-        raise PaymentError("Enter the amount as a number, e.g. 50 or 50.00.")
+        raise PaymentError(_("Enter the amount as a number, e.g. 50 or 50.00."))
     limits = OperatorSettings.load()
     if value > 10**12:
-        raise PaymentError(f"The largest top-up is {format_money(limits.topup_maximum)}.")
+        raise PaymentError(_("The largest top-up is %(amount)s.") % {"amount": format_money(limits.topup_maximum)})
     if value != value.quantize(Decimal("0.01")):
-        raise PaymentError("Enter the amount with at most two decimals.")
+        raise PaymentError(_("Enter the amount with at most two decimals."))
     micros = to_micros(value)
     if micros < limits.topup_minimum:
-        raise PaymentError(f"The smallest top-up is {format_money(limits.topup_minimum)}.")
+        raise PaymentError(_("The smallest top-up is %(amount)s.") % {"amount": format_money(limits.topup_minimum)})
     if micros > limits.topup_maximum:
-        raise PaymentError(f"The largest top-up is {format_money(limits.topup_maximum)}.")
+        raise PaymentError(_("The largest top-up is %(amount)s.") % {"amount": format_money(limits.topup_maximum)})
     return micros
 
 
 def create_topup(user, micros: int, *, nonce: str) -> TopupIntent:
     """Create a PaymentIntent for `micros` and its pending Payment; one per (user, nonce)."""
     if not NONCE_RE.match(nonce or ""):
-        raise PaymentError("The form expired; reload the page and try again.")
+        raise PaymentError(_("The form expired; reload the page and try again."))
     configure_stripe()
     currency = settings.CURRENCY.lower()
     methods = payment_method_types(currency)
@@ -98,11 +100,11 @@ def create_topup(user, micros: int, *, nonce: str) -> TopupIntent:
         )
     except stripe.StripeError as error:
         logger.warning("creating a PaymentIntent failed: %s", error)
-        raise PaymentError("The payment service is unavailable; please try again in a minute.") from error
+        raise PaymentError(_("The payment service is unavailable; please try again in a minute.")) from error
     cache.set(memo_key, intent.id, 24 * 3600)
     payment = sync_payment(intent, user=user)
     if payment is None:
-        raise PaymentError("The payment service answered in another currency; please contact support.")
+        raise PaymentError(_("The payment service answered in another currency; please contact support."))
     # localstripe leaves payment_method_types out of its answer: what was asked for is what it takes.
     types = tuple(getattr(intent, "payment_method_types", None) or methods)
     return TopupIntent(intent.id, intent.client_secret, payment.amount, payment.currency, intent.status, types)
@@ -116,9 +118,9 @@ def confirm_topup(user, payment_intent_id: str, token_id: str) -> str:
     """
     payment = Payment.objects.filter(user=user, payment_intent_id=payment_intent_id).first()
     if payment is None:
-        raise PaymentError("No such top-up.")
+        raise PaymentError(_("No such top-up."))
     if not re.match(r"^tok_\w+$", token_id or ""):
-        raise PaymentError("The card could not be read; please enter it again.")
+        raise PaymentError(_("The card could not be read; please enter it again."))
     configure_stripe()
     try:
         token = stripe.Token.retrieve(token_id)
@@ -126,17 +128,17 @@ def confirm_topup(user, payment_intent_id: str, token_id: str) -> str:
         intent = stripe.PaymentIntent.confirm(payment_intent_id, idempotency_key=f"topup-confirm:{token_id}")
     except stripe.CardError as error:
         mark_failed(payment_intent_id)
-        raise CardDeclined(error.user_message or "Your card was declined.") from error
+        raise CardDeclined(error.user_message or _("Your card was declined.")) from error
     except stripe.StripeError as error:
         logger.warning("confirming %s failed: %s", payment_intent_id, error)
-        raise PaymentError("The payment service is unavailable; please try again in a minute.") from error
+        raise PaymentError(_("The payment service is unavailable; please try again in a minute.")) from error
     return intent.status
 
 
 def topup_status(user, payment_intent_id: str) -> dict:
     payment = Payment.objects.filter(user=user, payment_intent_id=payment_intent_id).first()
     if payment is None:
-        raise PaymentError("No such top-up.")
+        raise PaymentError(_("No such top-up."))
     return {"status": payment.status, "credited": payment.credited_id is not None}
 
 
@@ -148,21 +150,25 @@ def credit_payment(intent) -> Payment | None:
     payment = sync_payment(intent)
     if payment is None:
         return None
+    method = method_of(intent)
     with transaction.atomic():
         payment = Payment.objects.select_for_update().get(pk=payment.pk)
         if payment.credited_id:
             return payment
+        wallet = wallet_for(payment.user)
         txn = transfer(
             key=f"topup:{intent.id}",
             kind=TransactionKind.TOPUP,
             source=platform_account(AccountKind.PAYMENT_CLEARING),
-            destination=wallet_for(payment.user),
+            destination=wallet,
             amount=payment.amount,
             memo=f"Top-up by card ({intent.id})",
         )
         payment.credited = txn
         payment.status = PaymentStatus.SUCCEEDED
         payment.save(update_fields=["credited", "status", "updated_at"])
+        # The receipt (with the balance right after this credit) commits with the credit; its e-mail follows.
+        record_receipt(payment, txn, wallet, method)
         rearm_low_balance(payment.user)
     return payment
 

@@ -77,7 +77,8 @@ def process_event(event_id: str) -> None:
             StripeEvent.objects.filter(pk=event_id).update(processed_at=timezone.now(), error="no PaymentIntent id")
             return
         configure_stripe()
-        intent = stripe.PaymentIntent.retrieve(intent_id)  # outside any DB transaction: slow I/O
+        # Outside any DB transaction: slow I/O. The payment method, expanded, says how it was paid (the receipt).
+        intent = stripe.PaymentIntent.retrieve(intent_id, expand=["payment_method"])
         _apply_intent(event.type, intent)
     # Conditional update: only the first of two concurrent processors records the outcome.
     StripeEvent.objects.filter(pk=event_id, processed_at__isnull=True).update(processed_at=timezone.now(), error="")
