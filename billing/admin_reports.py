@@ -17,6 +17,7 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import path
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 
 from base.formatting import format_duration
 from base.templatetags.money import money_html
@@ -38,9 +39,9 @@ REVENUE_DAYS = 30
 RECENT_LIMIT = 50
 OPEN_LIMIT = 500
 REPORTS = [
-    ("billing_report_revenue", "Revenue per chip type and day"),
-    ("billing_report_open", "Open allocations and their spend rate"),
-    ("billing_report_payments", "Recent payments and refunds"),
+    ("billing_report_revenue", _("Revenue per chip type and day")),
+    ("billing_report_open", _("Open allocations and their spend rate")),
+    ("billing_report_payments", _("Recent payments and refunds")),
 ]
 
 
@@ -71,7 +72,7 @@ def revenue_period(request: HttpRequest) -> Period:
 
 
 def revenue_view(request: HttpRequest) -> HttpResponse:
-    title = "Revenue per chip type and day"
+    title = _("Revenue per chip type and day")
     try:
         period = revenue_period(request)
     except StatementError as error:
@@ -150,7 +151,7 @@ def open_allocations_view(request: HttpRequest) -> HttpResponse:
             )
         )
     context = {"lines": lines, "total_rate": f"{format_price(sum(rates.values()))}/h", "limit": OPEN_LIMIT}
-    return _render(request, "admin_open.html", "Open allocations and their spend rate", context)
+    return _render(request, "admin_open.html", _("Open allocations and their spend rate"), context)
 
 
 # ---------------------------------------------------------------- payments and refunds
@@ -168,7 +169,7 @@ def payments_view(request: HttpRequest) -> HttpResponse:
         ],
         "limit": RECENT_LIMIT,
     }
-    return _render(request, "admin_payments.html", "Recent payments and refunds", context)
+    return _render(request, "admin_payments.html", _("Recent payments and refunds"), context)
 
 
 # ---------------------------------------------------------------- wiring

@@ -17,17 +17,27 @@ the transaction that changed the money or the job.
 from __future__ import annotations
 
 import logging
+import zoneinfo
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
 
 from celery import shared_task
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.core.exceptions import ObjectDoesNotExist
 from django.core.mail import send_mail
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Sum
 from django.template.loader import render_to_string
 from django.urls import reverse
+from django.utils import timezone, translation
+from django.utils.formats import date_format
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from kombu.exceptions import OperationalError
 
+from base.formatting import zone_label
 from billing.models import Charge, NotificationSettings, SentNotification
 from billing.services.ledger import balance_of
 from fleet.choices import JobStatus
@@ -36,13 +46,14 @@ from kernel.money import format_money
 
 logger = logging.getLogger(__name__)
 
-# The job ends that send an e-mail; a cancel is the owner's own doing, unless the operator cancelled.
+# The job ends that send an e-mail, and their subjects; a cancel is the owner's own doing, unless the operator
+# cancelled. Whole sentences, so that each language orders them its own way.
 JOB_END_SUBJECTS = {
-    JobStatus.SUCCEEDED: "finished",
-    JobStatus.FAILED: "failed",
-    JobStatus.STOPPED_NO_CREDIT: "was stopped: out of credit",
+    JobStatus.SUCCEEDED: gettext_lazy("Starverse: job %(id)s finished (%(title)s)"),
+    JobStatus.FAILED: gettext_lazy("Starverse: job %(id)s failed (%(title)s)"),
+    JobStatus.STOPPED_NO_CREDIT: gettext_lazy("Starverse: job %(id)s was stopped: out of credit (%(title)s)"),
 }
-OPERATOR_CANCEL_SUBJECT = "was cancelled by the operator"
+OPERATOR_CANCEL_SUBJECT = gettext_lazy("Starverse: job %(id)s was cancelled by the operator (%(title)s)")
 
 
 # -- settings ------------------------------------------------------------------------------------
@@ -101,13 +112,16 @@ def send_low_balance_email(user_id: int, balance: int, threshold: int) -> None:
     user = get_user_model().objects.filter(pk=user_id).first()
     if user is None or not user.email:
         return
-    context = {
-        "user": user,
-        "balance": format_money(balance),
-        "threshold": format_money(threshold),
-        "billing_url": settings.SITE_URL.rstrip("/") + reverse("billing"),
-    }
-    _send(user, f"Starverse: your balance is below {context['threshold']}", "low_balance", context)
+    with recipients_locale(user):
+        context = {
+            "user": user,
+            "balance": format_money(balance),
+            "threshold": format_money(threshold),
+            "at": local_time(timezone.now()),
+            "billing_url": settings.SITE_URL.rstrip("/") + reverse("billing"),
+        }
+        subject = _("Starverse: your balance is below %(threshold)s") % {"threshold": context["threshold"]}
+        _send(user, subject, "low_balance", context)
 
 
 # -- job ends ------------------------------------------------------------------------------------
@@ -142,19 +156,6 @@ def send_job_end_email(job_id: int, stopping_for_credit: bool = False) -> None:
     if not by_operator and (status not in JOB_END_SUBJECTS or not settings_for(job.owner).job_emails):
         return
     cost = Charge.objects.filter(job_id=job.pk).aggregate(total=Sum("amount"))["total"] or 0
-    context = {
-        "job": job,
-        "title": job.name or job.model_name,
-        "status": JobStatus(status).label,
-        "succeeded": status == JobStatus.SUCCEEDED,
-        "stopped_for_credit": status == JobStatus.STOPPED_NO_CREDIT,
-        "cost": format_money(cost),
-        "balance": format_money(balance_of(job.owner)),
-        "job_url": settings.SITE_URL.rstrip("/") + reverse("job", args=[job.pk]),
-        "billing_url": settings.SITE_URL.rstrip("/") + reverse("billing"),
-    }
-    subject = f"Starverse: job {job.pk} {OPERATOR_CANCEL_SUBJECT if by_operator else JOB_END_SUBJECTS[status]}"
-    subject += f" ({context['title']})"
     # The key and the sending commit together: a failed send leaves no key, a second task finds it.
     with transaction.atomic():
         try:
@@ -162,7 +163,55 @@ def send_job_end_email(job_id: int, stopping_for_credit: bool = False) -> None:
                 SentNotification.objects.create(key=f"job-end:{job.pk}", user=job.owner)
         except IntegrityError:
             return  # sent already (a retried or duplicated task)
-        _send(job.owner, subject, "job_ended", context)
+        with recipients_locale(job.owner):
+            _send(job.owner, *job_end_email(job, status, cost, by_operator=by_operator))
+
+
+def job_end_email(job: Job, status: str, cost: int, *, by_operator: bool = False) -> tuple[str, str, dict]:
+    """The subject, template and context of a job's end e-mail, in the active language and time zone."""
+    context = {
+        "job": job,
+        "title": job.name or job.model_name,
+        "status": JobStatus(status).label,
+        "succeeded": status == JobStatus.SUCCEEDED,
+        "stopped_for_credit": status == JobStatus.STOPPED_NO_CREDIT,
+        "ended": local_time(job.finished_at or timezone.now()),
+        "cost": format_money(cost),
+        "balance": format_money(balance_of(job.owner)),
+        "job_url": settings.SITE_URL.rstrip("/") + reverse("job", args=[job.pk]),
+        "billing_url": settings.SITE_URL.rstrip("/") + reverse("billing"),
+    }
+    subject = (OPERATOR_CANCEL_SUBJECT if by_operator else JOB_END_SUBJECTS[status]) % {
+        "id": job.pk,
+        "title": context["title"],
+    }
+    return subject, "job_ended", context
+
+
+# -- the recipient's language and time zone ------------------------------------------------------
+
+
+@contextmanager
+def recipients_locale(user) -> Iterator[None]:
+    """Write an e-mail in its recipient's language (their saved one, else the site's, English) and show
+    its times in their time zone (their saved one, else DISPLAY_TIME_ZONE): no request tells us either."""
+    try:
+        preferences = user.preferences
+    except ObjectDoesNotExist:
+        preferences = None
+    language = (preferences.language if preferences else "") or settings.LANGUAGE_CODE
+    try:
+        zone = zoneinfo.ZoneInfo(preferences.time_zone if preferences else settings.DISPLAY_TIME_ZONE)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        zone = zoneinfo.ZoneInfo(settings.DISPLAY_TIME_ZONE)
+    with translation.override(language), timezone.override(zone):
+        yield
+
+
+def local_time(moment: datetime) -> str:
+    """A time for an e-mail, plain text: in the active zone and language, with the offset ("2026-12-07 14:05 UTC+8")."""
+    local = timezone.localtime(moment)
+    return f"{date_format(local, 'DATETIME_FORMAT')} {zone_label(local)}"
 
 
 # -- sending -------------------------------------------------------------------------------------

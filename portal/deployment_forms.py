@@ -10,6 +10,8 @@ import re
 from decimal import Decimal
 
 from django import forms
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from billing.services.pricing import current_offers
 from fleet.models import Deployment, DeploymentStatus, Job, UploadedModel
@@ -51,54 +53,60 @@ class DeployForm(forms.Form):
     """A new deployment: what to serve, on which chips, for how much, and how it scales."""
 
     model = forms.CharField(
+        label=_("Model"),
         max_length=200,
-        help_text="model:<id> (an upload), job:<id> (a finished job's trained model) or a cached Hugging Face id.",
+        help_text=_("model:<id> (an upload), job:<id> (a finished job's trained model) or a cached Hugging Face id."),
     )
     name = forms.CharField(
+        label=_("Name"),
         max_length=64,
-        help_text="Requests name it as their model: letters, digits, '.', '_' and '-'.",
+        help_text=_("Requests name it as their model: letters, digits, '.', '_' and '-'."),
         widget=forms.TextInput(attrs={"autocomplete": "off", "spellcheck": "false"}),
     )
-    chip = forms.ChoiceField(label="Chip type", required=False)
+    chip = forms.ChoiceField(label=_("Chip type"), required=False)
     chips_per_replica = count_field(
-        "Chips per replica", 1, 1, help_text="With a chip type chosen; the planner sizes its own pick."
+        _("Chips per replica"), 1, 1, help_text=_("With a chip type chosen; the planner sizes its own pick.")
     )
     max_budget_per_hour = money_field(
-        "Hourly budget per replica (¥)", initial="10", help_text="The most one replica's chips may cost an hour."
+        _("Hourly budget per replica (¥)"), initial="10", help_text=_("The most one replica's chips may cost an hour.")
     )
     total_budget = money_field(
-        "Total budget (¥, optional)",
+        _("Total budget (¥, optional)"),
         required=False,
-        help_text="Every replica together; the deployment stops once it is spent.",
+        help_text=_("Every replica together; the deployment stops once it is spent."),
     )
     spot = forms.BooleanField(
         label="Spot",
         required=False,
-        help_text="Spare chips at the auction's price: cheaper, but a replica can be reclaimed and replaced.",
+        help_text=_("Spare chips at the auction's price: cheaper, but a replica can be reclaimed and replaced."),
     )
-    spot_bid = money_field("Spot bid (¥ per chip-hour)", required=False)
-    min_replicas = count_field("Min replicas", 1, 0, help_text="0: scale to zero when idle (the next request waits).")
-    max_replicas = count_field("Max replicas", 1, 1, help_text="More start while requests queue.")
-    idle_timeout = count_field("Idle timeout", 5, 1, help_text="Replicas above the minimum stop after this long idle.")
-    idle_unit = forms.ChoiceField(label="Unit", choices=[("min", "minutes"), ("s", "seconds")], initial="min")
+    spot_bid = money_field(_("Spot bid (¥ per chip-hour)"), required=False)
+    min_replicas = count_field(
+        _("Min replicas"), 1, 0, help_text=_("0: scale to zero when idle (the next request waits).")
+    )
+    max_replicas = count_field(_("Max replicas"), 1, 1, help_text=_("More start while requests queue."))
+    idle_timeout = count_field(
+        _("Idle timeout"), 5, 1, help_text=_("Replicas above the minimum stop after this long idle.")
+    )
+    idle_unit = forms.ChoiceField(label=_("Unit"), choices=[("min", _("minutes")), ("s", _("seconds"))], initial="min")
     max_model_len = forms.IntegerField(
-        label="Max model length (tokens, optional)",
+        label=_("Max model length (tokens, optional)"),
         required=False,
         min_value=1,
         max_value=1_048_576,
-        widget=forms.NumberInput(attrs={"min": "1", "placeholder": "the model's"}),
-        help_text="Prompt and answer together; longer requests are refused.",
+        widget=forms.NumberInput(attrs={"min": "1", "placeholder": _("the model's")}),
+        help_text=_("Prompt and answer together; longer requests are refused."),
     )
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["chip"].choices = [("", "Let the planner choose")] + chip_choices()
+        self.fields["chip"].choices = [("", _("Let the planner choose")), *chip_choices()]
         bid = default_bid()
         if bid is not None:  # ticking Spot finds a bid in place, as on the train form
             self.fields["spot_bid"].initial = format_amount(bid)
-            self.fields[
-                "spot_bid"
-            ].help_text = f"Preset to {format_price(bid)}; you pay the clearing price, never more."
+            self.fields["spot_bid"].help_text = _("Preset to %(bid)s; you pay the clearing price, never more.") % {
+                "bid": format_price(bid)
+            }
 
     def deployment_kwargs(self) -> dict:
         """create_deployment's keyword arguments; call after is_valid()."""
@@ -128,9 +136,9 @@ class DeployForm(forms.Form):
 class ReplicasForm(forms.Form):
     """The deployment page's scaling form: new replica bounds and idle timeout (in seconds)."""
 
-    min_replicas = count_field("Min replicas", 1, 0)
-    max_replicas = count_field("Max replicas", 1, 1)
-    idle_timeout_s = count_field("Idle timeout (s)", 300, 1)
+    min_replicas = count_field(_("Min replicas"), 1, 0)
+    max_replicas = count_field(_("Max replicas"), 1, 1)
+    idle_timeout_s = count_field(_("Idle timeout (s)"), 300, 1)
 
     def add_refusal(self, field: str, message: str) -> None:
         self.add_error(field if field in self.fields else None, message)
@@ -143,7 +151,8 @@ def chip_choices() -> list[tuple[str, str]]:
         if not offer.capacity and not offer.offline:
             continue
         price = f" · {format_price(offer.on_demand_per_hour)}/h" if offer.on_demand_per_hour else ""
-        choices.append((offer.chip.slug, f"{offer.chip.name}{price} · {offer.free} free"))
+        free = gettext("%(count)s free") % {"count": offer.free}
+        choices.append((offer.chip.slug, f"{offer.chip.name}{price} · {free}"))
     return choices
 
 

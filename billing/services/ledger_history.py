@@ -19,6 +19,7 @@ from datetime import UTC, datetime, timedelta
 from django.conf import settings
 from django.db import connection
 from django.db.models import QuerySet
+from django.utils.translation import gettext as _
 
 from billing.choices import AccountKind, TransactionKind
 from billing.models import Charge
@@ -129,7 +130,7 @@ def _with_job_labels(rows: list[LedgerRow]) -> list[LedgerRow]:
     if not job_ids:
         return rows
     labels = {
-        pk: f"Job {pk} · {name or model_name}"
+        pk: _("Job %(id)s · %(name)s") % {"id": pk, "name": name or model_name}
         for pk, name, model_name in Job.objects.filter(pk__in=job_ids).values_list("pk", "name", "model_name")
     }
     return [replace(row, job_label=labels.get(row.job_id, "")) if row.is_meter else row for row in rows]

@@ -15,6 +15,7 @@ from django.conf import settings
 from django.db.models import OuterRef, QuerySet, Subquery, Sum
 from django.db.models.functions import TruncDate
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from billing.choices import AccountKind, TransactionKind
 from billing.models import BillingLine, Charge, Entry
@@ -72,7 +73,9 @@ def parse_day(value: str | None, name: str) -> date | None:
     try:
         return date.fromisoformat(value.strip())
     except ValueError:
-        raise StatementError(f"'{value}' is not a date for {name}: use YYYY-MM-DD.") from None
+        raise StatementError(
+            _("'%(value)s' is not a date for %(name)s: use YYYY-MM-DD.") % {"value": value, "name": name}
+        ) from None
 
 
 def parse_period(since: str | None, until: str | None) -> Period:
@@ -85,19 +88,25 @@ def parse_period(since: str | None, until: str | None) -> Period:
 def check_period(period: Period) -> None:
     for day in (period.since, period.until):
         if day and not EARLIEST_DAY <= day <= LATEST_DAY:
-            raise StatementError(f"{day} is out of range: use a date from {EARLIEST_DAY} to {LATEST_DAY}.")
+            raise StatementError(
+                _("%(day)s is out of range: use a date from %(earliest)s to %(latest)s.")
+                % {"day": day, "earliest": EARLIEST_DAY, "latest": LATEST_DAY}
+            )
     if period.since and period.until and period.since > period.until:
-        raise StatementError(f"The start date {period.since} is after the end date {period.until}.")
+        raise StatementError(
+            _("The start date %(since)s is after the end date %(until)s.")
+            % {"since": period.since, "until": period.until}
+        )
 
 
 def parse_month(value: str) -> Period:
     """The whole calendar month named "YYYY-MM"."""
     match = MONTH_PATTERN.match(value or "")
     if not match:
-        raise StatementError(f"'{value}' is not a month: use YYYY-MM, for example 2026-03.")
+        raise StatementError(_("'%(value)s' is not a month: use YYYY-MM, for example 2026-03.") % {"value": value})
     year, month = int(match[1]), int(match[2])
     if not 1 <= month <= 12 or not EARLIEST_DAY.year <= year <= LATEST_DAY.year:
-        raise StatementError(f"'{value}' is not a month: use YYYY-MM, for example 2026-03.")
+        raise StatementError(_("'%(value)s' is not a month: use YYYY-MM, for example 2026-03.") % {"value": value})
     first = date(year, month, 1)
     next_first = date(year + (month == 12), month % 12 + 1, 1)
     return Period(first, next_first - timedelta(days=1))
@@ -106,7 +115,10 @@ def parse_month(value: str) -> Period:
 def parse_group(value: str | None) -> str:
     group = value or UsageGroup.JOB
     if group not in UsageGroup.CHOICES:
-        raise StatementError(f"Unknown group '{group}': use one of {', '.join(UsageGroup.CHOICES)}.")
+        raise StatementError(
+            _("Unknown group '%(group)s': use one of %(choices)s.")
+            % {"group": group, "choices": ", ".join(UsageGroup.CHOICES)}
+        )
     return group
 
 
@@ -178,7 +190,7 @@ def usage_rows(charges: QuerySet[Charge], group: str) -> list[UsageRow]:
 
 
 def _job_label(row: dict) -> str:
-    return f"Job {row['job_id']} · {row['job__name'] or row['job__model_name']}"
+    return _("Job %(id)s · %(name)s") % {"id": row["job_id"], "name": row["job__name"] or row["job__model_name"]}
 
 
 def _row(key: str, label: str, row: dict) -> UsageRow:

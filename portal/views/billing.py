@@ -21,6 +21,9 @@ from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
+from django.utils.text import format_lazy
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
@@ -40,13 +43,13 @@ from portal.content_policy import allow_stripe
 from portal.views.notifications import form_for as email_form_for
 
 LEDGER_PAGE_SIZE = 25
-NOT_CONFIGURED = "Top-ups are not configured on this platform yet: the operator has not set the Stripe keys."
-TEST_MODE = "Test mode: no real money. Use card 4242 4242 4242 4242, any future date, any CVC."
+NOT_CONFIGURED = _("Top-ups are not configured on this platform yet: the operator has not set the Stripe keys.")
+TEST_MODE = _("Test mode: no real money. Use card 4242 4242 4242 4242, any future date, any CVC.")
 
 
 class TopupForm(forms.Form):
     amount = forms.CharField(
-        label=f"Amount ({settings.CURRENCY_SYMBOL})",
+        label=format_lazy(_("Amount ({symbol})"), symbol=settings.CURRENCY_SYMBOL),
         max_length=32,
         widget=forms.TextInput(attrs={"inputmode": "decimal", "autocomplete": "off", "placeholder": "50.00"}),
     )
@@ -114,7 +117,7 @@ def ledger_group(request: HttpRequest, job_id: int, hour: int) -> HttpResponse:
         return HttpResponse(str(error), status=400, content_type="text/plain; charset=utf-8")
     charges = list(group_charges(request.user, job_id, start))
     if not charges:
-        raise Http404("None of your charges is in that job and hour.")
+        raise Http404(gettext("None of your charges is in that job and hour."))
     context = {
         "charges": charges,
         "job_id": job_id,
@@ -134,7 +137,7 @@ def topup_create(request: HttpRequest) -> JsonResponse:
     form = TopupForm(request.POST)
     if not form.is_valid():
         errors = {field: [str(e) for e in errs] for field, errs in form.errors.items()}
-        return JsonResponse({"detail": "Please correct the amount.", "errors": errors}, status=400)
+        return JsonResponse({"detail": gettext("Please correct the amount."), "errors": errors}, status=400)
     try:
         intent = topups.create_topup(request.user, form.cleaned_data["amount"], nonce=form.cleaned_data["nonce"])
     except PaymentError as error:

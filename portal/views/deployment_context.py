@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from django.db.models import Count, OuterRef, Q, Subquery, Sum
 from django.db.models.functions import Coalesce
 from django.http import HttpRequest
+from django.utils.translation import gettext_lazy as _
 
 from base.formatting import format_duration, format_rate
 from billing.models import BillingLine
@@ -19,11 +20,11 @@ from workers.services.deployments import deployment_cost, price_per_million_toke
 RECENT_ENDED = 5  # ended replicas shown under the live ones
 LOG_LINES = 200
 ENGINE_STATES = {
-    "queued": "waiting for chips",
-    "starting": "starting",
-    "ready": "ready",
-    "failed": "failed",
-    "stopped": "stopped",
+    "queued": _("waiting for chips"),
+    "starting": _("starting"),
+    "ready": _("ready"),
+    "failed": _("failed"),
+    "stopped": _("stopped"),
 }
 
 

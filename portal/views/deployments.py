@@ -10,6 +10,8 @@ from django.db import IntegrityError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseClientRedirect
@@ -46,14 +48,18 @@ def submit(request: HttpRequest, form: DeployForm) -> Deployment | None:
     except DeploymentRefused as error:
         form.add_refusal(error.field, str(error))
     except IntegrityError:  # the same name deployed at the same moment in another tab
-        form.add_refusal("name", f"You already have a deployment named '{form.cleaned_data['name']}'.")
+        form.add_refusal(
+            "name", _("You already have a deployment named '%(name)s'.") % {"name": form.cleaned_data["name"]}
+        )
     return None
 
 
 def deployed_message(deployment: Deployment) -> str:
     if deployment.min_replicas:
-        return f"Deploying “{deployment.name}”: its replicas start as chips are placed; this page follows them live."
-    return f"“{deployment.name}” is deployed scaled to zero: the first request starts a replica."
+        return _("Deploying “%(name)s”: its replicas start as chips are placed; this page follows them live.") % {
+            "name": deployment.name
+        }
+    return _("“%(name)s” is deployed scaled to zero: the first request starts a replica.") % {"name": deployment.name}
 
 
 @login_required
@@ -99,11 +105,12 @@ def deployment_replicas(request: HttpRequest, pk: int) -> HttpResponse:
         except DeploymentRefused as error:
             form.add_refusal(error.field, str(error))
         else:
-            messages.success(
-                request,
-                f"“{deployment.name}” now keeps {deployment.min_replicas} to {deployment.max_replicas} "
-                f"replica{'' if deployment.max_replicas == 1 else 's'}.",
-            )
+            message = ngettext(
+                "“%(name)s” now keeps %(min)s to %(max)s replica.",
+                "“%(name)s” now keeps %(min)s to %(max)s replicas.",
+                deployment.max_replicas,
+            ) % {"name": deployment.name, "min": deployment.min_replicas, "max": deployment.max_replicas}
+            messages.success(request, message)
             return redirect("deployment", deployment.pk)
     return deployment_detail(request, pk, replicas_form=form)
 
@@ -113,7 +120,9 @@ def deployment_replicas(request: HttpRequest, pk: int) -> HttpResponse:
 def deployment_delete(request: HttpRequest, pk: int) -> HttpResponse:
     """Stop for good: every replica is let go (their billing stops) and the name is free again."""
     deployment = stop_deployment(owned_deployment(request, pk))
-    messages.success(request, f"Deleted “{deployment.name}”: its replicas are stopping and its chips let go.")
+    messages.success(
+        request, _("Deleted “%(name)s”: its replicas are stopping and its chips let go.") % {"name": deployment.name}
+    )
     target = reverse("deployments")
     return HttpResponseClientRedirect(target) if request.htmx else redirect(target)
 

@@ -15,6 +15,9 @@ from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils.text import format_lazy
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_http_methods
 
 from billing.notifications import save_settings, settings_for
@@ -25,13 +28,13 @@ MAX_THRESHOLD = 10**9  # currency units: far above any balance, below what the c
 
 class EmailSettingsForm(forms.Form):
     low_balance_threshold = forms.CharField(
-        label=f"E-mail me when my balance falls below ({settings.CURRENCY_SYMBOL})",
+        label=format_lazy(_("E-mail me when my balance falls below ({symbol})"), symbol=settings.CURRENCY_SYMBOL),
         max_length=32,
         required=False,
-        help_text="Once each time it falls below; 0 or empty turns it off.",
+        help_text=_("Once each time it falls below; 0 or empty turns it off."),
         widget=forms.TextInput(attrs={"inputmode": "decimal", "autocomplete": "off", "placeholder": "0.00"}),
     )
-    job_emails = forms.BooleanField(label="E-mail me when a job finishes, fails or is stopped", required=False)
+    job_emails = forms.BooleanField(label=_("E-mail me when a job finishes, fails or is stopped"), required=False)
 
     def clean_low_balance_threshold(self) -> int:
         text = (self.cleaned_data["low_balance_threshold"] or "0").strip().replace(",", "")
@@ -39,13 +42,15 @@ class EmailSettingsForm(forms.Form):
         try:
             value = Decimal(text)
         except InvalidOperation:
-            raise forms.ValidationError("Enter the threshold as a number, e.g. 20 or 20.00.") from None
+            raise forms.ValidationError(_("Enter the threshold as a number, e.g. 20 or 20.00.")) from None
         if not value.is_finite() or value < 0:
-            raise forms.ValidationError("Enter the threshold as a number of zero or more, e.g. 20.00.")
+            raise forms.ValidationError(_("Enter the threshold as a number of zero or more, e.g. 20.00."))
         if value > MAX_THRESHOLD:
-            raise forms.ValidationError(f"The largest threshold is {format_money(MAX_THRESHOLD * MICROS_PER_UNIT)}.")
+            raise forms.ValidationError(
+                _("The largest threshold is %(amount)s.") % {"amount": format_money(MAX_THRESHOLD * MICROS_PER_UNIT)}
+            )
         if value != value.quantize(Decimal("0.01")):
-            raise forms.ValidationError("Enter the threshold with at most two decimals.")
+            raise forms.ValidationError(_("Enter the threshold with at most two decimals."))
         return to_micros(value)
 
 
@@ -69,13 +74,17 @@ def email_settings(request: HttpRequest) -> HttpResponse:
         job_emails=form.cleaned_data["job_emails"],
     )
     threshold = saved.low_balance_threshold
-    messages.success(
-        request,
-        (
-            f"Saved: an e-mail when your balance falls below {format_money(threshold)}"
-            if threshold
-            else "Saved: no low-balance e-mails"
+    if threshold:
+        message = (
+            gettext("Saved: an e-mail when your balance falls below %(amount)s; job e-mails on.")
+            if saved.job_emails
+            else gettext("Saved: an e-mail when your balance falls below %(amount)s; job e-mails off.")
+        ) % {"amount": format_money(threshold)}
+    else:
+        message = (
+            gettext("Saved: no low-balance e-mails; job e-mails on.")
+            if saved.job_emails
+            else gettext("Saved: no low-balance e-mails; job e-mails off.")
         )
-        + ("; job e-mails on." if saved.job_emails else "; job e-mails off."),
-    )
+    messages.success(request, message)
     return redirect(reverse("billing") + "#emails")

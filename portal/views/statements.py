@@ -13,7 +13,9 @@ from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import render
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
+from base.formatting import zone_label
 from billing import csv_export
 from billing.models import Entry
 from billing.services.statements import (
@@ -85,9 +87,9 @@ def usage(request: HttpRequest) -> HttpResponse:
     by_job = usage_rows(charges, UsageGroup.JOB)
     by_day = usage_rows(charges, UsageGroup.DAY)
     tables = [
-        ("By job", "Job", "usage-by-job", usage_lines(by_job)),
-        ("By chip type", "Chip type", "usage-by-chip", usage_lines(usage_rows(charges, UsageGroup.CHIP))),
-        ("By day (a charge counts on the day it ended)", "Day", "usage-by-day", usage_lines(by_day)),
+        (_("By job"), _("Job"), "usage-by-job", usage_lines(by_job)),
+        (_("By chip type"), _("Chip type"), "usage-by-chip", usage_lines(usage_rows(charges, UsageGroup.CHIP))),
+        (_("By day (a charge counts on the day it ended)"), _("Day"), "usage-by-day", usage_lines(by_day)),
     ]
     context = {
         "period": period,
@@ -95,6 +97,7 @@ def usage(request: HttpRequest) -> HttpResponse:
         "until": period.until.isoformat() if period.until else "",
         "tables": tables,
         "total": total_of(by_job),
+        "zone": zone_label(timezone.localtime()),
     }
     return render(request, "portal/statements/usage.html", context)
 
@@ -153,5 +156,6 @@ def statement(request: HttpRequest, month: str) -> HttpResponse:
         "usage_by_chip": usage_lines(report.usage_by_chip),
         "usage_total": report.usage_total,
         "generated_at": timezone.now(),
+        "zone": zone_label(timezone.localtime(report.period.start)),
     }
     return render(request, "portal/statements/statement.html", context)

@@ -21,9 +21,29 @@
 
   const css = getComputedStyle(document.documentElement);
   const color = (name, fallback) => css.getPropertyValue(name).trim() || fallback;
-  const clock = new Intl.DateTimeFormat(undefined, { hour: "2-digit", minute: "2-digit" });
-  const stamp = new Intl.DateTimeFormat(undefined, { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", second: "2-digit" });
-  const compact = new Intl.NumberFormat(undefined, { notation: "compact", maximumSignificantDigits: 3 });
+  // Django's JavaScript catalog (/i18n/catalog.js, loaded by base.html); English as it is without it.
+  const gettext = window.gettext || ((text) => text);
+  // Times in the person's own zone (the page's data-time-zone, from their account), in the page's language.
+  const language = document.documentElement.lang || undefined;
+  const zoneOf = () => {
+    const wanted = document.querySelector("[data-time-zone]")?.dataset.timeZone;
+    try {
+      return wanted ? new Intl.DateTimeFormat(undefined, { timeZone: wanted }).resolvedOptions().timeZone : undefined;
+    } catch {
+      return undefined; // a zone this browser does not know: its own
+    }
+  };
+  const timeZone = zoneOf();
+  const clock = new Intl.DateTimeFormat(language, { timeZone, hour: "2-digit", minute: "2-digit", hourCycle: "h23" });
+  // The tooltip's time carries its offset ("GMT+8"); a browser without "shortOffset" names the zone its own way.
+  const stampOptions = { timeZone, month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", second: "2-digit", hourCycle: "h23" };
+  let stamp;
+  try {
+    stamp = new Intl.DateTimeFormat(language, { ...stampOptions, timeZoneName: "shortOffset" });
+  } catch {
+    stamp = new Intl.DateTimeFormat(language, { ...stampOptions, timeZoneName: "short" });
+  }
+  const compact = new Intl.NumberFormat(language, { notation: "compact", maximumSignificantDigits: 3 });
 
   function line(label, stroke, dashed = false) {
     return { label, data: [], borderColor: stroke, backgroundColor: stroke, borderWidth: 2, pointRadius: 2, tension: 0.15, spanGaps: true, borderDash: dashed ? [5, 4] : [] };
@@ -57,12 +77,12 @@
     if (!root || !window.Chart) return;
     const latency = chart(
       document.getElementById("latency-chart"),
-      [line("time to first byte", color("--accent", "#4f46e5")), line("duration", color("--warn", "#b45309"), true)],
+      [line(gettext("time to first byte"), color("--accent", "#4f46e5")), line(gettext("duration"), color("--warn", "#b45309"), true)],
       (v) => `${compact.format(v)} ms`,
     );
     const throughput = chart(
       document.getElementById("throughput-chart"),
-      [line("served, all requests", color("--ok", "#15803d")), line("per request, median", color("--accent", "#4f46e5"), true)],
+      [line(gettext("served, all requests"), color("--ok", "#15803d")), line(gettext("per request, median"), color("--accent", "#4f46e5"), true)],
       (v) => compact.format(v),
     );
 

@@ -11,10 +11,15 @@
   const send = form.querySelector("[type=submit]");
   const stop = form.querySelector("[data-stop]");
   const csrf = settings.querySelector("[name=csrfmiddlewaretoken]").value;
+  // Django's JavaScript catalog (/i18n/catalog.js, loaded by base.html); English as it is without it.
+  const gettext = window.gettext || ((text) => text);
+  const ngettext = window.ngettext || ((one, many, count) => (count === 1 ? one : many));
+  const interpolate = window.interpolate || ((text, values) => text.replace(/%\((\w+)\)s/g, (_, name) => values[name]));
+  const say = (text, values) => interpolate(text, values, true);
   const history = []; // the conversation so far, without the system prompt (read fresh for every message)
   let controller = null;
 
-  const ROLES = { user: "You", assistant: "Model", error: "Error" };
+  const ROLES = { user: gettext("You"), assistant: gettext("Model"), error: gettext("Error") };
 
   function bubble(role, text) {
     log.querySelector(".chat-empty")?.remove();
@@ -59,7 +64,7 @@
       // not JSON: the text as it is
     }
     const retry = response.headers.get("Retry-After");
-    return `${response.status}: ${text}${retry ? ` Try again in ${retry} s.` : ""}`;
+    return `${response.status}: ${text}${retry ? ` ${say(gettext("Try again in %(seconds)s s."), { seconds: retry })}` : ""}`;
   }
 
   // The `data:` payloads of a server-sent event stream, as the body's bytes arrive.
@@ -85,10 +90,12 @@
 
   function summary(timing) {
     const { started, first, ended, tokens } = timing;
-    if (first === null) return `No tokens · ${ms(ended - started)} in all`;
+    const total = say(gettext("%(time)s in all"), { time: ms(ended - started) });
+    if (first === null) return `${gettext("No tokens")} · ${total}`;
     const generating = (ended - first) / 1000;
     const rate = generating > 0 ? `${(tokens / generating).toFixed(1)} tokens/s` : "—";
-    return `Time to first token ${ms(first - started)} · ${rate} · ${tokens} token${tokens === 1 ? "" : "s"} · ${ms(ended - started)} in all`;
+    const count = say(ngettext("%(count)s token", "%(count)s tokens", tokens), { count: tokens });
+    return `${say(gettext("Time to first token %(time)s"), { time: ms(first - started) })} · ${rate} · ${count} · ${total}`;
   }
 
   function busy(on) {
@@ -103,7 +110,7 @@
     const answer = bubble("assistant", "");
     const answerText = answer.querySelector(".chat-text");
     answer.classList.add("chat-pending");
-    stats.textContent = "Waiting for the first token…";
+    stats.textContent = gettext("Waiting for the first token…");
     controller = new AbortController();
     busy(true);
     const timing = { started: performance.now(), first: null, ended: null, tokens: 0 };
@@ -121,7 +128,7 @@
       for await (const data of events(response.body)) {
         if (data === "[DONE]") break;
         const chunk = JSON.parse(data);
-        if (chunk.error) throw new Error(chunk.error.message || "The deployment failed to answer.");
+        if (chunk.error) throw new Error(chunk.error.message || gettext("The deployment failed to answer."));
         if (chunk.usage) usage = chunk.usage;
         const delta = chunk.choices?.[0]?.delta?.content;
         if (!delta) continue;
@@ -137,7 +144,7 @@
     } catch (error) {
       timing.ended = performance.now();
       if (error.name === "AbortError") {
-        stats.textContent = `Stopped. ${summary(timing)}`;
+        stats.textContent = `${gettext("Stopped.")} ${summary(timing)}`;
       } else {
         answer.classList.add("chat-error");
         answer.querySelector(".chat-role").textContent = ROLES.error;

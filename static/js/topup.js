@@ -14,8 +14,12 @@
 (() => {
   const form = document.getElementById("topup-form");
   if (!form || typeof Stripe === "undefined") return;
+  // Django's JavaScript catalog (/i18n/catalog.js, loaded by base.html); English as it is without it.
+  const gettext = window.gettext || ((text) => text);
+  const interpolate = window.interpolate || ((text, values) => text.replace(/%\((\w+)\)s/g, (_, name) => values[name]));
 
-  const stripe = Stripe(form.dataset.publishableKey);
+  // Stripe's own fields and messages in the page's language ("zh" for zh-hans; "auto" otherwise).
+  const stripe = Stripe(form.dataset.publishableKey, { locale: document.documentElement.lang.startsWith("zh") ? "zh" : "auto" });
   const usePaymentElement = form.dataset.element === "payment";
   const newCard = () => {
     const element = stripe.elements().create("card");
@@ -46,7 +50,7 @@
   async function post(url, data) {
     const body = new URLSearchParams({ csrfmiddlewaretoken: csrf, ...data });
     const response = await fetch(url, { method: "POST", body, headers: { "X-CSRFToken": csrf }, credentials: "same-origin" });
-    const json = await response.json().catch(() => ({ detail: `The server answered ${response.status}.` }));
+    const json = await response.json().catch(() => ({ detail: interpolate(gettext("The server answered %(status)s."), { status: response.status }, true) }));
     return { ok: response.ok, status: response.status, json };
   }
 
@@ -67,12 +71,14 @@
 
   async function announceCredit(id, amount) {
     lockForm();
-    show(statusLine, "Payment received, credit will appear shortly.");
+    show(statusLine, gettext("Payment received, credit will appear shortly."));
     const credited = await waitForCredit(id);
-    const added = amount ? `${form.dataset.symbol}${amount} added to your balance.` : "the credit was added to your balance.";
+    const added = amount
+      ? interpolate(gettext("Payment received: %(amount)s added to your balance."), { amount: `${form.dataset.symbol}${amount}` }, true)
+      : gettext("Payment received: the credit was added to your balance.");
     show(statusLine, credited
-      ? `Payment received: ${added}`
-      : "Payment received; the credit is taking longer than usual. Refresh this page in a minute.");
+      ? added
+      : gettext("Payment received; the credit is taking longer than usual. Refresh this page in a minute."));
     await refreshHistory();
   }
 
@@ -117,7 +123,7 @@
         form.querySelector("#amount-field").classList.add("field-invalid");
         show(amountError, amountErrors.join(" "));
       } else {
-        show(topupError, created.json.detail || "The top-up could not be started.");
+        show(topupError, created.json.detail || gettext("The top-up could not be started."));
       }
       return null;
     }
@@ -130,13 +136,13 @@
     const intent = await createIntent();
     if (!intent) return;
     const { token, error } = await stripe.createToken(card);
-    if (error) { show(topupError, error.message || "The card could not be read."); return; }
+    if (error) { show(topupError, error.message || gettext("The card could not be read.")); return; }
 
     const confirmed = await post(urlFor(form.dataset.confirmUrl, intent.id), { token: token.id });
-    if (!confirmed.ok) { show(topupError, confirmed.json.detail || "The payment failed."); return; }
+    if (!confirmed.ok) { show(topupError, confirmed.json.detail || gettext("The payment failed.")); return; }
     if (confirmed.json.status === "requires_action") {
       const result = await stripe.confirmCardPayment(intent.client_secret);
-      if (result.error) { show(topupError, result.error.message || "Card authentication failed."); return; }
+      if (result.error) { show(topupError, result.error.message || gettext("Card authentication failed.")); return; }
     }
     await announceCredit(intent.id, intent.amount);
   }
@@ -146,7 +152,7 @@
     pending = null;
     paymentField.hidden = true;
     form.amount.readOnly = false;
-    submit.textContent = "Continue";
+    submit.textContent = gettext("Continue");
   }
 
   async function mountPaymentElement() {
@@ -172,9 +178,9 @@
       confirmParams: { return_url: back.toString() },
       redirect: "if_required",
     });
-    if (error) { show(topupError, error.message || "The payment failed."); return; }
+    if (error) { show(topupError, error.message || gettext("The payment failed.")); return; }
     if (paymentIntent && paymentIntent.status === "requires_payment_method") {
-      show(topupError, "The payment was not completed; choose a payment method and try again.");
+      show(topupError, gettext("The payment was not completed; choose a payment method and try again."));
       return;
     }
     resetPaymentElement();
@@ -188,7 +194,7 @@
     if (!id || !/^pi_\w+$/.test(id)) return;
     window.history.replaceState(null, "", window.location.pathname);
     if (params.get("redirect_status") === "failed") {
-      show(topupError, "The payment was not completed; nothing was charged. Please try again.");
+      show(topupError, gettext("The payment was not completed; nothing was charged. Please try again."));
       return;
     }
     await announceCredit(id, "");
@@ -208,7 +214,7 @@
       else if (pending) await confirmPaymentElement();
       else await mountPaymentElement();
     } catch (err) {
-      show(topupError, "Something went wrong talking to the payment service. Please try again.");
+      show(topupError, gettext("Something went wrong talking to the payment service. Please try again."));
     } finally {
       submit.disabled = paid;
     }

@@ -53,7 +53,8 @@ def test_a_hundred_ticks_of_one_job_in_one_hour_are_one_row(hundred_ticks, alice
     assert (grant.kind, grant.amount) == (TransactionKind.ADJUSTMENT, to_micros("100"))
     page = response.content.decode()
     assert rows_of(page, "ledger-group") == 1 and rows_of(page, "ledger-entry") == 1
-    assert f"Job {hundred_ticks.pk} · alpha" in page and "2026-03-10 10:00–11:00" in page
+    # The hour in the person's zone (Asia/Shanghai unless they chose another), with its offset.
+    assert f"Job {hundred_ticks.pk} · alpha" in page and "2026-03-10 18:00–19:00 UTC+8" in re.sub(r"<[^>]+>", "", page)
     assert 'data-testid="ledger-ticks">100</span> charges' in page
     assert 'data-testid="ledger-chip-seconds">1,000<' in page
     assert money("−¥1.23", "−¥1.2345") in page  # to the cent, every micro-unit on hover
