@@ -63,7 +63,9 @@ class IssueForm(forms.ModelForm):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        field = self.fields["invoice_number"]
+        field = self.fields.get("invoice_number")
+        if field is None:  # an issued request: its number is read-only
+            return
         field.required = True
         field.help_text = _("The number of the invoice (fapiao) issued; saving marks the request issued.")
         field.error_messages["required"] = _("Enter the invoice number to mark the request issued.")
