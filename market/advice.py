@@ -17,6 +17,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from django.utils.translation import gettext, ngettext
+
 from base.formatting import format_duration
 
 DEFAULT_DAYS = 7
@@ -57,16 +59,23 @@ class BidAdvice:
     def summary(self) -> str:
         """One sentence for people: "About 3 h 15 min uninterrupted; winning 64% of the last 7 d (12 runs)"."""
         if not self.has_history:
-            return "No history yet: this chip type has no clearing prices to learn from."
+            return gettext("No history yet: this chip type has no clearing prices to learn from.")
         span = format_duration(self.history_hours * 3600)
         if not self.runs:
-            return f"Never at or above the clearing price in the last {span}: this bid would not have won chips."
-        share = round(self.winning_share * 100)
-        runs = f"{self.runs} run{'s' if self.runs != 1 else ''}"
-        return (
-            f"About {format_duration(self.expected_hours * 3600)} uninterrupted on average; "
-            f"winning {share}% of the last {span} ({runs})."
+            return gettext(
+                "Never at or above the clearing price in the last %(span)s: this bid would not have won chips."
+            ) % {"span": span}
+        said = ngettext(
+            "About %(lasts)s uninterrupted on average; winning %(share)s%% of the last %(span)s (%(runs)s run).",
+            "About %(lasts)s uninterrupted on average; winning %(share)s%% of the last %(span)s (%(runs)s runs).",
+            self.runs,
         )
+        return said % {
+            "lasts": format_duration(self.expected_hours * 3600),
+            "share": round(self.winning_share * 100),
+            "span": span,
+            "runs": self.runs,
+        }
 
 
 def bid_advice(history: Iterable[PricePoint], bid: int, now: datetime, days: float = DEFAULT_DAYS) -> BidAdvice:

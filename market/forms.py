@@ -5,6 +5,8 @@ from __future__ import annotations
 from decimal import Decimal
 
 from django import forms
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from fleet.choices import JobStatus
 from fleet.models import ChipType, Job
@@ -20,7 +22,12 @@ CHIPS = {"min_value": 1, "max_value": 4096}
 class JobChoiceField(forms.ModelChoiceField):
     def label_from_instance(self, job: Job) -> str:
         name = f" · {job.name}" if job.name else ""
-        return f"Job {job.pk}{name} ({job.model_name}, {job.get_status_display().lower()})"
+        return _("Job %(pk)s%(name)s (%(model)s, %(status)s)") % {
+            "pk": job.pk,
+            "name": name,
+            "model": job.model_name,
+            "status": job.get_status_display().lower(),
+        }
 
 
 class ChipChoiceField(forms.ModelChoiceField):
@@ -39,15 +46,25 @@ class BidForm(RefusalMixin, forms.Form):
     """A new bid: which of your live jobs, for which chips, at most how much per chip-hour."""
 
     job = JobChoiceField(
-        queryset=Job.objects.none(), empty_label="Choose a job", help_text="One of your live spot jobs."
+        queryset=Job.objects.none(),
+        label=gettext_lazy("Job"),
+        empty_label=gettext_lazy("Choose a job"),
+        help_text=gettext_lazy("One of your live spot jobs."),
     )
-    chip = ChipChoiceField(queryset=ChipType.objects.all(), to_field_name="slug", empty_label="Choose…")
-    chips = forms.IntegerField(**CHIPS, initial=1, widget=forms.NumberInput(attrs={"min": "1"}))
+    chip = ChipChoiceField(
+        queryset=ChipType.objects.all(),
+        to_field_name="slug",
+        label=gettext_lazy("Chip"),
+        empty_label=gettext_lazy("Choose…"),
+    )
+    chips = forms.IntegerField(
+        **CHIPS, label=gettext_lazy("Chips"), initial=1, widget=forms.NumberInput(attrs={"min": "1"})
+    )
     max_price = forms.DecimalField(
         **PRICE,
-        label="Max price (¥ per chip-hour)",
+        label=gettext_lazy("Max price (¥ per chip-hour)"),
         widget=PRICE_WIDGET,
-        help_text="You pay the clearing price, never more than this.",
+        help_text=gettext_lazy("You pay the clearing price, never more than this."),
     )
 
     def __init__(self, *args, user, **kwargs) -> None:
@@ -58,8 +75,8 @@ class BidForm(RefusalMixin, forms.Form):
             .exclude(status__in=[*JobStatus.finished(), JobStatus.STOPPING])
             .order_by("-created_at", "-id")
         )
-        self.fields["job"].error_messages["invalid_choice"] = "Choose one of your spot jobs that hasn't finished."
-        self.fields["chip"].error_messages["invalid_choice"] = "Unknown chip type."
+        self.fields["job"].error_messages["invalid_choice"] = _("Choose one of your spot jobs that hasn't finished.")
+        self.fields["chip"].error_messages["invalid_choice"] = _("Unknown chip type.")
 
     @property
     def max_price_per_hour(self) -> int:
@@ -69,13 +86,17 @@ class BidForm(RefusalMixin, forms.Form):
 class BidChangeForm(RefusalMixin, forms.Form):
     """Raise or lower an active bid: a new price, a new number of chips, or both."""
 
-    chips = forms.IntegerField(**CHIPS, required=False, widget=forms.NumberInput(attrs={"min": "1"}))
-    max_price = forms.DecimalField(**PRICE, required=False, label="Max price (¥ per chip-hour)", widget=PRICE_WIDGET)
+    chips = forms.IntegerField(
+        **CHIPS, required=False, label=gettext_lazy("Chips"), widget=forms.NumberInput(attrs={"min": "1"})
+    )
+    max_price = forms.DecimalField(
+        **PRICE, required=False, label=gettext_lazy("Max price (¥ per chip-hour)"), widget=PRICE_WIDGET
+    )
 
     def clean(self) -> dict:
         data = super().clean()
         if not self.errors and data.get("chips") is None and data.get("max_price") is None:
-            raise forms.ValidationError("Give a new max price or number of chips.")
+            raise forms.ValidationError(_("Give a new max price or number of chips."))
         return data
 
     @property

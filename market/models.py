@@ -6,15 +6,16 @@ from django.conf import settings
 from django.db import models
 from django.db.models import OuterRef, Q, Subquery, Sum, Value
 from django.db.models.functions import Coalesce
+from django.utils.translation import gettext_lazy as _
 
 from kernel.money import format_amount, format_price
 
 
 class BidStatus(models.TextChoices):
-    ACTIVE = "active", "Active"
-    CANCELLED = "cancelled", "Cancelled"
-    CLOSED = "closed", "Closed"  # its job ended
-    LAPSED = "lapsed", "Lapsed"  # it won chips its job did not take up in time, so it left the auction
+    ACTIVE = "active", _("Active")
+    CANCELLED = "cancelled", _("Cancelled")
+    CLOSED = "closed", _("Closed")  # its job ended
+    LAPSED = "lapsed", _("Lapsed")  # it won chips its job did not take up in time, so it left the auction
 
 
 class BidQuerySet(models.QuerySet):

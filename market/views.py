@@ -18,6 +18,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.translation import gettext as _
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
@@ -144,7 +145,10 @@ def bids(request: HttpRequest) -> HttpResponse:
         except BidRefused as error:
             form.add_refusal(error)
         else:
-            messages.success(request, f"Bid {bid.pk} placed: the {bid.chip_type.name} market clears it now.")
+            messages.success(
+                request,
+                _("Bid %(pk)s placed: the %(chip)s market clears it now.") % {"pk": bid.pk, "chip": bid.chip_type.name},
+            )
             warn_above_on_demand(request, bid)
             return redirect("bids")
     return render(request, TEMPLATE, bids_context(request, form=form))
@@ -160,7 +164,7 @@ def bid_change(request: HttpRequest, pk: int) -> HttpResponse:
         chips, price = form.cleaned_data["chips"], form.max_price_per_hour
         if not request.POST.get("confirm") and (move := move_of_change(bid, chips=chips, max_price_per_hour=price)):
             fields = {name: request.POST.get(name, "") for name in ("chips", "max_price")}
-            pending = PendingMove(move, reverse("bid_change", args=[bid.pk]), fields, "Change bid and move job")
+            pending = PendingMove(move, reverse("bid_change", args=[bid.pk]), fields, _("Change bid and move job"))
             return render(request, TEMPLATE, bids_context(request, pending=pending))
         try:
             bid = change_bid(bid, chips=chips, max_price_per_hour=price)
@@ -170,13 +174,14 @@ def bid_change(request: HttpRequest, pk: int) -> HttpResponse:
                 return redirect("bids")
             form.add_refusal(error)
         else:
-            verb = (
-                "raised" if bid.max_price_per_hour > old else "lowered" if bid.max_price_per_hour < old else "changed"
-            )
+            if bid.max_price_per_hour > old:
+                said = _("Bid %(pk)s raised: %(chips)s chip(s) at up to %(price)s per chip-hour.")
+            elif bid.max_price_per_hour < old:
+                said = _("Bid %(pk)s lowered: %(chips)s chip(s) at up to %(price)s per chip-hour.")
+            else:
+                said = _("Bid %(pk)s changed: %(chips)s chip(s) at up to %(price)s per chip-hour.")
             messages.success(
-                request,
-                f"Bid {bid.pk} {verb}: {bid.chips} chip(s) "
-                f"at up to {format_price(bid.max_price_per_hour)} per chip-hour.",
+                request, said % {"pk": bid.pk, "chips": bid.chips, "price": format_price(bid.max_price_per_hour)}
             )
             warn_above_on_demand(request, bid)
             return redirect("bids")
@@ -188,14 +193,14 @@ def bid_change(request: HttpRequest, pk: int) -> HttpResponse:
 def bid_cancel(request: HttpRequest, pk: int) -> HttpResponse:
     bid = get_object_or_404(Bid, pk=pk, owner=request.user)
     if not request.POST.get("confirm") and (move := move_of_cancel(bid)):
-        pending = PendingMove(move, reverse("bid_cancel", args=[bid.pk]), {}, "Cancel bid and move job")
+        pending = PendingMove(move, reverse("bid_cancel", args=[bid.pk]), {}, _("Cancel bid and move job"))
         return render(request, TEMPLATE, bids_context(request, pending=pending))
     try:
         bid = cancel_bid(bid)
     except BidRefused as error:
         messages.error(request, str(error))
     else:
-        messages.success(request, f"Bid {bid.pk} cancelled.")
+        messages.success(request, _("Bid %(pk)s cancelled.") % {"pk": bid.pk})
     return redirect("bids")
 
 
@@ -206,7 +211,7 @@ def spot_history(request: HttpRequest) -> JsonResponse:
     try:
         hours = min(max(int(request.GET.get("hours", HISTORY_HOURS)), 1), MAX_HISTORY_HOURS)
     except ValueError:
-        return JsonResponse({"hours": ["Give a whole number of hours."]}, status=400)
+        return JsonResponse({"hours": [_("Give a whole number of hours.")]}, status=400)
     now = timezone.now()
     since = now - timedelta(hours=hours)
     series, paths = [], []

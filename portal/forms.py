@@ -6,6 +6,8 @@ import json
 from datetime import datetime, timedelta
 
 from django import forms
+from django.utils.text import format_lazy
+from django.utils.translation import gettext_lazy
 
 from fleet.choices import Policy, TrainingMode
 from fleet.models import ChipType, Dataset, UploadedModel
@@ -20,16 +22,19 @@ from workers.api.job_spec import JobSpecSerializer
 class ApiTokenForm(forms.Form):
     """Name, scope and optional lifetime of a new API token."""
 
-    name = forms.CharField(max_length=80, initial="API token", strip=True)
-    scope = forms.ChoiceField(choices=TokenScope.choices, initial=TokenScope.READ_WRITE)
+    name = forms.CharField(label=gettext_lazy("Name"), max_length=80, initial="API token", strip=True)
+    scope = forms.ChoiceField(label=gettext_lazy("Scope"), choices=TokenScope.choices, initial=TokenScope.READ_WRITE)
     expires_in_days = forms.IntegerField(
-        label="Expires in (days)",
+        label=gettext_lazy("Expires in (days)"),
         required=False,
         initial=DEFAULT_EXPIRY_DAYS,
         min_value=1,
         max_value=MAX_EXPIRY_DAYS,
-        help_text=f"1–{MAX_EXPIRY_DAYS}, {DEFAULT_EXPIRY_DAYS} unless you change it; empty for a token that never "
-        "expires.",
+        help_text=format_lazy(
+            gettext_lazy("1–{most}, {default} unless you change it; empty for a token that never expires."),
+            most=MAX_EXPIRY_DAYS,
+            default=DEFAULT_EXPIRY_DAYS,
+        ),
     )
 
     def expires_at(self, now: datetime) -> datetime | None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.utils import timezone
+from django.utils.translation import gettext
 
 from billing.models import SpotPrice
 from billing.services.pricing import ChipOffer, current_offers
@@ -47,10 +48,10 @@ class BidHint:
 
 
 def above_on_demand_warning(chip: ChipType, bid: int, on_demand: int) -> str:
-    return (
-        f"Your bid of {format_price(bid)}/h is above the {chip.name} on-demand price of {format_price(on_demand)}/h: "
+    return gettext(
+        "Your bid of %(bid)s/h is above the %(chip)s on-demand price of %(on_demand)s/h: "
         "on-demand chips of this type would cost less than this bid allows, and can't be taken back."
-    )
+    ) % {"bid": format_price(bid), "chip": chip.name, "on_demand": format_price(on_demand)}
 
 
 def history_of(chip: ChipType, now: datetime, days: float = DEFAULT_DAYS) -> list[PricePoint]:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from kernel.money import format_money
 from market import auction
@@ -52,30 +53,50 @@ class JobMove:
     @property
     def message(self) -> str:
         chip = self.bid.chip_type.name
-        action = f"Cancelling bid {self.bid.pk}" if self.cancel else f"This change to bid {self.bid.pk}"
-        lost = (
-            f"all {self.chips_held} of its {chip} spot chips"
-            if self.chips_lost >= self.chips_held
-            else f"{self.chips_lost} of its {self.chips_held} {chip} spot chips"
+        if self.cancel:
+            action = _("Cancelling bid %(bid)s") % {"bid": self.bid.pk}
+        else:
+            action = _("This change to bid %(bid)s") % {"bid": self.bid.pk}
+        if self.chips_lost >= self.chips_held:
+            lost = _("all %(held)s of its %(chip)s spot chips") % {"held": self.chips_held, "chip": chip}
+        else:
+            lost = _("%(lost)s of its %(held)s %(chip)s spot chips") % {
+                "lost": self.chips_lost,
+                "held": self.chips_held,
+                "chip": chip,
+            }
+        now = (
+            _(" (now %(price)s/h)") % {"price": format_money(self.price_per_hour_now)}
+            if self.price_per_hour_now
+            else ""
         )
-        now = f" (now {format_money(self.price_per_hour_now)}/h)" if self.price_per_hour_now else ""
-        text = f"{action} moves job {self.job_id}{now}: it loses {lost}, checkpoints and is re-planned"
+        text = _("%(action)s moves job %(job)s%(now)s: it loses %(lost)s, checkpoints and is re-planned") % {
+            "action": action,
+            "job": self.job_id,
+            "now": now,
+            "lost": lost,
+        }
         if self.cancel:  # the job stops renting the type: the re-plan neither bids for it nor runs there on demand
-            text += f" without {chip} chips (a new bid for them takes that back)"
+            text += _(" without %(chip)s chips (a new bid for them takes that back)") % {"chip": chip}
         if self.destination is None:
-            return text + " on whatever chips are free then."
+            return text + _(" on whatever chips are free then.")
         if not self.destination.chips:
-            return text + f"; no chips would be free for it now, so it would wait: {self.destination.reason}"
-        return (
-            text + f", to {self.destination.chips} at about {format_money(self.destination.price_per_hour)}/h"
-            f"{self._per_token()}."
-        )
+            return text + _("; no chips would be free for it now, so it would wait: %(reason)s") % {
+                "reason": self.destination.reason
+            }
+        return text + _(", to %(chips)s at about %(price)s/h%(per_token)s.") % {
+            "chips": self.destination.chips,
+            "price": format_money(self.destination.price_per_hour),
+            "per_token": self._per_token(),
+        }
 
     def _per_token(self) -> str:
         ratio = self.destination.cost_ratio if self.destination else None
         if ratio is None or abs(ratio - 1) < 0.05:
             return ""
-        return f" ({ratio:.1f}× the cost per token)" if ratio > 1 else f" ({1 / ratio:.1f}× cheaper per token)"
+        if ratio > 1:
+            return _(" (%(ratio)s× the cost per token)") % {"ratio": f"{ratio:.1f}"}
+        return _(" (%(ratio)s× cheaper per token)") % {"ratio": f"{1 / ratio:.1f}"}
 
     def as_dict(self) -> dict:
         """For the API's 409: the consequence, in words and in numbers."""
@@ -135,7 +156,7 @@ def _move(bid: Bid, *, chips: int, price: int, now: datetime) -> JobMove | None:
         spot_price=result.price,
         reserved=reserved,
     )
-    destination = next((answer for _, answer in answers if answer is not None), None)
+    destination = next((answer for _receiver, answer in answers if answer is not None), None)
     plan = job.plan
     return JobMove(
         bid=bid,

@@ -8,6 +8,7 @@ from django.conf import settings
 from django.core.cache import cache
 from django.db import models
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 
 from base.tokens import hash_token
 
@@ -23,8 +24,8 @@ def token_cache_key(token_hash: str) -> str:
 
 
 class TokenScope(models.TextChoices):
-    READ_WRITE = "read_write", "Read and write"
-    READ_ONLY = "read_only", "Read only"
+    READ_WRITE = "read_write", _("Read and write")
+    READ_ONLY = "read_only", _("Read only")
 
 
 class ApiTokenQuerySet(models.QuerySet):

@@ -12,6 +12,7 @@ from allauth.account.views import EmailVerificationSentView as AllauthVerificati
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
+from django.utils.translation import gettext as _
 
 from billing.models import OperatorSettings
 from kernel.money import format_money
@@ -59,13 +60,15 @@ class VerificationSentView(AllauthVerificationSentView):
         """Send the link again through allauth (which also answers a taken address the same way as a new one)."""
         login = pending_sign_up(request)
         if login is None:
-            messages.info(request, "Sign in with your username and password: we send a new link then.")
+            messages.info(request, _("Sign in with your username and password: we send a new link then."))
             return redirect("account_login")
         if not send_verification_email_at_login(request, login):
             # allauth's cooldown per address (ACCOUNT_EMAIL_CONFIRMATION_COOLDOWN, 3 minutes).
             messages.warning(
                 request,
-                "A link went to your address a moment ago: look in your inbox and spam folder, "
-                "or ask again in a few minutes.",
+                _(
+                    "A link went to your address a moment ago: look in your inbox and spam folder, "
+                    "or ask again in a few minutes."
+                ),
             )
         return redirect("account_email_verification_sent")

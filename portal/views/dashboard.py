@@ -9,6 +9,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
+from django.utils.translation import gettext as _
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
@@ -79,5 +80,5 @@ def revoke_token(request: HttpRequest, pk: int) -> HttpResponse:
     token.revoke()
     if request.htmx:
         return render(request, "partials/token_row.html", {"token": token})
-    messages.success(request, f"Revoked the token “{token.name}”.")
+    messages.success(request, _("Revoked the token “%(name)s”.") % {"name": token.name})
     return redirect("tokens")

@@ -6,8 +6,26 @@
   const REFRESH_MS = 15000;
   const PALETTE = ["#4f46e5", "#15803d", "#b45309", "#be185d", "#0e7490", "#7c3aed", "#b42318", "#475569"];
 
-  const clock = new Intl.DateTimeFormat(undefined, { hour: "2-digit", minute: "2-digit" });
-  const stamp = new Intl.DateTimeFormat(undefined, { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", second: "2-digit" });
+  // Times in the person's own zone (the page names it: data-time-zone, their saved zone or Asia/Shanghai), not the
+  // browser's, so the chart agrees with every other time on the page; the axis says which zone it is.
+  const locale = document.documentElement.lang || undefined;
+  function clocks(zone, plain = false) {
+    const options = zone ? { timeZone: zone } : {};
+    const offset = plain ? {} : { timeZoneName: "shortOffset" };
+    try {
+      return {
+        clock: new Intl.DateTimeFormat(locale, { ...options, hour: "2-digit", minute: "2-digit", hourCycle: "h23" }),
+        stamp: new Intl.DateTimeFormat(locale, {
+          ...options, ...offset, month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", second: "2-digit", hourCycle: "h23",
+        }),
+        zone: zone || Intl.DateTimeFormat().resolvedOptions().timeZone,
+      };
+    } catch (error) {
+      // A zone (or an option) this browser doesn't know: its own zone, plainly.
+      if (zone || !plain) return clocks(null, true);
+      throw error;
+    }
+  }
 
   const ceilingOf = (body) => (body.axis_max === null || body.axis_max === undefined ? null : Number(body.axis_max));
   const above = (point) => point.real !== undefined && !point.tail;
@@ -40,11 +58,13 @@
     if (!note) return;
     const highest = Math.max(...body.series.flatMap((series) => series.points.map(([, price]) => Number(price))));
     note.textContent = ceiling === null ? ""
-      : `▲ A spike above ${body.currency}${ceiling.toFixed(2)}, up to ${body.currency}${highest.toFixed(2)}/h, is drawn at the top edge; hover it for the price.`;
+      : interpolate(gettext("▲ A spike above %(ceiling)s, up to %(highest)s/h, is drawn at the top edge; hover it for the price."), {
+        ceiling: `${body.currency}${ceiling.toFixed(2)}`, highest: `${body.currency}${highest.toFixed(2)}`,
+      }, true);
     note.hidden = ceiling === null;
   }
 
-  function draw(canvas, body) {
+  function draw(canvas, body, time) {
     const money = (value) => `${body.currency}${Number(value).toFixed(2)}`;
     return new window.Chart(canvas, {
       type: "line",
@@ -55,16 +75,17 @@
         maintainAspectRatio: false,
         interaction: { mode: "nearest", axis: "x", intersect: false },
         scales: {
-          x: { type: "linear", min: Date.parse(body.since), max: Date.parse(body.now), ticks: { callback: (v) => clock.format(v), maxTicksLimit: 9 }, grid: { display: false } },
+          x: { type: "linear", min: Date.parse(body.since), max: Date.parse(body.now), ticks: { callback: (v) => time.clock.format(v), maxTicksLimit: 9 }, grid: { display: false },
+            title: { display: true, text: interpolate(gettext("Time (%(zone)s)"), { zone: time.zone }, true) } },
           y: { beginAtZero: true, grace: ceilingOf(body) === null ? "10%" : 0, max: ceilingOf(body) ?? undefined, ticks: { callback: money } },
         },
         plugins: {
           legend: { position: "bottom", labels: { boxWidth: 12 } },
           tooltip: {
             callbacks: {
-              title: (items) => stamp.format(items[0].parsed.x),
+              title: (items) => time.stamp.format(items[0].parsed.x),
               label: (item) => (above(item.raw)
-                ? `${item.dataset.label}: ${money(item.raw.real)}/h (above the scale)`
+                ? interpolate(gettext("%(chip)s: %(price)s/h (above the scale)"), { chip: item.dataset.label, price: money(item.raw.real) }, true)
                 : `${item.dataset.label}: ${money(item.raw.real ?? item.parsed.y)}/h`),
             },
           },
@@ -82,6 +103,7 @@
   async function start(root) {
     const canvas = root.querySelector("canvas");
     if (!canvas || !window.Chart) return;
+    const time = clocks(root.dataset.timeZone);
     let chart = null;
     async function refresh() {
       let body = null;
@@ -99,7 +121,7 @@
           chart.options.scales.y.grace = ceilingOf(body) === null ? "10%" : 0;
           chart.update("none");
         } else {
-          chart = draw(canvas, body);
+          chart = draw(canvas, body, time);
         }
         explainCeiling(root, body);
         root.classList.add("has-data");
@@ -134,9 +156,13 @@
   function render(hint, body, currency, chipName) {
     const money = (value) => (value === null || value === undefined ? "—" : `${currency}${value}`);
     const nodes = [
-      paragraph("bid-prices", `${chipName}: spot now ${money(body.spot_price)} · floor ${money(body.floor)} · on-demand ${money(body.on_demand_price)} per chip-hour`),
+      paragraph("bid-prices", interpolate(gettext("%(chip)s: spot now %(spot)s · floor %(floor)s · on-demand %(on_demand)s per chip-hour"), {
+        chip: chipName, spot: money(body.spot_price), floor: money(body.floor), on_demand: money(body.on_demand_price),
+      }, true)),
     ];
-    if (body.bid !== null) nodes.push(paragraph("bid-advice", `At ${money(body.bid)}: ${body.summary}`, "bid-advice"));
+    if (body.bid !== null) {
+      nodes.push(paragraph("bid-advice", interpolate(gettext("At %(bid)s: %(summary)s"), { bid: money(body.bid), summary: body.summary }, true), "bid-advice"));
+    }
     body.warnings.forEach((warning) => {
       const p = paragraph("bid-warning", warning, "bid-warning");
       p.setAttribute("role", "alert");
@@ -202,12 +228,14 @@
         maintainAspectRatio: false,
         interaction: { mode: "nearest", intersect: false },
         scales: {
-          x: { type: "linear", title: { display: true, text: `Bid (${currency} per chip-hour)` }, ticks: { callback: (v) => `${currency}${Number(v).toFixed(2)}` } },
-          y: { beginAtZero: true, title: { display: true, text: "Expected uninterrupted hours" } },
+          x: { type: "linear", title: { display: true, text: interpolate(gettext("Bid (%(currency)s per chip-hour)"), { currency }, true) }, ticks: { callback: (v) => `${currency}${Number(v).toFixed(2)}` } },
+          y: { beginAtZero: true, title: { display: true, text: gettext("Expected uninterrupted hours") } },
         },
         plugins: {
           legend: { position: "bottom", labels: { boxWidth: 12 } },
-          tooltip: { callbacks: { label: (item) => `${item.dataset.label}: ${item.parsed.y.toFixed(1)} h at ${currency}${item.parsed.x.toFixed(2)}` } },
+          tooltip: { callbacks: { label: (item) => interpolate(gettext("%(chip)s: %(hours)s h at %(bid)s"), {
+            chip: item.dataset.label, hours: item.parsed.y.toFixed(1), bid: `${currency}${item.parsed.x.toFixed(2)}`,
+          }, true) } },
         },
       },
     });

@@ -6,11 +6,11 @@ document.addEventListener("click", async (event) => {
   if (!source) return;
   try {
     await navigator.clipboard.writeText(source.textContent.trim());
-    button.textContent = "Copied";
+    button.textContent = gettext("Copied");
   } catch {
     // No clipboard access (plain HTTP, old browser): select the text so Ctrl-C works.
     window.getSelection().selectAllChildren(source);
-    button.textContent = "Press Ctrl-C";
+    button.textContent = gettext("Press Ctrl-C");
   }
 });
 

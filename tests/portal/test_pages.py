@@ -6,6 +6,7 @@ import re
 from datetime import timedelta
 from html import unescape
 from io import StringIO
+from zoneinfo import ZoneInfo
 
 import pytest
 from django.core.management import call_command
@@ -173,7 +174,9 @@ def test_the_token_form_offers_90_days_and_a_token_made_with_it_expires_then(ali
     ).content.decode()
 
     token = ApiToken.objects.get(user=unverified_alice)
-    assert f"It expires on {token.expires_at:%Y-%m-%d}." in html
+    # In the person's zone (Asia/Shanghai unless they chose another), with its offset; the instant in datetime="".
+    shown = timezone.localtime(token.expires_at, ZoneInfo("Asia/Shanghai"))
+    assert re.search(rf'It expires on <time datetime="[^"]+">{shown:%Y-%m-%d %H:%M} UTC\+8</time>\.', html)
 
 
 def test_a_token_can_expire_in_some_days(alice_client, unverified_alice):
