@@ -117,7 +117,16 @@ def test_the_404_page_is_chinese(client):
     assert english_left(html) == []
 
 
-@pytest.mark.parametrize("page", ["account_login", "account_signup", "account_reset_password"])
+@pytest.mark.parametrize(
+    "page",
+    [
+        "account_login",
+        "account_signup",
+        "account_reset_password",
+        "account_reset_password_done",
+        "account_email_verification_sent",
+    ],
+)
 def test_the_sign_in_pages_are_chinese(client, page):
     assert english_left(chinese(client, reverse(page))) == []
 
@@ -131,6 +140,12 @@ def test_the_sign_up_pages_are_chinese_through_to_the_confirmation(client, mailo
     assert english_left(html, "carol@example.com") == []
     mail = mailoutbox[0].body
     assert "确认地址即可开始使用" in mail and "signed up for" not in mail
+
+
+def test_a_refused_sign_in_is_chinese(client, alice):
+    html = client.post(reverse("account_login"), {"login": "alice", "password": "wrong"}, **ZH).content.decode()
+    assert "field-invalid" in html or "errorlist" in html
+    assert english_left(html) == []
 
 
 def test_a_refused_sign_up_is_chinese(client, alice):
@@ -299,3 +314,22 @@ def test_the_spot_chart_is_told_the_persons_zone(alice_client, alice, catalog):
     assert 'data-time-zone="Europe/Berlin"' in html
     visitor = type(alice_client)()
     assert 'data-time-zone="Asia/Shanghai"' in visitor.get(reverse("pricing")).content.decode()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("tasks_run_inline")
+def test_the_question_before_a_cancel_moves_a_running_job_is_chinese(client, enroll, fund, alice):
+    """The job runs on the one spot RTX 4090 (placed by the scheduler), with an on-demand TPU v5e to move to."""
+    from tests.workers.services.test_spot_migration import spot_job as running_spot_job
+
+    fund(alice, "100")
+    enroll("spot-4090", "rtx-4090", chips=1, spot=True)
+    enroll("tpu-1", "tpu-v5e", chips=1)
+    job = running_spot_job(alice, "1.00", allow_on_demand=True)
+    client.force_login(alice)
+    asked = client.post(reverse("bid_cancel", args=[Bid.objects.get(job=job).pk]), **ZH)
+    html = asked.content.decode()
+    assert 'data-testid="bid-confirm"' in html and "取消竞价并迁移训练任务" in html
+    message = re.search(r'data-testid="bid-confirm-message">([^<]+)<', html)[1]
+    assert message.startswith("取消竞价") and "保存检查点后重新规划" in message
+    assert english_left(html) == []
