@@ -18,6 +18,7 @@ from django.utils import timezone
 from django.utils.formats import date_format
 from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
+from django.utils.translation import gettext
 
 NONE = "—"
 MINUTE, HOUR, DAY = 60, 3600, 86400
@@ -54,8 +55,8 @@ def speed_phrase(ratio: float | None) -> str:
     if ratio is None:
         return ""
     if ratio >= 1.05:
-        return f"{ratio:.1f}× faster"
-    return f"{1 / ratio:.1f}× slower" if ratio <= 0.95 else "as fast"
+        return gettext("%(ratio)s× faster") % {"ratio": f"{ratio:.1f}"}
+    return gettext("%(ratio)s× slower") % {"ratio": f"{1 / ratio:.1f}"} if ratio <= 0.95 else gettext("as fast")
 
 
 def cost_phrase(ratio: float | None) -> str:
@@ -64,8 +65,10 @@ def cost_phrase(ratio: float | None) -> str:
         return ""
     percent = round(abs(1 - ratio) * 100)
     if percent == 0:
-        return "the same cost per token"
-    return f"{percent}% {'cheaper' if ratio < 1 else 'dearer'} per token"
+        return gettext("the same cost per token")
+    if ratio < 1:
+        return gettext("%(percent)s%% cheaper per token") % {"percent": percent}
+    return gettext("%(percent)s%% dearer per token") % {"percent": percent}
 
 
 def highlight(text: str, search: str) -> SafeString:
@@ -88,18 +91,26 @@ def format_chip_counts(chip_counts: dict[str, dict[str, int]]) -> str:
 
 def quote_accuracy(uncertainty: float | None, overhead_seconds: float) -> str:
     """How far a quote may be off, in words: from what its nodes measured (±), or why that is unknown."""
+    within = f"{uncertainty:.0%}" if uncertainty is not None else ""
+    if uncertainty is not None and overhead_seconds:
+        return gettext(
+            "Estimated from what these nodes delivered on this model and %(overhead)s of start-up and finishing: "
+            "expect within ±%(within)s."
+        ) % {"overhead": format_duration(overhead_seconds), "within": within}
     if uncertainty is not None:
-        overhead = f" and {format_duration(overhead_seconds)} of start-up and finishing" if overhead_seconds else ""
-        return f"Estimated from what these nodes delivered on this model{overhead}: expect within ±{uncertainty:.0%}."
-    start_up = (
-        f"start-up and finishing ({format_duration(overhead_seconds)}) as measured there for other models"
-        if overhead_seconds
-        else "start-up is not counted"
-    )
-    return (
-        "No measurements yet for this model on some of these nodes: the speed comes from the chip's "
-        f"modelled figure and {start_up}, so the ETA and total may be off by 2× or more. "
-        "Quotes sharpen once a run has finished here."
+        return gettext("Estimated from what these nodes delivered on this model: expect within ±%(within)s.") % {
+            "within": within
+        }
+    if overhead_seconds:
+        return gettext(
+            "No measurements yet for this model on some of these nodes: the speed comes from the chip's modelled "
+            "figure and start-up and finishing (%(overhead)s) as measured there for other models, so the ETA and "
+            "total may be off by 2× or more. Quotes sharpen once a run has finished here."
+        ) % {"overhead": format_duration(overhead_seconds)}
+    return gettext(
+        "No measurements yet for this model on some of these nodes: the speed comes from the chip's modelled "
+        "figure and start-up is not counted, so the ETA and total may be off by 2× or more. Quotes sharpen once a "
+        "run has finished here."
     )
 
 

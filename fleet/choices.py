@@ -1,6 +1,7 @@
 """Statuses and kinds of the compute fleet."""
 
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 
 class ChipFamily(models.TextChoices):
@@ -25,16 +26,16 @@ class AgentStatus(models.TextChoices):
 
 
 class JobStatus(models.TextChoices):
-    QUEUED = "queued", "Queued"
-    PLANNING = "planning", "Planning"
-    PROVISIONING = "provisioning", "Provisioning"
-    RUNNING = "running", "Running"
-    MIGRATING = "migrating", "Migrating"
-    STOPPING = "stopping", "Stopping"
-    SUCCEEDED = "succeeded", "Succeeded"
-    FAILED = "failed", "Failed"
-    CANCELLED = "cancelled", "Cancelled"
-    STOPPED_NO_CREDIT = "stopped_no_credit", "Stopped: out of credit"
+    QUEUED = "queued", _("Queued")
+    PLANNING = "planning", _("Planning")
+    PROVISIONING = "provisioning", _("Provisioning")
+    RUNNING = "running", _("Running")
+    MIGRATING = "migrating", _("Migrating")
+    STOPPING = "stopping", _("Stopping")
+    SUCCEEDED = "succeeded", _("Succeeded")
+    FAILED = "failed", _("Failed")
+    CANCELLED = "cancelled", _("Cancelled")
+    STOPPED_NO_CREDIT = "stopped_no_credit", _("Stopped: out of credit")
 
     @classmethod
     def finished(cls) -> set[str]:
@@ -46,31 +47,31 @@ class JobStatus(models.TextChoices):
 
 
 class Policy(models.TextChoices):
-    COST_PERFORMANCE = "cost-performance", "Cost-performance"
-    FASTEST = "fastest", "Fastest"
-    CHEAPEST = "cheapest", "Cheapest"
-    SINGLE_TYPE = "single-type", "Single chip type"
+    COST_PERFORMANCE = "cost-performance", _("Cost-performance")
+    FASTEST = "fastest", _("Fastest")
+    CHEAPEST = "cheapest", _("Cheapest")
+    SINGLE_TYPE = "single-type", _("Single chip type")
 
 
 class AllocationMode(models.TextChoices):
-    ON_DEMAND = "on_demand", "On-demand"
-    SPOT = "spot", "Spot"
+    ON_DEMAND = "on_demand", _("On-demand")
+    SPOT = "spot", _("Spot")
 
 
 class JobEventKind(models.TextChoices):
-    QUEUED = "queued", "Queued"
-    PLACED = "placed", "Placed"
-    STARTED = "started", "Started"
-    CHECKPOINTED = "checkpointed", "Checkpointed"
-    NOTICE = "notice", "Notice"
-    MIGRATED = "migrated", "Migrated"
-    RESUMED = "resumed", "Resumed"
-    CANCEL_REQUESTED = "cancel_requested", "Cancel requested"
-    STOPPED = "stopped", "Stopped"
-    SUCCEEDED = "succeeded", "Succeeded"
-    FAILED = "failed", "Failed"
-    WAITING = "waiting", "Waiting for chips"
-    ISLAND = "island", "Island"
+    QUEUED = "queued", _("Queued")
+    PLACED = "placed", _("Placed")
+    STARTED = "started", _("Started")
+    CHECKPOINTED = "checkpointed", _("Checkpointed")
+    NOTICE = "notice", _("Notice")
+    MIGRATED = "migrated", _("Migrated")
+    RESUMED = "resumed", _("Resumed")
+    CANCEL_REQUESTED = "cancel_requested", _("Cancel requested")
+    STOPPED = "stopped", _("Stopped")
+    SUCCEEDED = "succeeded", _("Succeeded")
+    FAILED = "failed", _("Failed")
+    WAITING = "waiting", _("Waiting for chips")
+    ISLAND = "island", _("Island")
 
 
 class CommandStatus(models.TextChoices):
@@ -82,32 +83,32 @@ class CommandStatus(models.TextChoices):
 class DatasetKind(models.TextChoices):
     """The record kinds of kernel.datasets.files."""
 
-    TEXT = "text", "Plain text"
-    JSONL = "jsonl", "JSON lines"
-    CHAT = "chat", "Chat"
-    COMPLETION = "completion", "Prompt and completion"
+    TEXT = "text", _("Plain text")
+    JSONL = "jsonl", _("JSON lines")
+    CHAT = "chat", _("Chat")
+    COMPLETION = "completion", _("Prompt and completion")
 
 
 class TrainingMode(models.TextChoices):
-    FULL = "full", "Full fine-tuning"
-    LORA = "lora", "LoRA adapter"
+    FULL = "full", _("Full fine-tuning")
+    LORA = "lora", _("LoRA adapter")
 
 
 class MigrationReason(models.TextChoices):
-    OUTBID = "outbid", "Outbid on the spot market"
-    ON_DEMAND = "on_demand", "Chips needed for on-demand work"
-    BID_CANCELLED = "bid_cancelled", "Bid cancelled"
-    MAINTENANCE = "maintenance", "Node reclaimed by the operator"
-    LOST_NODE = "lost_node", "Node lost (no heartbeat)"
+    OUTBID = "outbid", _("Outbid on the spot market")
+    ON_DEMAND = "on_demand", _("Chips needed for on-demand work")
+    BID_CANCELLED = "bid_cancelled", _("Bid cancelled")
+    MAINTENANCE = "maintenance", _("Node reclaimed by the operator")
+    LOST_NODE = "lost_node", _("Node lost (no heartbeat)")
 
 
 class MigrationStatus(models.TextChoices):
-    NOTICE = "notice", "Checkpointing"
-    WAITING = "waiting", "Waiting for chips"
-    RESUMING = "resuming", "Resuming"
-    RESUMED = "resumed", "Resumed"
+    NOTICE = "notice", _("Checkpointing")
+    WAITING = "waiting", _("Waiting for chips")
+    RESUMING = "resuming", _("Resuming")
+    RESUMED = "resumed", _("Resumed")
     # The ranks trained the last step and saved the model before the notice reached them: no move needed.
-    FINISHED = "finished", "Finished before moving"
-    ABANDONED = "abandoned", "Abandoned"
+    FINISHED = "finished", _("Finished before moving")
+    ABANDONED = "abandoned", _("Abandoned")
     # A run of islands: the affected islands left and the others trained on (workers/services/lifecycle/islands.py).
-    ISLAND_LEFT = "island_left", "Island left; the others went on"
+    ISLAND_LEFT = "island_left", _("Island left; the others went on")

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 
 from django import forms
 from django.utils.text import format_lazy
-from django.utils.translation import gettext_lazy
+from django.utils.translation import gettext, gettext_lazy
 
 from fleet.choices import Policy, TrainingMode
 from fleet.models import ChipType, Dataset, UploadedModel
@@ -53,69 +53,81 @@ class TrainingForm(forms.Form):
     """The launch page's job spec; its rules are JobSpecSerializer's, so the page and the API agree."""
 
     model = SpecField(
+        label=gettext_lazy("Model"),
         initial="llama-tiny",
         widget=forms.Select,
-        help_text="Catalog models are Hugging Face configs trained from scratch (llama-tiny trains on a CPU in "
-        "seconds); yours start from the weights you uploaded.",
+        help_text=gettext_lazy(
+            "Catalog models are Hugging Face configs trained from scratch (llama-tiny trains on a CPU in "
+            "seconds); yours start from the weights you uploaded."
+        ),
     )
-    dataset = SpecField(initial="synthetic", widget=forms.Select)
+    dataset = SpecField(label=gettext_lazy("Dataset"), initial="synthetic", widget=forms.Select)
     mode = SpecField(
-        label="Training",
+        label=gettext_lazy("Training"),
         initial=TrainingMode.FULL,
         widget=forms.Select(choices=TrainingMode.choices),
-        help_text="Full: every weight trains. LoRA: a small adapter on the frozen model (far less memory).",
+        help_text=gettext_lazy(
+            "Full: every weight trains. LoRA: a small adapter on the frozen model (far less memory)."
+        ),
     )
     eval_dataset = SpecField(
-        label="Held-out data (optional)",
+        label=gettext_lazy("Held-out data (optional)"),
         widget=forms.Select,
-        help_text="The loss on data the model never trains on, measured every N steps and at the end.",
+        help_text=gettext_lazy("The loss on data the model never trains on, measured every N steps and at the end."),
     )
-    eval_every = SpecField(label="Eval every N steps", initial="0", widget=forms.NumberInput(attrs={"min": "0"}))
+    eval_every = SpecField(
+        label=gettext_lazy("Eval every N steps"), initial="0", widget=forms.NumberInput(attrs={"min": "0"})
+    )
     policy = SpecField(
+        label=gettext_lazy("Policy"),
         initial=Policy.COST_PERFORMANCE,
         widget=forms.Select(choices=Policy.choices),
-        help_text=(
+        help_text=gettext_lazy(
             "Cost-performance: lowest ¥ per token × seconds per token; fastest: most tokens/s within the budget; "
             "cheapest: lowest ¥ per token; single chip type: cost-performance on one type. The quote compares them."
         ),
     )
     max_budget = SpecField(
-        label="Hourly budget (¥)", initial="28", widget=forms.NumberInput(attrs={"min": "0", "step": "0.01"})
+        label=gettext_lazy("Hourly budget (¥)"),
+        initial="28",
+        widget=forms.NumberInput(attrs={"min": "0", "step": "0.01"}),
     )
-    max_steps = SpecField(label="Max steps", initial="200", widget=forms.NumberInput(attrs={"min": "1"}))
+    max_steps = SpecField(label=gettext_lazy("Max steps"), initial="200", widget=forms.NumberInput(attrs={"min": "1"}))
     per_device_batch_size = SpecField(
-        label="Per-device batch",
+        label=gettext_lazy("Per-device batch"),
         initial="4",
         widget=forms.NumberInput(attrs={"min": "1"}),
-        help_text="Samples per chip per step on average; faster chips get more.",
+        help_text=gettext_lazy("Samples per chip per step on average; faster chips get more."),
     )
     name = SpecField(
-        label="Name (optional)",
-        widget=forms.TextInput(attrs={"maxlength": "120", "placeholder": "my first run"}),
+        label=gettext_lazy("Name (optional)"),
+        widget=forms.TextInput(attrs={"maxlength": "120", "placeholder": gettext_lazy("my first run")}),
     )
     # Spot: the bid and the two fallbacks reach the spec only when the box is ticked, so an on-demand
     # job keeps the API's defaults.
     spot = forms.BooleanField(
-        label="Spot",
+        label=gettext_lazy("Spot"),
         required=False,
-        help_text="Run on spare chips at the auction's clearing price: cheaper, but they can be reclaimed "
-        "with notice; the job then checkpoints and moves, and lost work is refunded.",
+        help_text=gettext_lazy(
+            "Run on spare chips at the auction's clearing price: cheaper, but they can be reclaimed "
+            "with notice; the job then checkpoints and moves, and lost work is refunded."
+        ),
     )
     bid = SpecField(
-        label="Spot bid (¥ per chip-hour)",
+        label=gettext_lazy("Spot bid (¥ per chip-hour)"),
         widget=forms.NumberInput(attrs={"min": "0", "step": "0.01", "inputmode": "decimal"}),
-        help_text="The most you pay per chip-hour; you pay the clearing price, never more.",
+        help_text=gettext_lazy("The most you pay per chip-hour; you pay the clearing price, never more."),
     )
     allow_on_demand = forms.BooleanField(
-        label="Fall back to on-demand chips when spot chips are short", required=False, initial=True
+        label=gettext_lazy("Fall back to on-demand chips when spot chips are short"), required=False, initial=True
     )
     allow_other_chips = forms.BooleanField(
-        label="Move to other chip types when its chips are reclaimed", required=False, initial=True
+        label=gettext_lazy("Move to other chip types when its chips are reclaimed"), required=False, initial=True
     )
     n_epochs = SpecField(
-        label="Epochs (instead of max steps)",
+        label=gettext_lazy("Epochs (instead of max steps)"),
         widget=forms.NumberInput(attrs={"min": "0.01", "step": "any", "placeholder": "–"}),
-        help_text="Passes over your dataset; the quote shows the steps they come to.",
+        help_text=gettext_lazy("Passes over your dataset; the quote shows the steps they come to."),
     )
     # Carried over by a re-run (portal/views/rerun.py): settings the page has no field for, kept as they were.
     seq_len = SpecField(widget=forms.HiddenInput)
@@ -130,25 +142,33 @@ class TrainingForm(forms.Form):
         self.spec: JobSpecSerializer | None = None
         # Short option labels: a select shows its option in one line, cut at its width (a phone's too).
         self.fields["model"].widget.choices = [
-            (name, f"{name} · {count_label(resolve_model(name).parameters)} parameters") for name in CATALOG
+            (
+                name,
+                gettext("%(name)s · %(count)s parameters")
+                % {"name": name, "count": count_label(resolve_model(name).parameters)},
+            )
+            for name in CATALOG
         ] + [
             (model.reference, f"{model.name} · {count_label(model.parameters)} · {model.reference}")
             for model in UploadedModel.objects.filter(owner=request.user)
         ]
-        self.fields["dataset"].widget.choices = [("synthetic", "synthetic · generated text")] + [
-            (dataset.reference, f"{dataset.name} · {dataset.samples:,} samples ({dataset.reference})")
+        self.fields["dataset"].widget.choices = [("synthetic", gettext("synthetic · generated text"))] + [
+            (
+                dataset.reference,
+                gettext("%(name)s · %(samples)s samples (%(reference)s)")
+                % {"name": dataset.name, "samples": f"{dataset.samples:,}", "reference": dataset.reference},
+            )
             for dataset in Dataset.objects.filter(owner=request.user)
         ]
-        self.fields["eval_dataset"].widget.choices = [("", "none")] + self.fields["dataset"].widget.choices[1:]
+        self.fields["eval_dataset"].widget.choices = [("", gettext("none"))] + self.fields["dataset"].widget.choices[1:]
         self.chip_types = list(ChipType.objects.all())
         self.default_bid = default_bid()
         if self.default_bid is not None:  # ticking Spot finds a bid in place, not an error
             self.fields["bid"].initial = format_amount(self.default_bid)
-            self.fields[
-                "bid"
-            ].help_text += (
-                f" Preset to {format_price(self.default_bid)}, the lowest on-demand price of the chip types on spot."
-            )
+            preset = gettext("Preset to %(price)s, the lowest on-demand price of the chip types on spot.") % {
+                "price": format_price(self.default_bid)
+            }
+            self.fields["bid"].help_text = f"{self.fields['bid'].help_text} {preset}"
         for name, (label, widget, help_text) in HYPERPARAMETER_FIELDS.items():
             self.fields[hyperparameter_field(name)] = SpecField(label=label, widget=widget, help_text=help_text)
         for chip in self.chip_types:
@@ -212,7 +232,9 @@ class TrainingForm(forms.Form):
                 target = hyperparameter_field(name)
                 self.add_error(target if target in self.fields else None, [str(m) for m in messages])
         elif field == "chip_counts":
-            self.add_error(None, [f"Chips picked by hand: {message}" for message in errors])
+            self.add_error(
+                None, [gettext("Chips picked by hand: %(message)s") % {"message": message} for message in errors]
+            )
         else:
             self.add_error(field if field in self.fields else None, [str(message) for message in errors])
 
@@ -248,35 +270,40 @@ def hyperparameter_field(name: str) -> str:
 
 
 def _number(step: str = "any", minimum: str = "0") -> forms.NumberInput:
-    return forms.NumberInput(attrs={"min": minimum, "step": step, "placeholder": "default"})
+    return forms.NumberInput(attrs={"min": minimum, "step": step, "placeholder": gettext_lazy("default")})
 
 
 # The Advanced section: each hyperparameter the API takes (workers/api/hyperparameters.py), empty for its default.
+_ = gettext_lazy
 HYPERPARAMETER_FIELDS = {
     "learning_rate": (
-        "Learning rate",
+        _("Learning rate"),
         _number(),
-        "Peak rate. Default: 2e-4 for LoRA, 2e-5 for a full fine-tune, 3e-3 to 1e-4 by size from scratch.",
+        _("Peak rate. Default: 2e-4 for LoRA, 2e-5 for a full fine-tune, 3e-3 to 1e-4 by size from scratch."),
     ),
     "lr_scheduler": (
-        "Schedule",
-        forms.Select(choices=[("", "cosine (default)"), ("constant", "constant"), ("linear", "linear")]),
-        "After warm-up: stay at the peak, or decay to the floor at the last step.",
+        _("Schedule"),
+        forms.Select(choices=[("", _("cosine (default)")), ("constant", _("constant")), ("linear", _("linear"))]),
+        _("After warm-up: stay at the peak, or decay to the floor at the last step."),
     ),
-    "warmup_ratio": ("Warm-up (share of steps)", _number(), "Default 3% (1% from scratch)."),
-    "warmup_steps": ("Or warm-up steps", _number("1"), ""),
-    "min_lr_ratio": ("Floor (share of the peak)", _number(), "Where linear and cosine end. Default 0.1."),
-    "weight_decay": ("Weight decay", _number(), "Default 0 for fine-tuning, 0.1 from scratch."),
-    "adam_beta1": ("Adam β1", _number(), "Default 0.9."),
-    "adam_beta2": ("Adam β2", _number(), "Default 0.95."),
-    "adam_epsilon": ("Adam ε", _number(), "Default 1e-8."),
-    "max_grad_norm": ("Clip gradients at norm", _number(), "Default 1; 0 never clips."),
-    "seed": ("Seed", _number("1"), "Default: the job's number."),
-    "checkpoint_every": ("Checkpoint every N steps", _number("1", "1"), "Default: a tenth of the run, 10 to 200."),
+    "warmup_ratio": (_("Warm-up (share of steps)"), _number(), _("Default 3% (1% from scratch).")),
+    "warmup_steps": (_("Or warm-up steps"), _number("1"), ""),
+    "min_lr_ratio": (_("Floor (share of the peak)"), _number(), _("Where linear and cosine end. Default 0.1.")),
+    "weight_decay": (_("Weight decay"), _number(), _("Default 0 for fine-tuning, 0.1 from scratch.")),
+    "adam_beta1": (_("Adam β1"), _number(), _("Default 0.9.")),
+    "adam_beta2": (_("Adam β2"), _number(), _("Default 0.95.")),
+    "adam_epsilon": (_("Adam ε"), _number(), _("Default 1e-8.")),
+    "max_grad_norm": (_("Clip gradients at norm"), _number(), _("Default 1; 0 never clips.")),
+    "seed": (_("Seed"), _number("1"), _("Default: the job's number.")),
+    "checkpoint_every": (
+        _("Checkpoint every N steps"),
+        _number("1", "1"),
+        _("Default: a tenth of the run, 10 to 200."),
+    ),
     "train_on_inputs": (
-        "Train on prompts too",
-        forms.Select(choices=[("", "no (default)"), ("true", "yes")]),
-        "Chat and prompt data: the loss counts the prompts' tokens as well as the answers'.",
+        _("Train on prompts too"),
+        forms.Select(choices=[("", _("no (default)")), ("true", _("yes"))]),
+        _("Chat and prompt data: the loss counts the prompts' tokens as well as the answers'."),
     ),
 }
 
@@ -303,17 +330,18 @@ class DatasetUploadForm(forms.Form):
 
     # Empty files pass here so that store_dataset, shared with the API, says what is wrong.
     file = forms.FileField(
+        label=gettext_lazy("File"),
         allow_empty_file=True,
         widget=forms.ClearableFileInput(attrs={"accept": ".txt,.jsonl,.ndjson,text/plain,application/jsonl"}),
-        help_text=(
+        help_text=gettext_lazy(
             "One record per line: plain text, or JSON lines all of one kind: {“text”}, chats {“messages”: "
             "[{“role”, “content”}, …]} or {“prompt”, “completion”}."
         ),
     )
     name = forms.CharField(
-        label="Name (optional)",
+        label=gettext_lazy("Name (optional)"),
         max_length=120,
         required=False,
         strip=True,
-        help_text="Defaults to the file name.",
+        help_text=gettext_lazy("Defaults to the file name."),
     )

@@ -14,6 +14,7 @@ from datetime import timedelta
 from django import template
 from django.db.models import Min
 from django.utils import timezone
+from django.utils.translation import gettext
 
 from base.formatting import format_duration
 from billing.services.statements import job_charged
@@ -66,21 +67,21 @@ def planned_vs_actual(job: Job) -> dict:
     ended = job.finished_at is not None
     lines = [
         Line(
-            "Tokens/s",
+            gettext("Tokens/s"),
             f"{quoted.tokens_per_s:,.0f}",
             f"{speed:,.0f}" if speed else "—",
             _off(speed, quoted.tokens_per_s),
             "speed",
         ),
         Line(
-            "Run time" if ended else "Run time (projected)",
+            gettext("Run time") if ended else gettext("Run time (projected)"),
             format_duration(quoted.eta_seconds),
             format_duration(run_time),
             _off(run_time, quoted.eta_seconds),
             "run-time",
         ),
         Line(
-            "Cost" if ended else "Cost (projected)",
+            gettext("Cost") if ended else gettext("Cost (projected)"),
             format_estimate(quoted.total_cost),
             format_estimate(cost) if cost is not None else "—",
             _off(cost, quoted.total_cost),
@@ -88,9 +89,11 @@ def planned_vs_actual(job: Job) -> dict:
         ),
     ]
     if quoted.uncertainty is not None:
-        basis = f"quoted from what these nodes measured, ±{quoted.uncertainty:.0%}"
+        basis = gettext("quoted from what these nodes measured, ±%(uncertainty)s") % {
+            "uncertainty": f"{quoted.uncertainty:.0%}"
+        }
     else:
-        basis = "quoted from the chips' modelled speed: no measurements yet"
+        basis = gettext("quoted from the chips' modelled speed: no measurements yet")
     return {"lines": lines, "basis": basis}
 
 

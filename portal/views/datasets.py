@@ -6,6 +6,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.translation import gettext
 from django.views.decorators.csrf import csrf_exempt, csrf_protect
 
 from base.uploads import refused_while_streaming
@@ -49,7 +50,8 @@ def upload_or_list(request: HttpRequest) -> HttpResponse:
         else:
             messages.success(
                 request,
-                f"Stored “{dataset.name}”: {dataset.samples:,} samples. Train on it as {dataset.reference}.",
+                gettext("Stored “%(name)s”: %(samples)s samples. Train on it as %(reference)s.")
+                % {"name": dataset.name, "samples": f"{dataset.samples:,}", "reference": dataset.reference},
             )
             return redirect("datasets")
     preview = _preview(request) if "preview" in request.GET else None
@@ -66,7 +68,7 @@ def _preview(request: HttpRequest) -> dict:
     """The preview section's context: one of the user's datasets, the tokenizer choices, the records."""
     pk = request.GET["preview"]
     if not (pk.isascii() and pk.isdigit() and len(pk) <= 18):  # int() refuses 4,300 digits and more
-        raise Http404("No such dataset.")
+        raise Http404(gettext("No such dataset."))
     dataset = get_object_or_404(Dataset, pk=int(pk), owner=request.user)
     choice = request.GET.get("tokenizer", BYTE_LEVEL)
     try:
@@ -75,7 +77,10 @@ def _preview(request: HttpRequest) -> dict:
         records, error = [], str(rejected)
     return {
         "dataset": dataset,
-        "choices": preview_tokenizers(request.user),
+        "choices": [
+            (value, gettext("byte-level (catalog models)") if value == BYTE_LEVEL else label)
+            for value, label in preview_tokenizers(request.user)
+        ],
         "choice": choice,
         "records": records,
         "error": error,

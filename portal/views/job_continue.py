@@ -7,6 +7,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect
+from django.utils.translation import gettext
 from django.views.decorators.http import require_POST
 from rest_framework.exceptions import APIException, ValidationError
 
@@ -31,7 +32,13 @@ def job_continue(request: HttpRequest, pk: int) -> HttpResponse:
     try:
         new = continue_from_request(request, job, data)
     except APIException as error:
-        messages.error(request, f"Job {job.pk} can't be continued: {refusal_text(error)}")
+        messages.error(
+            request, gettext("Job %(job)s can't be continued: %(why)s") % {"job": job.pk, "why": refusal_text(error)}
+        )
         return redirect("job", job.pk)
-    messages.success(request, f"Job {new.pk} continues job {job.pk} from step {new.step}.")
+    messages.success(
+        request,
+        gettext("Job %(job)s continues job %(original)s from step %(step)s.")
+        % {"job": new.pk, "original": job.pk, "step": new.step},
+    )
     return redirect("job", new.pk)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django.db.models import Max
+from django.utils.translation import gettext, gettext_lazy
 
 from fleet.models import Job
 from workers.models import JobMetric
@@ -12,9 +13,9 @@ from workers.models import JobMetric
 STACK_NAMES = {"cuda": "CUDA", "cann": "CANN", "bang": "BANG", "xla": "XLA"}
 # Where the plan's bridge figure came from (kernel/planner/islands.py); "": a plan from before it was said.
 BRIDGE_SOURCES = {
-    "measured": "measured by island leaders",
-    "declared": "as the operator declared it",
-    "default": "assumed: none measured or declared",
+    "measured": gettext_lazy("measured by island leaders"),
+    "declared": gettext_lazy("as the operator declared it"),
+    "default": gettext_lazy("assumed: none measured or declared"),
 }
 
 
@@ -81,7 +82,7 @@ def sync_summary(job: Job) -> dict | None:
 
 def _stack_label(island: dict) -> str:
     name = STACK_NAMES.get(island["stack"], island["stack"])
-    return f"{name} (simulated)" if island["simulated"] else name
+    return gettext("%(stack)s (simulated)") % {"stack": name} if island["simulated"] else name
 
 
 def _members(stats: dict) -> set[int] | None:

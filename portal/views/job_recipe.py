@@ -2,22 +2,25 @@
 
 from __future__ import annotations
 
+from django.utils.translation import gettext, gettext_lazy, ngettext
+
 from fleet.models import Job
 from workers.services.hyperparameters import job_hyperparameters
 
 # (setting, label), in the order the card lists them.
 RECIPE_ROWS = (
-    ("learning_rate", "Learning rate (peak)"),
-    ("lr_scheduler", "Schedule"),
-    ("warmup", "Warm-up"),
-    ("min_lr_ratio", "Floor (share of the peak)"),
-    ("weight_decay", "Weight decay"),
-    ("adam", "Adam β1, β2, ε"),
-    ("max_grad_norm", "Clip gradients at norm"),
-    ("train_on_inputs", "Train on prompts too"),
-    ("seed", "Seed"),
-    ("checkpoint_every", "Checkpoint every"),
+    ("learning_rate", gettext_lazy("Learning rate (peak)")),
+    ("lr_scheduler", gettext_lazy("Schedule")),
+    ("warmup", gettext_lazy("Warm-up")),
+    ("min_lr_ratio", gettext_lazy("Floor (share of the peak)")),
+    ("weight_decay", gettext_lazy("Weight decay")),
+    ("adam", gettext_lazy("Adam β1, β2, ε")),
+    ("max_grad_norm", gettext_lazy("Clip gradients at norm")),
+    ("train_on_inputs", gettext_lazy("Train on prompts too")),
+    ("seed", gettext_lazy("Seed")),
+    ("checkpoint_every", gettext_lazy("Checkpoint every")),
 )
+SCHEDULES = {"cosine": gettext_lazy("cosine"), "constant": gettext_lazy("constant"), "linear": gettext_lazy("linear")}
 
 
 def recipe_rows(job: Job) -> list[tuple[str, str]]:
@@ -26,19 +29,26 @@ def recipe_rows(job: Job) -> list[tuple[str, str]]:
     warmup = settings.warmup_for(job.max_steps)
     values = {
         "learning_rate": f"{settings.learning_rate:g}",
-        "lr_scheduler": settings.lr_scheduler,
-        "warmup": f"{warmup} step{'s' if warmup != 1 else ''}",
+        "lr_scheduler": SCHEDULES.get(settings.lr_scheduler, settings.lr_scheduler),
+        "warmup": ngettext("%(count)s step", "%(count)s steps", warmup) % {"count": warmup},
         "min_lr_ratio": f"{settings.min_lr_ratio:g}",
         "weight_decay": f"{settings.weight_decay:g}",
         "adam": f"{settings.adam_beta1:g}, {settings.adam_beta2:g}, {settings.adam_epsilon:g}",
-        "max_grad_norm": f"{settings.max_grad_norm:g}" if settings.max_grad_norm else "never",
-        "train_on_inputs": "yes" if settings.train_on_inputs else "no",
+        "max_grad_norm": f"{settings.max_grad_norm:g}" if settings.max_grad_norm else gettext("never"),
+        "train_on_inputs": gettext("yes") if settings.train_on_inputs else gettext("no"),
         "seed": str(job.pk if settings.seed is None else settings.seed),
-        "checkpoint_every": f"{settings.checkpoint_every} steps"
+        "checkpoint_every": gettext("%(count)s steps") % {"count": settings.checkpoint_every}
         if settings.checkpoint_every
-        else "the platform's interval",
+        else gettext("the platform's interval"),
     }
     rows = [(label, values[key]) for key, label in RECIPE_ROWS]
     if job.n_epochs:
-        rows.insert(0, ("Epochs", f"{job.n_epochs:g} ({job.max_steps:,} steps)"))
+        rows.insert(
+            0,
+            (
+                gettext("Epochs"),
+                gettext("%(epochs)s (%(steps)s steps)")
+                % {"epochs": f"{job.n_epochs:g}", "steps": f"{job.max_steps:,}"},
+            ),
+        )
     return rows

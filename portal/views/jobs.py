@@ -21,6 +21,7 @@ from django.http import (
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.translation import gettext, gettext_lazy
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseClientRedirect
@@ -56,7 +57,7 @@ from workers.services.model_download import (
 )
 from workers.services.tensorboard_download import TensorBoardNotReady, tensorboard_download
 
-STORAGE_DOWN = "Object storage is unavailable right now; try again shortly."
+STORAGE_DOWN = gettext_lazy("Object storage is unavailable right now; try again shortly.")
 JOBS_PAGE_SIZE = 20
 FOLLOW_LINES = 500  # the most new log lines one poll of a followed log brings
 REASON_TONES = {
@@ -239,7 +240,7 @@ def job_metrics(request: HttpRequest, pk: int) -> HttpResponse:
     try:
         since = int(request.GET.get("since_step") or 0)
     except ValueError:
-        return HttpResponseBadRequest("since_step must be an integer.")
+        return HttpResponseBadRequest(gettext("since_step must be an integer."))
     return JsonResponse(metrics.job_metrics(job, since))
 
 
@@ -262,8 +263,8 @@ def job_cancel(request: HttpRequest, pk: int) -> HttpResponse:
 
 def cancel_message(job: Job) -> str:
     if job.is_finished:
-        return f"Job {job.pk} is {job.get_status_display().lower()}."
-    return f"Job {job.pk} is stopping: its chips are let go as its ranks exit."
+        return gettext("Job %(job)s is %(status)s.") % {"job": job.pk, "status": job.get_status_display().lower()}
+    return gettext("Job %(job)s is stopping: its chips are let go as its ranks exit.") % {"job": job.pk}
 
 
 @require_POST
@@ -276,15 +277,25 @@ def job_rerun(request: HttpRequest, pk: int) -> HttpResponse:
     job = None
     if not spec.is_valid():
         problems = "; ".join(f"{field}: {' '.join(map(str, errors))}" for field, errors in spec.errors.items())
-        messages.error(request, f"Job {original.pk} can't be run again as it was: {problems}")
+        messages.error(
+            request,
+            gettext("Job %(job)s can't be run again as it was: %(problems)s")
+            % {"job": original.pk, "problems": problems},
+        )
     else:
         try:
             job = launch(request.user, spec.job_spec())
         except LaunchRefused as error:
-            messages.error(request, f"Job {original.pk} can't be run again now: {error}")
+            messages.error(
+                request, gettext("Job %(job)s can't be run again now: %(error)s") % {"job": original.pk, "error": error}
+            )
     if job is None:
         return HttpResponseClientRedirect(reverse("jobs")) if request.htmx else redirect("jobs")
-    messages.success(request, f"Job {job.pk} started with the settings of job {original.pk}.")
+    messages.success(
+        request,
+        gettext("Job %(job)s started with the settings of job %(original)s.")
+        % {"job": job.pk, "original": original.pk},
+    )
     target = reverse("job", args=[job.pk])
     return HttpResponseClientRedirect(target) if request.htmx else redirect(target)
 
@@ -298,7 +309,7 @@ def job_model(request: HttpRequest, pk: int) -> StreamingHttpResponse:
     except (ModelNotReady, MergedNotApplicable) as error:
         raise Http404(str(error)) from None
     except StorageError:
-        return HttpResponse(STORAGE_DOWN, status=503, content_type="text/plain")
+        return HttpResponse(str(STORAGE_DOWN), status=503, content_type="text/plain")
     response = StreamingHttpResponse(download.stream(), content_type="application/x-tar")
     response["Content-Disposition"] = f'attachment; filename="{download.filename}"'
     return response
@@ -313,7 +324,7 @@ def job_tensorboard(request: HttpRequest, pk: int) -> StreamingHttpResponse:
     except TensorBoardNotReady as error:
         raise Http404(str(error)) from None
     except StorageError:
-        return HttpResponse(STORAGE_DOWN, status=503, content_type="text/plain")
+        return HttpResponse(str(STORAGE_DOWN), status=503, content_type="text/plain")
     response = StreamingHttpResponse(download.stream(), content_type="application/x-tar")
     response["Content-Disposition"] = f'attachment; filename="{download.filename}"'
     return response
@@ -326,7 +337,7 @@ def job_artifact(request: HttpRequest, pk: int, path: str) -> HttpResponse:
     try:
         found = stored_artifact(job, path)
         if found is None:
-            raise Http404("No such artifact.")
+            raise Http404(gettext("No such artifact."))
         return stored_file_response(found.key, f"job-{job.pk}-{path.replace('/', '-')}")
     except StorageError:
-        return HttpResponse(STORAGE_DOWN, status=503, content_type="text/plain")
+        return HttpResponse(str(STORAGE_DOWN), status=503, content_type="text/plain")

@@ -8,6 +8,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils.translation import gettext, gettext_lazy
 from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseClientRedirect
@@ -31,18 +32,31 @@ class ModelUploadForm(forms.Form):
 
     # Empty files pass here so that store_model, shared with the API, says what is wrong.
     file = forms.FileField(
-        label="Model archive",
+        label=gettext_lazy("Model archive"),
         allow_empty_file=True,
         widget=forms.ClearableFileInput(attrs={"accept": ".tar.gz,.tgz,.tar,.zip"}),
-        help_text="The model folder as .tar.gz, .tgz, .tar or .zip: config.json, safetensors weights, tokenizer.",
+        help_text=gettext_lazy(
+            "The model folder as .tar.gz, .tgz, .tar or .zip: config.json, safetensors weights, tokenizer."
+        ),
     )
     name = forms.CharField(
-        label="Name (optional)",
+        label=gettext_lazy("Name (optional)"),
         max_length=120,
         required=False,
         strip=True,
-        help_text="Defaults to the archive's name.",
+        help_text=gettext_lazy("Defaults to the archive's name."),
     )
+
+
+# The built-in models' descriptions in the person's language (kernel.modelspecs.CATALOG says them in English).
+DESCRIPTIONS = {
+    "llama-tiny": gettext_lazy("A 0.2M-parameter Llama config, trained from scratch; runs on a CPU in seconds"),
+    "llama-2-7b": gettext_lazy("The Llama 2 7B architecture, trained from scratch (no pretrained weights)"),
+    "llama-2-13b": gettext_lazy("The Llama 2 13B architecture, trained from scratch (no pretrained weights)"),
+    "llama-2-70b": gettext_lazy(
+        "The Llama 2 70B architecture (grouped-query), trained from scratch (no pretrained weights)"
+    ),
+}
 
 
 @csrf_exempt  # checked by csrf_protect below, once the upload limit is in place
@@ -68,8 +82,16 @@ def upload_or_list(request: HttpRequest) -> HttpResponse:
         else:
             messages.success(
                 request,
-                f"Stored “{model.name}”: a {model.architecture} model of {model.parameters:,} parameters. "
-                f"Train it as {model.reference}.",
+                gettext(
+                    "Stored “%(name)s”: a %(architecture)s model of %(parameters)s parameters. "
+                    "Train it as %(reference)s."
+                )
+                % {
+                    "name": model.name,
+                    "architecture": model.architecture,
+                    "parameters": f"{model.parameters:,}",
+                    "reference": model.reference,
+                },
             )
             return redirect("models")
     return page(request, form, status=400 if form.errors else 200)
@@ -78,7 +100,10 @@ def upload_or_list(request: HttpRequest) -> HttpResponse:
 def page(request: HttpRequest, form: ModelUploadForm, status: int) -> HttpResponse:
     context = {
         "form": form,
-        "catalog": CATALOG.values(),
+        "catalog": [
+            {"name": model.name, "config": model.config, "description": DESCRIPTIONS.get(model.name, model.description)}
+            for model in CATALOG.values()
+        ],
         "uploads": UploadedModel.objects.filter(owner=request.user),
     }
     return render(request, "portal/training/models.html", context, status=status)
@@ -93,5 +118,7 @@ def model_delete(request: HttpRequest, pk: int) -> HttpResponse:
     except ModelInUse as error:
         messages.error(request, str(error))
     else:
-        messages.success(request, f"Deleted “{model.name}” ({model.reference}).")
+        messages.success(
+            request, gettext("Deleted “%(name)s” (%(reference)s).") % {"name": model.name, "reference": model.reference}
+        )
     return HttpResponseClientRedirect(reverse("models")) if request.htmx else redirect("models")

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from django.utils.translation import gettext, ngettext
+
 from billing.services.pricing import ChipOffer
 from fleet.choices import AllocationMode
 from kernel import planner
@@ -29,7 +31,7 @@ class QuoteLine:
 
     @property
     def mode(self) -> str:
-        return "Spot" if self.spot else "On-demand"
+        return gettext("Spot") if self.spot else gettext("On-demand")
 
     @property
     def unit_price(self) -> str:
@@ -68,19 +70,33 @@ def on_demand_note(spec: JobSpec, lines: list[QuoteLine], offers: dict[str, Chip
         for line in on_demand
     ]
     count = sum(line.count for line in on_demand)
-    return f"{count} of {total} chips run on-demand: {'; '.join(reasons)}."
+    return gettext("%(count)s of %(total)s chips run on-demand: %(reasons)s.") % {
+        "count": count,
+        "total": total,
+        "reasons": gettext("; ").join(reasons),
+    }
 
 
 def _reason(line: QuoteLine, spot_chips: int, bid: int | None, offer: ChipOffer | None) -> str:
     if offer is None or not offer.spot_capacity:  # no spot price to speak of: nobody sells it on spot
-        return f"{line.name} has no spot chips online"
+        return gettext("%(chip)s has no spot chips online") % {"chip": line.name}
     spot_price = offer.spot_per_hour
     on_demand = offer.on_demand_per_hour if offer else None
     if spot_price is not None and on_demand is not None and spot_price >= on_demand:
-        return f"{line.name} spot ({format_price(spot_price)}/h) costs no less than on-demand now"
+        return gettext("%(chip)s spot (%(price)s/h) costs no less than on-demand now") % {
+            "chip": line.name,
+            "price": format_price(spot_price),
+        }
     if spot_price is not None and (bid or 0) < spot_price:
-        return f"the {line.name} spot price of {format_price(spot_price)}/h is above your bid of {format_price(bid)}/h"
+        return gettext("the %(chip)s spot price of %(price)s/h is above your bid of %(bid)s/h") % {
+            "chip": line.name,
+            "price": format_price(spot_price),
+            "bid": format_price(bid),
+        }
     if spot_chips:
-        chips = "chip" if spot_chips == 1 else "chips"
-        return f"the spot market has only {spot_chips} {line.name} {chips} under your bid"
-    return f"no {line.name} spot chips are free under your bid"
+        return ngettext(
+            "the spot market has only %(count)s %(chip)s chip under your bid",
+            "the spot market has only %(count)s %(chip)s chips under your bid",
+            spot_chips,
+        ) % {"count": spot_chips, "chip": line.name}
+    return gettext("no %(chip)s spot chips are free under your bid") % {"chip": line.name}

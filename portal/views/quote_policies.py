@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from django.utils.translation import gettext_lazy
+
 from base.formatting import format_chip_counts
 from fleet.choices import Policy
 from kernel import planner
@@ -18,10 +20,10 @@ from workers.services.planning import policy_alternatives
 
 # What each policy minimises, in the words the rows use.
 GOALS = {
-    "cost-performance": "¥ per token × seconds per token",
-    "fastest": "seconds per token (most tokens/s)",
-    "cheapest": "¥ per token",
-    "single-type": "cost-performance on one chip type",
+    "cost-performance": gettext_lazy("¥ per token × seconds per token"),
+    "fastest": gettext_lazy("seconds per token (most tokens/s)"),
+    "cheapest": gettext_lazy("¥ per token"),
+    "single-type": gettext_lazy("cost-performance on one chip type"),
 }
 
 

@@ -10,6 +10,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.translation import gettext, gettext_lazy
 from django.views.decorators.http import require_POST
 
 from base.formatting import cost_phrase, format_duration, format_rate, quote_accuracy, speed_phrase
@@ -32,10 +33,10 @@ from workers.services.planning import quote
 
 # What a planning error is called in the quote box, and which field it belongs to at submit.
 PROBLEM_TITLES = {
-    planner.BudgetTooLow: "Budget too low",
-    planner.ModelDoesNotFit: "Model does not fit",
-    planner.NoCapacity: "No free chips",
-    planner.InvalidRequest: "Invalid request",
+    planner.BudgetTooLow: gettext_lazy("Budget too low"),
+    planner.ModelDoesNotFit: gettext_lazy("Model does not fit"),
+    planner.NoCapacity: gettext_lazy("No free chips"),
+    planner.InvalidRequest: gettext_lazy("Invalid request"),
 }
 
 
@@ -132,23 +133,27 @@ def credit_note(plan: planner.Plan, balance: int) -> str:
     if plan.total_cost <= balance:
         return ""
     lasts = seconds_covered(balance, plan.price_per_hour)
-    return (
-        f"The estimate of {format_money(plan.total_cost)} is above your balance of {format_money(balance)}: at "
-        f"{format_money(plan.price_per_hour)}/h it lasts about {format_duration(lasts)}, then the job is checkpointed "
-        "and stopped for credit."
-    )
+    return gettext(
+        "The estimate of %(total)s is above your balance of %(balance)s: at %(rate)s/h it lasts about %(lasts)s, "
+        "then the job is checkpointed and stopped for credit."
+    ) % {
+        "total": format_money(plan.total_cost),
+        "balance": format_money(balance),
+        "rate": format_money(plan.price_per_hour),
+        "lasts": format_duration(lasts),
+    }
 
 
 def problem_of(error: planner.PlanningError) -> Problem:
-    title = next((title for kind, title in PROBLEM_TITLES.items() if isinstance(error, kind)), "No plan")
-    return Problem(title, str(error), can_queue=isinstance(error, planner.NoCapacity))
+    title = next((title for kind, title in PROBLEM_TITLES.items() if isinstance(error, kind)), gettext("No plan"))
+    return Problem(str(title), str(error), can_queue=isinstance(error, planner.NoCapacity))
 
 
 def quote_problem(error: planner.PlanningError, spec: JobSpec) -> Problem:
     """Why there is no quote; without free chips, whether the job could still wait for some."""
     never = fleet_refusal(spec) if isinstance(error, planner.NoCapacity) else None
     if never is not None:
-        return Problem(never.title or "No capacity", str(never))
+        return Problem(never.title or gettext("No capacity"), str(never))
     return problem_of(error)
 
 
@@ -183,7 +188,7 @@ def train(request: HttpRequest) -> HttpResponse:
     form = TrainingForm(request.POST, request=request)
     if form.is_valid() and (job := _submit(request, form)):
         # Not "queued": this message stays on the live job page after the job has moved on (its status is live).
-        messages.success(request, f"Job {job.pk} submitted: its status below follows it live.")
+        messages.success(request, gettext("Job %(job)s submitted: its status below follows it live.") % {"job": job.pk})
         return redirect("job", job.pk)
     return render(request, "portal/training/train.html", launch_context(form))
 
@@ -194,7 +199,7 @@ def rerun_of(request: HttpRequest) -> Job | None:
     if pk is None:
         return None
     if not pk.isascii() or not pk.isdigit() or len(pk) > 18:
-        raise Http404("No such job.")
+        raise Http404(gettext("No such job."))
     return get_object_or_404(Job, pk=int(pk), owner=request.user)
 
 
@@ -223,7 +228,7 @@ def train_quote(request: HttpRequest) -> HttpResponse:
         except planner.PlanningError as error:
             context["problem"] = quote_problem(error, spec)
         except EpochsRefused as error:
-            context["problem"] = Problem("Can't count epochs", str(error))
+            context["problem"] = Problem(gettext("Can't count epochs"), str(error))
         else:
             lines = quote_lines(plan, offers)
             context.update(plan=summarize_plan(plan), lines=lines, on_demand_note=on_demand_note(spec, lines, offers))

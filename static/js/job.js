@@ -36,7 +36,9 @@
     }
   });
 
-  // Charts
+  // Charts: their words come from Django's JavaScript catalog (djangojs), loaded by base.html before this script.
+  const gettext = window.gettext || ((text) => text);
+  const interpolate = window.interpolate || ((text, values) => text.replace(/%\(\w+\)s/g, (key) => values[key.slice(2, -2)]));
   const css = getComputedStyle(document.documentElement);
   const color = (name, fallback) => css.getPropertyValue(name).trim() || fallback;
 
@@ -51,13 +53,13 @@
         maintainAspectRatio: false,
         interaction: { mode: "nearest", axis: "x", intersect: false },
         scales: {
-          x: { type: "linear", min: 0, max: maxStep, title: { display: true, text: "step" }, ticks: { precision: 0 }, grid: { display: false } },
+          x: { type: "linear", min: 0, max: maxStep, title: { display: true, text: gettext("step") }, ticks: { precision: 0 }, grid: { display: false } },
           y: { beginAtZero: true, ticks: { callback: formatY }, grace: "5%" }, // zero stays the floor: no "-2K tokens/s"
         },
         plugins: {
           legend: { display: false },
           decimation: { enabled: true, algorithm: "lttb", samples: 600 },
-          tooltip: { callbacks: { title: (items) => `step ${items[0].parsed.x}` } },
+          tooltip: { callbacks: { title: (items) => interpolate(gettext("step %(step)s"), { step: items[0].parsed.x }, true) } },
         },
       },
     });
@@ -75,11 +77,11 @@
     const root = document.querySelector("[data-metrics-url]");
     if (!root || !window.Chart) return;
     const maxStep = Number(root.dataset.maxSteps) || undefined;
-    const loss = lineChart(document.getElementById("loss-chart"), "loss", color("--accent", "#4f46e5"), (v) => Number(v).toFixed(2), maxStep);
-    const speed = lineChart(document.getElementById("speed-chart"), "tokens/s", color("--ok", "#15803d"), (v) => compact.format(v), maxStep);
+    const loss = lineChart(document.getElementById("loss-chart"), gettext("loss"), color("--accent", "#4f46e5"), (v) => Number(v).toFixed(2), maxStep);
+    const speed = lineChart(document.getElementById("speed-chart"), gettext("tokens/s"), color("--ok", "#15803d"), (v) => compact.format(v), maxStep);
     // Held-out loss: a second line of points on the loss chart, sent whole with every answer.
     loss.data.datasets.push({
-      label: "held-out loss",
+      label: gettext("held-out loss"),
       data: [],
       borderColor: color("--warn", "#b45309"),
       backgroundColor: color("--warn", "#b45309"),

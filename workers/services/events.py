@@ -13,6 +13,7 @@ from datetime import datetime
 
 from django.db.models import Count, Min, Q
 from django.utils import timezone
+from django.utils.translation import gettext
 
 from fleet.choices import JobEventKind
 from fleet.models import Job
@@ -150,11 +151,17 @@ class _Run:
         if self.count == 1:
             return _single(self.newest)
         step = checkpoint_step(self.newest)
-        last = f", last at step {step}" if step is not None else ""
+        if step is not None:
+            message = gettext("Checkpoint saved ×%(count)s, last at step %(step)s") % {
+                "count": self.count,
+                "step": step,
+            }
+        else:
+            message = gettext("Checkpoint saved ×%(count)s") % {"count": self.count}
         return TimelineEntry(
             JobEventKind.CHECKPOINTED,
-            "Checkpoints",
-            f"Checkpoint saved ×{self.count}{last}",
+            gettext("Checkpoints"),
+            message,
             self.newest.created_at,
             count=self.count,
             first_at=self.first_at,
