@@ -116,3 +116,16 @@ def test_the_invoice_part_of_the_statement_in_english(march, client, alice):
     client.force_login(alice)
     html = client.get("/billing/statements/2026-03/").content.decode()
     assert "Request an invoice" in section(html, "invoice")
+
+
+def test_the_admins_invoice_requests_in_chinese(march, client, alice, operator):
+    details_for(alice)
+    client.force_login(alice)
+    client.post("/billing/statements/2026-03/invoice/")
+    made = InvoiceRequest.objects.get(user=alice)
+    client.force_login(operator)
+    allowed = (*NAMES, "op", "Django", "2026-03", "alice@example.com")
+    for url in ("/admin/billing/invoicerequest/", f"/admin/billing/invoicerequest/{made.pk}/change/"):
+        html = client.get(url, **ZH).content.decode()
+        content = re.search(r'<div id="content".*', html, re.S)[0]
+        assert untranslated(content, also_allowed=allowed) == [], url
