@@ -12,6 +12,8 @@ from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
+from django.utils.text import format_lazy
+from django.utils.translation import gettext_lazy as _
 
 from base.admin import ReadOnlyMixin
 from base.audit import already_recorded, record
@@ -25,22 +27,24 @@ from kernel.money import format_price, to_micros
 
 class RefundForm(forms.Form):
     amount = forms.CharField(
-        label=f"Amount ({settings.CURRENCY_SYMBOL})",
+        label=format_lazy(_("Amount ({symbol})"), symbol=settings.CURRENCY_SYMBOL),
         max_length=32,
-        help_text=f"In {settings.CURRENCY_SYMBOL} (yuan), at most two decimals, e.g. 20.00.",
+        help_text=format_lazy(
+            _("In {symbol} (yuan), at most two decimals, e.g. 20.00."), symbol=settings.CURRENCY_SYMBOL
+        ),
     )
-    reason = forms.CharField(max_length=400, widget=forms.TextInput(attrs={"size": 60}))
+    reason = forms.CharField(label=_("Reason"), max_length=400, widget=forms.TextInput(attrs={"size": 60}))
     nonce = forms.CharField(widget=forms.HiddenInput, max_length=64)
 
     def clean_amount(self) -> int:
         try:
             micros = to_micros(self.cleaned_data["amount"].strip())
         except ValueError:
-            raise forms.ValidationError("Enter the amount as a number, e.g. 20.00.") from None
+            raise forms.ValidationError(_("Enter the amount as a number, e.g. 20.00.")) from None
         if micros <= 0:
-            raise forms.ValidationError("A refund amount must be positive.")
+            raise forms.ValidationError(_("A refund amount must be positive."))
         if micros % minor_unit_micros(settings.CURRENCY):
-            raise forms.ValidationError("Enter the amount with at most two decimals.")
+            raise forms.ValidationError(_("Enter the amount with at most two decimals."))
         return micros
 
 
