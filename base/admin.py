@@ -8,7 +8,20 @@ from __future__ import annotations
 from django.contrib import admin
 
 from base.audit import changes, record
+from base.formatting import format_when
 from base.models import AuditEntry
+
+
+def zoned(model, field: str):
+    """A changelist column of a datetime field with its zone ("2026-12-07 14:05 UTC+8", in the operator's
+    zone and language), sorted by the field; Django's own column shows the local time without its zone."""
+
+    @admin.display(description=model._meta.get_field(field).verbose_name, ordering=field)
+    def column(obj):
+        return format_when(getattr(obj, field))
+
+    column.__name__ = f"{field}_zoned"
+    return column
 
 
 class ReadOnlyMixin:
@@ -56,7 +69,7 @@ class AuditedChangesMixin:
 class AuditEntryAdmin(ReadOnlyMixin, admin.ModelAdmin):
     """The audit log of operator actions: read-only, newest first."""
 
-    list_display = ["at", "actor_name", "action", "target_type", "target_repr"]
+    list_display = [zoned(AuditEntry, "at"), "actor_name", "action", "target_type", "target_repr"]
     list_filter = ["action", "target_type"]
     search_fields = ["actor_name", "action", "target_repr", "target_id"]
     date_hierarchy = "at"

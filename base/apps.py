@@ -1,11 +1,12 @@
 from django.apps import AppConfig
+from django.utils.translation import gettext_lazy as _
 
 
 class BaseConfig(AppConfig):
     """What every app builds on: the API's error format, idempotency, field types, money, read-only admin."""
 
     name = "base"
-    verbose_name = "Base"
+    verbose_name = _("Base")
 
     def ready(self) -> None:
         from django.conf import settings

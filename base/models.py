@@ -8,6 +8,7 @@ from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 
 # A retry a day later is a new request: keys are remembered this long (Stripe's window too).
 IDEMPOTENCY_KEY_TTL = timedelta(hours=24)
@@ -48,22 +49,35 @@ class IdempotentRequest(models.Model):
 class AuditEntry(models.Model):
     """One operator action: who did what to which row, when, with its details (before/after, reason)."""
 
-    at = models.DateTimeField(default=timezone.now, db_index=True)
+    at = models.DateTimeField(default=timezone.now, db_index=True, verbose_name=_("at"))
     actor = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        verbose_name=_("actor"),
     )
-    actor_name = models.CharField(max_length=150, blank=True, help_text="The actor's username when it acted.")
-    action = models.CharField(max_length=64, db_index=True, help_text='What was done, e.g. "node.drain".')
-    target_type = models.CharField(max_length=100, blank=True, help_text='The row\'s model, e.g. "fleet.node".')
-    target_id = models.CharField(max_length=64, blank=True)
-    target_repr = models.CharField(max_length=200, blank=True, help_text="The row as it read when acted on.")
-    details = models.JSONField(default=dict, blank=True, encoder=DjangoJSONEncoder)
+    actor_name = models.CharField(
+        max_length=150, blank=True, help_text="The actor's username when it acted.", verbose_name=_("actor name")
+    )
+    action = models.CharField(
+        max_length=64, db_index=True, help_text='What was done, e.g. "node.drain".', verbose_name=_("action")
+    )
+    target_type = models.CharField(
+        max_length=100, blank=True, help_text='The row\'s model, e.g. "fleet.node".', verbose_name=_("target type")
+    )
+    target_id = models.CharField(max_length=64, blank=True, verbose_name=_("target id"))
+    target_repr = models.CharField(
+        max_length=200, blank=True, help_text="The row as it read when acted on.", verbose_name=_("target repr")
+    )
+    details = models.JSONField(default=dict, blank=True, encoder=DjangoJSONEncoder, verbose_name=_("details"))
 
     class Meta:
         ordering = ["-at", "-id"]
         indexes = [models.Index(fields=["target_type", "target_id"], name="audit_entry_target")]
-        verbose_name = "audit log entry"
-        verbose_name_plural = "audit log"
+        verbose_name = _("audit log entry")
+        verbose_name_plural = _("audit log")
 
     def __str__(self) -> str:
         return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor_name or 'platform'} {self.action} {self.target_repr}"

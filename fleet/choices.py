@@ -18,11 +18,11 @@ class SoftwareStack(models.TextChoices):
 
 
 class AgentStatus(models.TextChoices):
-    UNENROLLED = "unenrolled", "Not enrolled"
-    ONLINE = "online", "Online"
-    DRAINING = "draining", "Draining"
-    OFFLINE = "offline", "Offline"
-    LOST = "lost", "Lost"
+    UNENROLLED = "unenrolled", _("Not enrolled")
+    ONLINE = "online", _("Online")
+    DRAINING = "draining", _("Draining")
+    OFFLINE = "offline", _("Offline")
+    LOST = "lost", _("Lost")
 
 
 class JobStatus(models.TextChoices):

@@ -6,15 +6,17 @@ from django.contrib import admin, messages
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
+from django.utils.translation import gettext, gettext_lazy
 
 from base.admin import AuditedChangesMixin, ReadOnlyMixin
 from base.audit import record
+from base.formatting import format_when as when
 from billing.models import Price, SpotPrice
 from kernel.money import format_price
 from market.models import Bid, BidStatus, MarketSettings
 from market.services.bids import BidRefused, cancel_bid
 
-FLOORS_NOTE = (
+FLOORS_NOTE = gettext_lazy(
     "Spot floors are the spot floor of each chip type's price row: add a new price under Billing › Prices "
     "(prices are add-only, so the history is kept). The auction never clears below the floor in force."
 )
@@ -56,15 +58,16 @@ class BidAdmin(admin.ModelAdmin):
     readonly_fields = fields
     actions = ["cancel_selected"]
 
-    @admin.display(description="Job", ordering="job_id")
+    @admin.display(description=gettext_lazy("Job"), ordering="job_id")
     def job_link(self, bid: Bid) -> str:
-        return format_html('<a href="{}">Job {}</a>', reverse("admin:fleet_job_change", args=[bid.job_id]), bid.job_id)
+        url = reverse("admin:fleet_job_change", args=[bid.job_id])
+        return format_html('<a href="{}">{}</a>', url, gettext("Job %(id)s") % {"id": bid.job_id})
 
-    @admin.display(description="Max price /chip-h", ordering="max_price_per_hour")
+    @admin.display(description=gettext_lazy("Max price /chip-h"), ordering="max_price_per_hour")
     def max_price(self, bid: Bid) -> str:
         return format_price(bid.max_price_per_hour)
 
-    @admin.display(description="Clearing price /chip-h", ordering="clearing_price")
+    @admin.display(description=gettext_lazy("Clearing price /chip-h"), ordering="clearing_price")
     def clearing(self, bid: Bid) -> str:
         return format_price(bid.clearing_price)
 
@@ -74,7 +77,9 @@ class BidAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request, obj=None) -> bool:
         return False
 
-    @admin.action(description="Cancel the selected bids (their jobs are moved off spot chips with notice)")
+    @admin.action(
+        description=gettext_lazy("Cancel the selected bids (their jobs are moved off spot chips with notice)")
+    )
     def cancel_selected(self, request, queryset) -> None:
         cancelled = []
         for bid in queryset.filter(status=BidStatus.ACTIVE).select_related("chip_type"):
@@ -84,14 +89,21 @@ class BidAdmin(admin.ModelAdmin):
                 self.message_user(request, str(error), messages.ERROR)
             else:
                 record(request.user, "bid.cancel", bid, job=bid.job_id, owner=bid.owner, chip_type=bid.chip_type)
-                cancelled.append(f"bid {bid.pk} (job {bid.job_id}, {bid.chips}× {bid.chip_type.slug})")
+                cancelled.append(
+                    gettext("bid %(bid)s (job %(job)s, %(chips)s× %(chip)s)")
+                    % {"bid": bid.pk, "job": bid.job_id, "chips": bid.chips, "chip": bid.chip_type.slug}
+                )
         if not cancelled:
-            self.message_user(request, "Nothing was cancelled: only active bids can be cancelled.", messages.INFO)
+            nothing = gettext("Nothing was cancelled: only active bids can be cancelled.")
+            self.message_user(request, nothing, messages.INFO)
             return
         self.message_user(
             request,
-            f"Cancelled {', '.join(cancelled)}. The market clears again now: a job holding spot chips under a "
-            "cancelled bid gets notice to move; chips won but not yet held stop being billed.",
+            gettext(
+                "Cancelled %(bids)s. The market clears again now: a job holding spot chips under a cancelled bid "
+                "gets notice to move; chips won but not yet held stop being billed."
+            )
+            % {"bids": ", ".join(cancelled)},
             messages.SUCCESS,
         )
 
@@ -107,11 +119,11 @@ class SpotPriceAdmin(ReadOnlyMixin, admin.ModelAdmin):
     fields = ["chip_type", "at", "price", "floor", "capacity", "demand", "allocated"]
     readonly_fields = fields
 
-    @admin.display(description="Clearing price /chip-h", ordering="price_per_hour")
+    @admin.display(description=gettext_lazy("Clearing price /chip-h"), ordering="price_per_hour")
     def price(self, row: SpotPrice) -> str:
         return format_price(row.price_per_hour)
 
-    @admin.display(description="Floor /chip-h", ordering="floor_per_hour")
+    @admin.display(description=gettext_lazy("Floor /chip-h"), ordering="floor_per_hour")
     def floor(self, row: SpotPrice) -> str:
         return format_price(row.floor_per_hour)
 
@@ -124,25 +136,38 @@ class MarketSettingsAdmin(AuditedChangesMixin, admin.ModelAdmin):
     list_display = ["__str__", "notice_seconds", "updated_at"]
     fieldsets = [
         (None, {"fields": ["notice_seconds"]}),
-        ("Spot floors", {"fields": ["floors"], "description": FLOORS_NOTE}),
+        (gettext_lazy("Spot floors"), {"fields": ["floors"], "description": FLOORS_NOTE}),
     ]
     readonly_fields = ["floors"]
 
-    @admin.display(description="Floors in force")
+    @admin.display(description=gettext_lazy("Floors in force"))
     def floors(self, obj: MarketSettings | None = None) -> str:
         rows = Price.objects.in_force(timezone.now()).select_related("chip_type")
         rows = sorted(rows, key=lambda price: (price.chip_type.sort_order, price.chip_type.slug))
         if not rows:
-            return "No prices yet."
+            return gettext("No prices yet.")
+        row = gettext("%(chip)s: %(price)s per chip-hour (since %(since)s)")
+        row %= {"chip": "{chip}", "price": "{price}", "since": "{since}"}
         listing = format_html_join(
             "",
-            "<li>{}: {} per chip-hour (since {})</li>",
-            ((p.chip_type.name, format_price(p.spot_floor_per_hour), f"{p.effective_at:%Y-%m-%d %H:%M}") for p in rows),
+            "<li>{}</li>",
+            (
+                (
+                    format_html(
+                        row,
+                        chip=p.chip_type.name,
+                        price=format_price(p.spot_floor_per_hour),
+                        since=when(p.effective_at),
+                    ),
+                )
+                for p in rows
+            ),
         )
         return format_html(
-            '<ul style="margin:0;padding-left:1.1rem">{}</ul><a href="{}">Add a price (changes a floor)</a>',
+            '<ul style="margin:0;padding-left:1.1rem">{}</ul><a href="{}">{}</a>',
             listing,
             reverse("admin:billing_price_add"),
+            gettext("Add a price (changes a floor)"),
         )
 
     def has_add_permission(self, request) -> bool:

@@ -36,25 +36,35 @@ class BidQuerySet(models.QuerySet):
 class Bid(models.Model):
     """A job's standing offer for spot chips of one type: up to `chips` at up to `max_price_per_hour` each."""
 
-    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="bids")
-    job = models.ForeignKey("fleet.Job", on_delete=models.PROTECT, related_name="bids")
-    chip_type = models.ForeignKey("fleet.ChipType", on_delete=models.PROTECT, related_name="bids")
-    chips = models.PositiveSmallIntegerField()
-    max_price_per_hour = models.BigIntegerField(help_text="micro-units per chip-hour")
-    status = models.CharField(max_length=12, choices=BidStatus.choices, default=BidStatus.ACTIVE, db_index=True)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="bids", verbose_name=_("owner")
+    )
+    job = models.ForeignKey("fleet.Job", on_delete=models.PROTECT, related_name="bids", verbose_name=_("job"))
+    chip_type = models.ForeignKey(
+        "fleet.ChipType", on_delete=models.PROTECT, related_name="bids", verbose_name=_("chip type")
+    )
+    chips = models.PositiveSmallIntegerField(verbose_name=_("chips"))
+    max_price_per_hour = models.BigIntegerField(
+        help_text="micro-units per chip-hour", verbose_name=_("max price per hour")
+    )
+    status = models.CharField(
+        max_length=12, choices=BidStatus.choices, default=BidStatus.ACTIVE, db_index=True, verbose_name=_("status")
+    )
     # What the last clearing gave this bid, and at what price.
-    won_chips = models.PositiveSmallIntegerField(default=0)
-    clearing_price = models.BigIntegerField(null=True, blank=True)
+    won_chips = models.PositiveSmallIntegerField(default=0, verbose_name=_("won chips"))
+    clearing_price = models.BigIntegerField(null=True, blank=True, verbose_name=_("clearing price"))
     # Since when the bid has won chips its job does not hold yet; past the take-up time it lapses.
-    waiting_since = models.DateTimeField(null=True, blank=True)
+    waiting_since = models.DateTimeField(null=True, blank=True, verbose_name=_("waiting since"))
     # Time priority: ties on price go to the earlier bid. Raising or lowering keeps it.
-    placed_at = models.DateTimeField()
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
+    placed_at = models.DateTimeField(verbose_name=_("placed at"))
+    created_at = models.DateTimeField(auto_now_add=True, verbose_name=_("created at"))
+    updated_at = models.DateTimeField(auto_now=True, verbose_name=_("updated at"))
 
     objects = BidQuerySet.as_manager()
 
     class Meta:
+        verbose_name = _("bid")
+        verbose_name_plural = _("bids")
         ordering = ["-created_at", "-id"]
         constraints = [
             models.CheckConstraint(condition=Q(chips__gte=1), name="bid_has_chips"),
@@ -76,16 +86,18 @@ class MarketSettings(models.Model):
     """The market's knobs; exactly one row (pk=1). Floors are the spot floors of the price history."""
 
     notice_seconds = models.PositiveIntegerField(
-        default=30, help_text="How long a reclaimed spot allocation keeps its chips to checkpoint and leave."
+        default=30,
+        help_text="How long a reclaimed spot allocation keeps its chips to checkpoint and leave.",
+        verbose_name=_("notice seconds"),
     )
-    updated_at = models.DateTimeField(auto_now=True)
+    updated_at = models.DateTimeField(auto_now=True, verbose_name=_("updated at"))
 
     class Meta:
-        verbose_name = verbose_name_plural = "market settings"
+        verbose_name = verbose_name_plural = _("market settings")
         constraints = [models.CheckConstraint(condition=Q(pk=1), name="market_settings_singleton")]
 
     def __str__(self) -> str:
-        return "Market settings"
+        return str(_("Market settings"))
 
     @classmethod
     def load(cls) -> MarketSettings:

@@ -11,6 +11,7 @@ from django.shortcuts import get_object_or_404, redirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
+from django.utils.translation import gettext, gettext_lazy
 
 from base.admin import AuditedChangesMixin
 from base.audit import already_recorded, record
@@ -24,8 +25,8 @@ from kernel.money import format_money, format_price, to_micros
 from portal.models import ApiToken
 
 User = get_user_model()
-admin.site.site_header = "Starverse operator console"
-admin.site.site_title = "Starverse operator console"
+admin.site.site_header = gettext_lazy("Starverse operator console")
+admin.site.site_title = gettext_lazy("Starverse operator console")
 admin.site.unregister(User)
 
 
@@ -38,17 +39,18 @@ class OperatorUserAdmin(AuditedChangesMixin, UserAdmin):
         wallets = Account.objects.filter(owner=OuterRef("pk"), kind=AccountKind.WALLET, currency=settings.CURRENCY)
         return super().get_queryset(request).annotate(wallet_balance=Subquery(wallets.values("balance")[:1]))
 
-    @admin.display(description="Balance", ordering="wallet_balance")
+    @admin.display(description=gettext_lazy("Balance"), ordering="wallet_balance")
     def balance(self, user):
         return money_html(user.wallet_balance or 0)
 
-    @admin.display(description="Credit")
+    @admin.display(description=gettext_lazy("Credit"))
     def adjust_link(self, user) -> str:
-        return format_html('<a href="{}">Adjust credit</a>', reverse("admin:portal_adjust_credit", args=[user.pk]))
+        url = reverse("admin:portal_adjust_credit", args=[user.pk])
+        return format_html('<a href="{}">{}</a>', url, gettext("Adjust credit"))
 
-    @admin.display(description="Ledger")
+    @admin.display(description=gettext_lazy("Ledger"))
     def ledger_link(self, user) -> str:
-        return format_html('<a href="{}">Transactions</a>', ledger_url(user))
+        return format_html('<a href="{}">{}</a>', ledger_url(user), gettext("Transactions"))
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
         user = User.objects.filter(pk=object_id).first()
@@ -96,17 +98,28 @@ class OperatorUserAdmin(AuditedChangesMixin, UserAdmin):
                         after={"balance": format_price(balance_of(user))},
                     )
                 micros = to_micros(form.cleaned_data["amount"])
-                self.message_user(
-                    request,
-                    f"{'Credited' if micros > 0 else 'Debited'} {format_money(abs(micros))} "
-                    f"{'to' if micros > 0 else 'from'} {user}'s wallet; the balance is now "
-                    f"{format_price(balance_of(user))} (transaction #{txn.pk}).",
-                    messages.SUCCESS,
+                done = (
+                    gettext(
+                        "Credited %(amount)s to %(user)s's wallet; the balance is now %(balance)s "
+                        "(transaction #%(transaction)s)."
+                    )
+                    if micros > 0
+                    else gettext(
+                        "Debited %(amount)s from %(user)s's wallet; the balance is now %(balance)s "
+                        "(transaction #%(transaction)s)."
+                    )
                 )
+                values = {
+                    "amount": format_money(abs(micros)),
+                    "user": user,
+                    "balance": format_price(balance_of(user)),
+                    "transaction": txn.pk,
+                }
+                self.message_user(request, done % values, messages.SUCCESS)
                 return redirect("admin:auth_user_changelist")
         context = {
             **self.admin_site.each_context(request),
-            "title": f"Adjust credit: {user}",
+            "title": gettext("Adjust credit: %(user)s") % {"user": user},
             "subject": user,
             "balance": money_html(balance_of(user)),
             "form": form,
@@ -142,7 +155,7 @@ class ApiTokenAdmin(AuditedChangesMixin, admin.ModelAdmin):
     def has_add_permission(self, request) -> bool:
         return False
 
-    @admin.action(description="Revoke the selected tokens")
+    @admin.action(description=gettext_lazy("Revoke the selected tokens"))
     def revoke_selected(self, request, queryset) -> None:
         revoked = []
         for token in queryset:
@@ -150,10 +163,17 @@ class ApiTokenAdmin(AuditedChangesMixin, admin.ModelAdmin):
             token.revoke()
             if not already:
                 record(request.user, "api_token.revoke", token, user=token.user, prefix=token.prefix)
-                revoked.append(f"“{token.name}” of {token.user} ({token.prefix}…)")
+                revoked.append(
+                    gettext("“%(name)s” of %(user)s (%(prefix)s…)")
+                    % {"name": token.name, "user": token.user, "prefix": token.prefix}
+                )
         if not revoked:
-            self.message_user(request, "Nothing was revoked: the selected tokens were revoked already.", messages.INFO)
+            nothing = gettext("Nothing was revoked: the selected tokens were revoked already.")
+            self.message_user(request, nothing, messages.INFO)
             return
         self.message_user(
-            request, f"Revoked {', '.join(revoked)}: API calls with them are refused from now on.", messages.SUCCESS
+            request,
+            gettext("Revoked %(tokens)s: API calls with them are refused from now on.")
+            % {"tokens": ", ".join(revoked)},
+            messages.SUCCESS,
         )

@@ -11,8 +11,9 @@ from django.contrib import admin, messages
 from django.db import transaction
 from django.utils import timezone
 from django.utils.html import format_html
+from django.utils.translation import gettext, gettext_lazy, ngettext
 
-from base.admin import AuditedChangesMixin
+from base.admin import AuditedChangesMixin, zoned
 from base.audit import record
 from billing.models import Price
 from fleet.choices import AgentStatus
@@ -25,7 +26,11 @@ from workers.services import node_lifecycle
 from workers.services.node_lifecycle import NodeChange
 
 # A node in one of these states has no agent to take notice or finish work: nothing to reclaim or drain.
-GONE = {AgentStatus.LOST: "lost", AgentStatus.OFFLINE: "offline", AgentStatus.UNENROLLED: "not enrolled"}
+GONE = {
+    AgentStatus.LOST: gettext_lazy("lost"),
+    AgentStatus.OFFLINE: gettext_lazy("offline"),
+    AgentStatus.UNENROLLED: gettext_lazy("not enrolled"),
+}
 
 
 class PriceHistoryInline(admin.TabularInline):
@@ -35,7 +40,7 @@ class PriceHistoryInline(admin.TabularInline):
     extra = 0
     can_delete = False
     ordering = ["-effective_at", "-id"]
-    verbose_name_plural = "price history (add a new price under Billing › Prices)"
+    verbose_name_plural = gettext_lazy("price history (add a new price under Billing › Prices)")
 
     def has_add_permission(self, request, obj=None) -> bool:
         return False
@@ -43,11 +48,11 @@ class PriceHistoryInline(admin.TabularInline):
     def has_change_permission(self, request, obj=None) -> bool:
         return False
 
-    @admin.display(description="On-demand /chip-h")
+    @admin.display(description=gettext_lazy("On-demand /chip-h"))
     def on_demand(self, price: Price) -> str:
         return format_price(price.on_demand_per_hour)
 
-    @admin.display(description="Spot floor /chip-h")
+    @admin.display(description=gettext_lazy("Spot floor /chip-h"))
     def spot_floor(self, price: Price) -> str:
         return format_price(price.spot_floor_per_hour)
 
@@ -80,9 +85,13 @@ class NodeInline(admin.TabularInline):
 
 @admin.register(Pool)
 class PoolAdmin(AuditedChangesMixin, admin.ModelAdmin):
-    list_display = ["name", "chip_type", "zone", "chip_count"]
+    list_display = ["name", "chip_type", "zone", "chips"]
     list_filter = ["chip_type", "zone"]
     inlines = [NodeInline]
+
+    @admin.display(description=gettext_lazy("Chip count"))
+    def chips(self, pool: Pool) -> int:
+        return pool.chip_count()
 
 
 @admin.register(Node)
@@ -95,7 +104,7 @@ class NodeAdmin(AuditedChangesMixin, admin.ModelAdmin):
         "agent_status",
         "simulated",
         "spot_eligible",
-        "last_heartbeat_at",
+        zoned(Node, "last_heartbeat_at"),
     ]
     list_filter = ["pool__chip_type", "agent_status", "simulated", "spot_eligible"]
     search_fields = ["hostname"]
@@ -111,57 +120,72 @@ class NodeAdmin(AuditedChangesMixin, admin.ModelAdmin):
     ]
     actions = ["reclaim_for_maintenance", "drain", "return_to_service", "reset_node"]
 
-    @admin.action(description="Reclaim for maintenance (running jobs get notice and move; nothing new lands)")
+    @admin.action(
+        description=gettext_lazy("Reclaim for maintenance (running jobs get notice and move; nothing new lands)")
+    )
     def reclaim_for_maintenance(self, request, queryset) -> None:
-        if not self._all_present(request, queryset, "reclaimed"):
+        if not self._all_present(request, queryset, gettext("Nothing was reclaimed: %(gone)s.")):
             return
         notice = MarketSettings.load().notice_seconds
         for node in queryset.order_by("pk"):
-            detail = f"{node.hostname} is going into maintenance (by {request.user.get_username()})"
+            detail = f"{node.hostname} is going into maintenance (by {request.user.get_username()})"  # the jobs' event
             with transaction.atomic():
                 change = node_lifecycle.reclaim_for_maintenance(node.pk, detail, notice)
                 if change is None:  # lost or reset since the selection was checked: its jobs moved already
-                    self.message_user(request, f"{node.hostname} is no longer connected: skipped.", messages.WARNING)
+                    skipped = gettext("%(host)s is no longer connected: skipped.") % {"host": node.hostname}
+                    self.message_user(request, skipped, messages.WARNING)
                     continue
                 moved = change.jobs_moved
                 record(request.user, "node.reclaim", node, **change.audit(), jobs_moved=moved, notice_seconds=notice)
             if moved:
-                jobs = f"{_jobs(moved)} {'has' if len(moved) == 1 else 'have'} {notice} s to checkpoint and move"
+                told = ngettext(
+                    "Reclaimed %(host)s for maintenance: %(jobs)s has %(notice)s s to checkpoint and move; nothing "
+                    "new is placed on it.",
+                    "Reclaimed %(host)s for maintenance: %(jobs)s have %(notice)s s to checkpoint and move; nothing "
+                    "new is placed on it.",
+                    len(moved),
+                ) % {"host": node.hostname, "jobs": _jobs(moved), "notice": notice}
             else:
-                jobs = "no job was running on it"
-            self.message_user(
-                request,
-                f"Reclaimed {node.hostname} for maintenance: {jobs}; nothing new is placed on it.",
-                messages.SUCCESS,
-            )
+                told = gettext(
+                    "Reclaimed %(host)s for maintenance: no job was running on it; nothing new is placed on it."
+                ) % {"host": node.hostname}
+            self.message_user(request, told, messages.SUCCESS)
 
-    @admin.action(description="Drain (running jobs finish; nothing new is placed)")
+    @admin.action(description=gettext_lazy("Drain (running jobs finish; nothing new is placed)"))
     def drain(self, request, queryset) -> None:
-        if not self._all_present(request, queryset, "drained"):
+        if not self._all_present(request, queryset, gettext("Nothing was drained: %(gone)s.")):
             return
         changed = self._move_status(request, queryset, node_lifecycle.drain, "node.drain")
         if not changed:
-            self.message_user(request, "Nothing was drained: only online nodes can be drained.", messages.WARNING)
+            nothing = gettext("Nothing was drained: only online nodes can be drained.")
+            self.message_user(request, nothing, messages.WARNING)
             return
         self.message_user(
             request,
-            f"Drained {_nodes(changed)}: the jobs running there finish where they are; nothing new is placed there.",
+            gettext("Drained %(nodes)s: the jobs running there finish where they are; nothing new is placed there.")
+            % {"nodes": _nodes(changed)},
             messages.SUCCESS,
         )
 
-    @admin.action(description="Return drained nodes to service")
+    @admin.action(description=gettext_lazy("Return drained nodes to service"))
     def return_to_service(self, request, queryset) -> None:
         changed = self._move_status(request, queryset, node_lifecycle.return_to_service, "node.return_to_service")
         if not changed:
             self.message_user(
-                request, "Nothing was returned to service: only draining nodes can return.", messages.WARNING
+                request, gettext("Nothing was returned to service: only draining nodes can return."), messages.WARNING
             )
             return
         self.message_user(
-            request, f"Returned {_nodes(changed)} to service: new jobs may be placed there again.", messages.SUCCESS
+            request,
+            gettext("Returned %(nodes)s to service: new jobs may be placed there again.") % {"nodes": _nodes(changed)},
+            messages.SUCCESS,
         )
 
-    @admin.action(description="Reset node (revoke its node token, move its jobs; the next enrollment takes the host)")
+    @admin.action(
+        description=gettext_lazy(
+            "Reset node (revoke its node token, move its jobs; the next enrollment takes the host)"
+        )
+    )
     def reset_node(self, request, queryset) -> None:
         reset = []
         for node in queryset.order_by("pk"):
@@ -171,8 +195,11 @@ class NodeAdmin(AuditedChangesMixin, admin.ModelAdmin):
             reset.append(node.hostname)
         self.message_user(
             request,
-            f"Reset {_nodes(reset)}: the old node token no longer works and the jobs there were moved. "
-            "Each host may enroll again with a usable enrollment token of its pool.",
+            gettext(
+                "Reset %(nodes)s: the old node token no longer works and the jobs there were moved. "
+                "Each host may enroll again with a usable enrollment token of its pool."
+            )
+            % {"nodes": _nodes(reset)},
             messages.SUCCESS,
         )
 
@@ -188,29 +215,34 @@ class NodeAdmin(AuditedChangesMixin, admin.ModelAdmin):
                     moved.append(node.hostname)
         return moved
 
-    def _all_present(self, request, queryset, verb: str) -> bool:
-        """Refuse the whole selection when a node is already gone: nothing half-done."""
-        gone = [f"{node.hostname} is {GONE[node.agent_status]}" for node in queryset if node.agent_status in GONE]
+    def _all_present(self, request, queryset, nothing: str) -> bool:
+        """Refuse the whole selection when a node is already gone: nothing half-done. `nothing` says what
+        was not done ("Nothing was drained: %(gone)s.")."""
+        gone = [
+            gettext("%(host)s is %(state)s") % {"host": node.hostname, "state": GONE[node.agent_status]}
+            for node in queryset
+            if node.agent_status in GONE
+        ]
         if gone:
-            self.message_user(
-                request,
-                f"Nothing was {verb}: {'; '.join(gone)}. A node without a connected agent has no running "
-                "work to give notice to (a lost node's jobs are moved automatically). Deselect it and retry.",
-                messages.ERROR,
+            why = gettext(
+                "A node without a connected agent has no running work to give notice to (a lost node's jobs are "
+                "moved automatically). Deselect it and retry."
             )
+            self.message_user(request, f"{nothing % {'gone': '; '.join(gone)}} {why}", messages.ERROR)
         return not gone
 
 
 def _nodes(hostnames: list[str]) -> str:
     """ "host-2 (1 node)", "host-2, host-3 (2 nodes)": what an action changed, named."""
-    return f"{', '.join(hostnames)} ({len(hostnames)} node{'s' if len(hostnames) != 1 else ''})"
+    count = ngettext("%(count)s node", "%(count)s nodes", len(hostnames)) % {"count": len(hostnames)}
+    return f"{', '.join(hostnames)} ({count})"
 
 
 def _jobs(job_ids: list[int]) -> str:
     """ "job 4", "jobs 4, 7 and 9"."""
     if len(job_ids) == 1:
-        return f"job {job_ids[0]}"
-    return f"jobs {', '.join(str(j) for j in job_ids[:-1])} and {job_ids[-1]}"
+        return gettext("job %(id)s") % {"id": job_ids[0]}
+    return gettext("jobs %(ids)s and %(last)s") % {"ids": ", ".join(str(j) for j in job_ids[:-1]), "last": job_ids[-1]}
 
 
 @admin.register(EnrollmentToken)
@@ -228,9 +260,9 @@ class EnrollmentTokenAdmin(AuditedChangesMixin, admin.ModelAdmin):
         "prefix",
         "uses_of_limit",
         "approved_chips",
-        "created_at",
-        "expires_at",
-        "revoked_at",
+        zoned(EnrollmentToken, "created_at"),
+        zoned(EnrollmentToken, "expires_at"),
+        zoned(EnrollmentToken, "revoked_at"),
     ]
     list_filter = ["pool"]
     fields = ["pool", "name", "approved_chips", "max_uses", "expires_at", "uses"]
@@ -240,7 +272,7 @@ class EnrollmentTokenAdmin(AuditedChangesMixin, admin.ModelAdmin):
     def get_readonly_fields(self, request, obj=None) -> list[str]:
         return ["pool", "uses"] if obj is not None else ["uses"]
 
-    @admin.display(description="uses")
+    @admin.display(description=gettext_lazy("uses"))
     def uses_of_limit(self, obj: EnrollmentToken) -> str:
         return f"{obj.uses} / {obj.max_uses}"
 
@@ -266,18 +298,20 @@ class EnrollmentTokenAdmin(AuditedChangesMixin, admin.ModelAdmin):
         self.message_user(
             request,
             format_html(
-                "Enrollment token for {} (shown once): <code>{}</code><br>Save it in a file only the agent's "
-                "user can read (<code>chmod 600</code>) and start the agent with <code>python -m hosts.agent "
-                "--platform {} --enrollment-token-file PATH</code> (or pass it in the environment variable "
-                "<code>STARVERSE_ENROLLMENT_TOKEN</code>; never on the command line).",
-                obj.pool,
-                raw,
-                request.build_absolute_uri("/").rstrip("/"),
+                gettext(
+                    "Enrollment token for {pool} (shown once): <code>{token}</code><br>Save it in a file only the "
+                    "agent's user can read (<code>chmod 600</code>) and start the agent with <code>python -m "
+                    "hosts.agent --platform {platform} --enrollment-token-file PATH</code> (or pass it in the "
+                    "environment variable <code>STARVERSE_ENROLLMENT_TOKEN</code>; never on the command line)."
+                ),
+                pool=obj.pool,
+                token=raw,
+                platform=request.build_absolute_uri("/").rstrip("/"),
             ),
             messages.SUCCESS,
         )
 
-    @admin.action(description="Revoke the selected enrollment tokens")
+    @admin.action(description=gettext_lazy("Revoke the selected enrollment tokens"))
     def revoke_selected(self, request, queryset) -> None:
         now = timezone.now()
         revoked = []
@@ -287,11 +321,14 @@ class EnrollmentTokenAdmin(AuditedChangesMixin, admin.ModelAdmin):
                     record(request.user, "enrollment_token.revoke", token, pool=token.pool, prefix=token.prefix)
                     revoked.append(f"{token.name or token.prefix} ({token.pool})")
         if not revoked:
-            self.message_user(request, "Nothing was revoked: the selected tokens were revoked already.", messages.INFO)
+            nothing = gettext("Nothing was revoked: the selected tokens were revoked already.")
+            self.message_user(request, nothing, messages.INFO)
             return
-        self.message_user(
-            request,
-            f"Revoked {len(revoked)} enrollment token{'s' if len(revoked) != 1 else ''}: {', '.join(revoked)}. "
-            "No new host can enroll with them; hosts already enrolled keep working.",
-            messages.SUCCESS,
-        )
+        told = ngettext(
+            "Revoked %(count)s enrollment token: %(tokens)s. No new host can enroll with them; hosts already "
+            "enrolled keep working.",
+            "Revoked %(count)s enrollment tokens: %(tokens)s. No new host can enroll with them; hosts already "
+            "enrolled keep working.",
+            len(revoked),
+        ) % {"count": len(revoked), "tokens": ", ".join(revoked)}
+        self.message_user(request, told, messages.SUCCESS)

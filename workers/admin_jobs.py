@@ -19,8 +19,9 @@ from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
+from django.utils.translation import gettext, gettext_lazy, ngettext
 
-from base.admin import ReadOnlyMixin
+from base.admin import ReadOnlyMixin, zoned
 from base.audit import record
 from base.formatting import format_duration
 from base.templatetags.money import money_html
@@ -40,12 +41,12 @@ class AllocationInline(ReadOnlyMixin, admin.TabularInline):
     extra = 0
     can_delete = False
 
-    @admin.display(description="Charged")
+    @admin.display(description=gettext_lazy("Charged"))
     def charged(self, allocation: Allocation):
         """An allocation's own total once it ended and the meter folded it into its billing line (the
         job's chips of that type and mode); until then it is billed with the line."""
         if allocation.ended_at is None or allocation.billed_through <= allocation.ended_at - timedelta(seconds=1):
-            return "billed with its line"
+            return gettext("billed with its line")
         return money_html(allocation.charged_total)
 
 
@@ -65,16 +66,32 @@ def plan_html(plan: Plan | None):
     """A plan as the operator reads it: its chips, speed and money in ¥, then one line per rank."""
     if plan is None:
         return "—"
-    facts = (
-        f"{plan.describe()} · {plan.tokens_per_s:,.0f} tokens/s · {format_money(plan.price_per_hour)}/h"
-        f" · {format_money(plan.price_per_million_tokens)} per million tokens"
-        f" · ETA {format_duration(plan.eta_seconds)} · total"
-    )
+    facts = gettext(
+        "%(chips)s · %(speed)s tokens/s · %(price)s/h · %(per_million)s per million tokens · ETA %(eta)s · total"
+    ) % {
+        "chips": plan.describe(),
+        "speed": f"{plan.tokens_per_s:,.0f}",
+        "price": format_money(plan.price_per_hour),
+        "per_million": format_money(plan.price_per_million_tokens),
+        "eta": format_duration(plan.eta_seconds),
+    }
+    rank_line = gettext("rank %(number)s: %(chip)s on %(host)s, micro-batch %(batch)s, %(mode)s%(simulated)s")
+    rank_line %= {key: f"{{{key}}}" for key in ("number", "chip", "host", "batch", "mode", "simulated")}
     ranks = format_html_join(
         "",
-        "<li>rank {}: {} on {}, micro-batch {}, {}{}</li>",
+        "<li>{}</li>",
         (
-            (number, rank.chip, rank.hostname, rank.micro_batch, rank.mode.replace("_", "-"), simulated(rank))
+            (
+                format_html(
+                    rank_line,
+                    number=number,
+                    chip=rank.chip,
+                    host=rank.hostname,
+                    batch=rank.micro_batch,
+                    mode=rank.mode.replace("_", "-"),
+                    simulated=simulated(rank),
+                ),
+            )
             for number, rank in enumerate(plan.ranks)
         ),
     )
@@ -82,14 +99,15 @@ def plan_html(plan: Plan | None):
 
 
 def simulated(rank) -> str:
-    return " (simulated)" if rank.simulated else ""
+    return gettext(" (simulated)") if rank.simulated else ""
 
 
 class CancelReasonForm(forms.Form):
     reason = forms.CharField(
         max_length=500,
         widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
-        help_text="The owner reads it on the job page and in the e-mail the cancel sends.",
+        label=gettext_lazy("Reason"),
+        help_text=gettext_lazy("The owner reads it on the job page and in the e-mail the cancel sends."),
     )
 
 
@@ -101,7 +119,17 @@ class JobAdmin(admin.ModelAdmin):
     chips ends at once, a running one is told to stop and ends cancelled when its ranks exit.
     """
 
-    list_display = ["id", "owner", "model_name", "status", "step", "max_steps", "policy", "epoch", "created_at"]
+    list_display = [
+        "id",
+        "owner",
+        "model_name",
+        "status",
+        "step",
+        "max_steps",
+        "policy",
+        "epoch",
+        zoned(Job, "created_at"),
+    ]
     list_filter = ["status", "policy", "model_name"]
     search_fields = ["owner__username", "name", "model_name"]
     fields = [JOB_DISPLAY_FIELDS.get(f.name, f.name) for f in Job._meta.fields if f.name != "id"]
@@ -123,31 +151,31 @@ class JobAdmin(admin.ModelAdmin):
         """Whoever may change jobs may cancel them; the page stays read-only for everyone."""
         return request.user.has_perm("fleet.change_job")
 
-    @admin.display(description="Budget per hour")
+    @admin.display(description=gettext_lazy("Budget per hour"))
     def budget_per_hour(self, job: Job) -> str:
         return f"{format_price(job.max_budget_per_hour)}/h"
 
-    @admin.display(description="Total budget")
+    @admin.display(description=gettext_lazy("Total budget"))
     def total_budget_money(self, job: Job):
         return money_html(job.total_budget)
 
-    @admin.display(description="Spot bid /chip-h")
+    @admin.display(description=gettext_lazy("Spot bid /chip-h"))
     def spot_bid(self, job: Job) -> str:
         return format_price(job.spot_bid_per_hour)
 
-    @admin.display(description="Credit held while waiting")
+    @admin.display(description=gettext_lazy("Credit held while waiting"))
     def credit_hold_money(self, job: Job):
         return money_html(job.credit_hold)
 
-    @admin.display(description="Plan")
+    @admin.display(description=gettext_lazy("Plan"))
     def plan_summary(self, job: Job):
         return plan_html(job.plan)
 
-    @admin.display(description="Quoted at launch")
+    @admin.display(description=gettext_lazy("Quoted at launch"))
     def quote_summary(self, job: Job):
         return plan_html(job.quote)
 
-    @admin.action(description="Cancel selected jobs…", permissions=["cancel"])
+    @admin.action(description=gettext_lazy("Cancel selected jobs…"), permissions=["cancel"])
     def cancel_selected(self, request, queryset) -> TemplateResponse | None:
         """First a page asking why (the reason goes to each owner); the jobs are cancelled once it is sent."""
         confirmed = "reason" in request.POST
@@ -165,7 +193,7 @@ class JobAdmin(admin.ModelAdmin):
     def cancel_view(self, request: HttpRequest, pk: int) -> HttpResponse:
         """The Cancel button on a job's page: the page asking why (GET), then the cancel (POST) and back."""
         if not self.has_cancel_permission(request):
-            return HttpResponse("You may not cancel jobs.", status=403)
+            return HttpResponse(gettext("You may not cancel jobs."), status=403)
         job = get_object_or_404(Job, pk=pk)
         form = CancelReasonForm(request.POST if request.method == "POST" else None)
         if not form.is_valid():
@@ -188,7 +216,7 @@ class JobAdmin(admin.ModelAdmin):
         """The page that asks for the reason: which jobs, what happens to each, and the reason's field."""
         context = {
             **self.admin_site.each_context(request),
-            "title": f"Cancel {len(jobs)} job{'s' if len(jobs) != 1 else ''}?",
+            "title": ngettext("Cancel %(count)s job?", "Cancel %(count)s jobs?", len(jobs)) % {"count": len(jobs)},
             "jobs": jobs,
             "live": [job for job in jobs if not job.is_finished and job.cancel_requested_at is None],
             "form": form,
@@ -201,12 +229,12 @@ class JobAdmin(admin.ModelAdmin):
     def _cancel(self, request, job: Job, reason: str) -> None:
         """Cancel one job through the lifecycle, with its audit entry in the same transaction, and say what happened."""
         if job.is_finished:
-            self.message_user(
-                request, f"Job {job.pk} had already ended ({job.get_status_display().lower()}): nothing to cancel."
-            )
+            ended = gettext("Job %(id)s had already ended (%(status)s): nothing to cancel.")
+            self.message_user(request, ended % {"id": job.pk, "status": job.get_status_display().lower()})
             return
         if job.cancel_requested_at:
-            self.message_user(request, f"Job {job.pk} is already being cancelled ({job.get_status_display().lower()}).")
+            already = gettext("Job %(id)s is already being cancelled (%(status)s).")
+            self.message_user(request, already % {"id": job.pk, "status": job.get_status_display().lower()})
             return
         status_before = job.status
         with transaction.atomic():
@@ -221,10 +249,13 @@ class JobAdmin(admin.ModelAdmin):
                 after={"status": job.status},
             )
         if job.status == JobStatus.CANCELLED:
-            told = f"Cancelled job {job.pk} of {job.owner}: it was not running on chips, so it ended at once."
-        else:
-            told = (
-                f"Cancelling job {job.pk} of {job.owner}: its ranks were told to stop; "
-                "it ends cancelled when they exit."
+            told = gettext(
+                "Cancelled job %(id)s of %(owner)s: it was not running on chips, so it ended at once. "
+                "The owner is told why on the job page and by e-mail."
             )
-        self.message_user(request, f"{told} The owner is told why on the job page and by e-mail.", messages.SUCCESS)
+        else:
+            told = gettext(
+                "Cancelling job %(id)s of %(owner)s: its ranks were told to stop; it ends cancelled when they exit. "
+                "The owner is told why on the job page and by e-mail."
+            )
+        self.message_user(request, told % {"id": job.pk, "owner": job.owner}, messages.SUCCESS)

@@ -8,16 +8,19 @@ the refusals a client acts on (an exception with `answer_with_code`, e.g. a 401 
 
 from __future__ import annotations
 
+import re
+
+from django.apps import apps
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation, TooManyFieldsSent, TooManyFilesSent
-from django.http import HttpResponsePermanentRedirect, JsonResponse
+from django.http import Http404, HttpResponsePermanentRedirect, JsonResponse
 from django.urls import Resolver404, resolve
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from django.views import defaults
 from django.views.decorators.csrf import csrf_exempt
 from rest_framework import status
-from rest_framework.exceptions import APIException, ErrorDetail, ParseError, ValidationError
+from rest_framework.exceptions import APIException, ErrorDetail, NotFound, ParseError, ValidationError
 from rest_framework.views import exception_handler as drf_exception_handler
 
 
@@ -27,8 +30,17 @@ class RequestTooLarge(APIException):
     default_code = "request_too_large"
 
 
+NOT_FOUND_QUERY = re.compile(r"No (\w+) matches the given query\.")
+NOT_FOUND_ENGLISH = "No %(name)s matches the given query."
+
+
 def api_exception(exc: Exception) -> Exception:
-    """Django's refusals of a malformed body (too big, too many fields), as API errors instead of an HTML 400."""
+    """Django's refusals of a malformed body (too big, too many fields), as API errors instead of an HTML 400;
+    get_object_or_404's English "No Job matches the given query." in the request's language."""
+    if isinstance(exc, Http404) and (named := NOT_FOUND_QUERY.fullmatch(str(exc))):
+        template = _("No %(name)s matches the given query.")
+        if template != NOT_FOUND_ENGLISH:  # in English, Django's own words as they were
+            return NotFound(template % {"name": verbose_name_of(named[1])})
     if isinstance(exc, RequestDataTooBig):
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
         return RequestTooLarge(
@@ -40,6 +52,12 @@ def api_exception(exc: Exception) -> Exception:
     if isinstance(exc, SuspiciousOperation):
         return ValidationError({"non_field_errors": [ErrorDetail(_("The request is malformed."), "malformed")]})
     return exc
+
+
+def verbose_name_of(object_name: str) -> str:
+    """A model's name for people, from its class name ("Job": "job", in the request's language)."""
+    model = next((model for model in apps.get_models() if model._meta.object_name == object_name), None)
+    return str(model._meta.verbose_name) if model is not None else object_name
 
 
 def exception_handler(exc, context):

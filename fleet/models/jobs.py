@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.utils.translation import gettext_lazy as _
 
 from fleet.choices import AllocationMode, JobEventKind, JobStatus, Policy, TrainingMode
 from fleet.fields import PlanField
@@ -14,99 +15,149 @@ from kernel.money import format_amount
 class Job(models.Model):
     """A training run: what to train, under which policy and budget, and where it stands."""
 
-    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs")
-    name = models.CharField(max_length=120, blank=True)
-    model_name = models.CharField(max_length=200)  # a catalog name, model:<id>, or a cached Hub id
-    dataset = models.CharField(max_length=120, default="synthetic")
-    dataset_upload = models.ForeignKey(
-        "fleet.Dataset", null=True, blank=True, on_delete=models.PROTECT, related_name="jobs"
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs", verbose_name=_("owner")
     )
-    per_device_batch_size = models.PositiveIntegerField()
-    max_steps = models.PositiveIntegerField()
-    policy = models.CharField(max_length=20, choices=Policy.choices, default=Policy.COST_PERFORMANCE)
-    max_budget_per_hour = models.BigIntegerField(help_text="micro-units per hour")
-    total_budget = models.BigIntegerField(null=True, blank=True, help_text="micro-units")
-    chip_counts = models.JSONField(null=True, blank=True, help_text="Chips picked by hand: {slug: count}")
+    name = models.CharField(max_length=120, blank=True, verbose_name=_("name"))
+    model_name = models.CharField(
+        max_length=200, verbose_name=_("model name")
+    )  # a catalog name, model:<id>, or a cached Hub id
+    dataset = models.CharField(max_length=120, default="synthetic", verbose_name=_("dataset"))
+    dataset_upload = models.ForeignKey(
+        "fleet.Dataset",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="jobs",
+        verbose_name=_("dataset upload"),
+    )
+    per_device_batch_size = models.PositiveIntegerField(verbose_name=_("per device batch size"))
+    max_steps = models.PositiveIntegerField(verbose_name=_("max steps"))
+    policy = models.CharField(
+        max_length=20, choices=Policy.choices, default=Policy.COST_PERFORMANCE, verbose_name=_("policy")
+    )
+    max_budget_per_hour = models.BigIntegerField(
+        help_text="micro-units per hour", verbose_name=_("max budget per hour")
+    )
+    total_budget = models.BigIntegerField(
+        null=True, blank=True, help_text="micro-units", verbose_name=_("total budget")
+    )
+    chip_counts = models.JSONField(
+        null=True, blank=True, help_text="Chips picked by hand: {slug: count}", verbose_name=_("chip counts")
+    )
     # Spot: the job bids up to `spot_bid_per_hour` per chip-hour for spot chips, and says where it may go
     # when they are reclaimed (on-demand chips, other chip types).
-    spot = models.BooleanField(default=False)
-    spot_bid_per_hour = models.BigIntegerField(null=True, blank=True, help_text="micro-units per chip-hour")
-    allow_on_demand = models.BooleanField(default=True)
-    allow_other_chips = models.BooleanField(default=True)
+    spot = models.BooleanField(default=False, verbose_name=_("spot"))
+    spot_bid_per_hour = models.BigIntegerField(
+        null=True, blank=True, help_text="micro-units per chip-hour", verbose_name=_("spot bid per hour")
+    )
+    allow_on_demand = models.BooleanField(default=True, verbose_name=_("allow on demand"))
+    allow_other_chips = models.BooleanField(default=True, verbose_name=_("allow other chips"))
     # How it trains: every weight, or a LoRA adapter ({"r", "alpha", "dropout", "target_modules"}) on a frozen base.
-    seq_len = models.PositiveIntegerField(null=True, blank=True, help_text="Tokens per sample; empty: the model's")
-    mode = models.CharField(max_length=8, choices=TrainingMode.choices, default=TrainingMode.FULL)
-    lora = models.JSONField(null=True, blank=True)
-    gradient_checkpointing = models.BooleanField(default=False)
+    seq_len = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Tokens per sample; empty: the model's", verbose_name=_("seq len")
+    )
+    mode = models.CharField(
+        max_length=8, choices=TrainingMode.choices, default=TrainingMode.FULL, verbose_name=_("mode")
+    )
+    lora = models.JSONField(null=True, blank=True, verbose_name=_("lora"))
+    gradient_checkpointing = models.BooleanField(default=False, verbose_name=_("gradient checkpointing"))
     # The model as planning sized it at launch (kernel.modelspecs.ModelSpec.as_dict(): an upload's or a Hub
     # model's exact shape, LoRA's trainable share). The market reads it to tell which chips the job fits: it
     # can't resolve uploads and Hub ids itself (it may not call workers.services). None: rows from before.
-    model_spec = models.JSONField(null=True, blank=True, editable=False)
+    model_spec = models.JSONField(null=True, blank=True, editable=False, verbose_name=_("model spec"))
     # Held-out loss: an eval dataset of the owner's, or a fraction of the training records; every N steps.
     eval_dataset_upload = models.ForeignKey(
-        "fleet.Dataset", null=True, blank=True, on_delete=models.PROTECT, related_name="eval_jobs"
+        "fleet.Dataset",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="eval_jobs",
+        verbose_name=_("eval dataset upload"),
     )
-    eval_fraction = models.FloatField(default=0)
-    eval_every = models.PositiveIntegerField(default=0)
+    eval_fraction = models.FloatField(default=0, verbose_name=_("eval fraction"))
+    eval_every = models.PositiveIntegerField(default=0, verbose_name=_("eval every"))
     # A run of islands: how they keep in step ("step", "diloco"; "": the planner chooses) and diloco's H.
-    sync_mode = models.CharField(max_length=8, blank=True, default="", choices=[("step", "step"), ("diloco", "diloco")])
-    sync_every = models.PositiveIntegerField(null=True, blank=True)
+    sync_mode = models.CharField(
+        max_length=8,
+        blank=True,
+        default="",
+        choices=[("step", "step"), ("diloco", "diloco")],
+        verbose_name=_("sync mode"),
+    )
+    sync_every = models.PositiveIntegerField(null=True, blank=True, verbose_name=_("sync every"))
     # How the optimizer steps (kernel.hyperparameters.Hyperparameters.as_dict()): the owner's settings with
     # the job's defaults filled in at submission, so the page shows what the ranks run with. {}: rows from before.
-    hyperparameters = models.JSONField(default=dict, blank=True)
+    hyperparameters = models.JSONField(default=dict, blank=True, verbose_name=_("hyperparameters"))
     # Experiment tracking besides TensorBoard (docs/FINE_TUNING.md, "Tracking"): {"wandb": {...}, "mlflow": {...}},
     # the owner's W&B key and MLflow token Fernet-encrypted (workers/services/tracking.py). {}: TensorBoard only.
-    tracking = models.JSONField(default=dict, blank=True)
+    tracking = models.JSONField(default=dict, blank=True, verbose_name=_("tracking"))
     # Asked as passes over the dataset: max_steps was worked out from them at launch.
-    n_epochs = models.FloatField(null=True, blank=True)
+    n_epochs = models.FloatField(null=True, blank=True, verbose_name=_("n epochs"))
     # A continuation (POST /api/v1/jobs/<id>/continue/): the job it goes on from and the checkpoint it starts
     # at (that job's stored checkpoint key); its own checkpoints, once it saves some, take over.
     continued_from = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="continuations"
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="continuations",
+        verbose_name=_("continued from"),
     )
-    start_checkpoint = models.CharField(max_length=500, blank=True)
+    start_checkpoint = models.CharField(max_length=500, blank=True, verbose_name=_("start checkpoint"))
     # Chips an on-demand job is waiting for that spot allocations hold now: {slug: count}. The auction
     # takes them out of spot capacity, so the lowest bids are reclaimed first.
-    waiting_for = models.JSONField(null=True, blank=True)
+    waiting_for = models.JSONField(null=True, blank=True, verbose_name=_("waiting for"))
     # Credit held while the job waits to be placed (hold minutes of its plan at launch): every later
     # launch, bid and placement of the owner counts it against the balance until the job is placed.
-    credit_hold = models.BigIntegerField(default=0, help_text="micro-units")
+    credit_hold = models.BigIntegerField(default=0, help_text="micro-units", verbose_name=_("credit hold"))
     # A queued job is re-planned with backoff (not before `next_plan_at`), or sooner when capacity changes.
-    next_plan_at = models.DateTimeField(null=True, blank=True)
-    plan_attempts = models.PositiveSmallIntegerField(default=0)
-    status = models.CharField(max_length=20, choices=JobStatus.choices, default=JobStatus.QUEUED, db_index=True)
-    status_reason = models.TextField(blank=True)
+    next_plan_at = models.DateTimeField(null=True, blank=True, verbose_name=_("next plan at"))
+    plan_attempts = models.PositiveSmallIntegerField(default=0, verbose_name=_("plan attempts"))
+    status = models.CharField(
+        max_length=20, choices=JobStatus.choices, default=JobStatus.QUEUED, db_index=True, verbose_name=_("status")
+    )
+    status_reason = models.TextField(blank=True, verbose_name=_("status reason"))
     # Bumped on every (re)placement; ranks and agents of an older epoch are fenced out.
-    epoch = models.PositiveIntegerField(default=0)
-    plan = PlanField(null=True, blank=True)
+    epoch = models.PositiveIntegerField(default=0, verbose_name=_("epoch"))
+    plan = PlanField(null=True, blank=True, verbose_name=_("plan"))
     # The plan the owner was quoted at launch (else the first placement's): the job page compares the run
     # with it. `plan` is the current placement's and changes with every re-plan; this never does.
-    quote = PlanField(null=True, blank=True, editable=False)
-    step = models.PositiveIntegerField(default=0)
-    tokens = models.PositiveBigIntegerField(default=0)
-    loss = models.FloatField(null=True, blank=True)
-    first_loss = models.FloatField(null=True, blank=True)
-    eval_loss = models.FloatField(null=True, blank=True)
-    tokens_per_s = models.FloatField(null=True, blank=True)
+    quote = PlanField(null=True, blank=True, editable=False, verbose_name=_("quote"))
+    step = models.PositiveIntegerField(default=0, verbose_name=_("step"))
+    tokens = models.PositiveBigIntegerField(default=0, verbose_name=_("tokens"))
+    loss = models.FloatField(null=True, blank=True, verbose_name=_("loss"))
+    first_loss = models.FloatField(null=True, blank=True, verbose_name=_("first loss"))
+    eval_loss = models.FloatField(null=True, blank=True, verbose_name=_("eval loss"))
+    tokens_per_s = models.FloatField(null=True, blank=True, verbose_name=_("tokens per s"))
     # A run of islands: each island's last report, by island index: {"stack", "mode", "syncs", "bytes_across",
     # "members", "step", "change"} (hosts/runtime/islands/; the job page's islands table).
-    island_stats = models.JSONField(default=dict, blank=True)
+    island_stats = models.JSONField(default=dict, blank=True, verbose_name=_("island stats"))
     # A serving replica (docs/SERVING.md): the deployment it serves, and what its engine last reported
     # (kernel.serving.EngineStatus.as_dict(): state, url, engine, simulated, error). Not a training run.
     deployment = models.ForeignKey(
-        "fleet.Deployment", null=True, blank=True, on_delete=models.PROTECT, related_name="replicas"
+        "fleet.Deployment",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="replicas",
+        verbose_name=_("deployment"),
     )
-    serving = models.JSONField(default=dict, blank=True)
-    latest_checkpoint = models.CharField(max_length=500, blank=True)
-    latest_checkpoint_step = models.PositiveIntegerField(null=True, blank=True)
-    latest_checkpoint_at = models.DateTimeField(null=True, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    started_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
-    cancel_requested_at = models.DateTimeField(null=True, blank=True)
-    updated_at = models.DateTimeField(auto_now=True)
+    serving = models.JSONField(default=dict, blank=True, verbose_name=_("serving"))
+    latest_checkpoint = models.CharField(max_length=500, blank=True, verbose_name=_("latest checkpoint"))
+    latest_checkpoint_step = models.PositiveIntegerField(
+        null=True, blank=True, verbose_name=_("latest checkpoint step")
+    )
+    latest_checkpoint_at = models.DateTimeField(null=True, blank=True, verbose_name=_("latest checkpoint at"))
+    created_at = models.DateTimeField(auto_now_add=True, verbose_name=_("created at"))
+    started_at = models.DateTimeField(null=True, blank=True, verbose_name=_("started at"))
+    finished_at = models.DateTimeField(null=True, blank=True, verbose_name=_("finished at"))
+    cancel_requested_at = models.DateTimeField(null=True, blank=True, verbose_name=_("cancel requested at"))
+    updated_at = models.DateTimeField(auto_now=True, verbose_name=_("updated at"))
 
     class Meta:
+        verbose_name = _("job")
+        verbose_name_plural = _("jobs")
         db_table = "workers_job"  # its table from before the move
         ordering = ["-created_at", "-id"]
         constraints = [

@@ -37,19 +37,27 @@ class ApiTokenQuerySet(models.QuerySet):
 class ApiToken(models.Model):
     """A user's bearer token for the REST API, SDK and CLI."""
 
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
-    name = models.CharField(max_length=80, default="API token")
-    prefix = models.CharField(max_length=12, help_text="The first characters, to recognise a token.")
-    token_hash = models.CharField(max_length=64, unique=True)
-    scope = models.CharField(max_length=16, choices=TokenScope.choices, default=TokenScope.READ_WRITE)
-    created_at = models.DateTimeField(auto_now_add=True)
-    expires_at = models.DateTimeField(null=True, blank=True)
-    last_used_at = models.DateTimeField(null=True, blank=True)
-    revoked_at = models.DateTimeField(null=True, blank=True)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens", verbose_name=_("user")
+    )
+    name = models.CharField(max_length=80, default="API token", verbose_name=_("name"))
+    prefix = models.CharField(
+        max_length=12, help_text="The first characters, to recognise a token.", verbose_name=_("prefix")
+    )
+    token_hash = models.CharField(max_length=64, unique=True, verbose_name=_("token hash"))
+    scope = models.CharField(
+        max_length=16, choices=TokenScope.choices, default=TokenScope.READ_WRITE, verbose_name=_("scope")
+    )
+    created_at = models.DateTimeField(auto_now_add=True, verbose_name=_("created at"))
+    expires_at = models.DateTimeField(null=True, blank=True, verbose_name=_("expires at"))
+    last_used_at = models.DateTimeField(null=True, blank=True, verbose_name=_("last used at"))
+    revoked_at = models.DateTimeField(null=True, blank=True, verbose_name=_("revoked at"))
 
     objects = ApiTokenQuerySet.as_manager()
 
     class Meta:
+        verbose_name = _("api token")
+        verbose_name_plural = _("api tokens")
         ordering = ["-created_at"]
 
     def __str__(self) -> str:

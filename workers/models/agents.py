@@ -9,6 +9,7 @@ from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 
 from base.tokens import hash_token
 from fleet.choices import CommandStatus
@@ -29,27 +30,42 @@ def default_token_expiry() -> datetime:
 class EnrollmentToken(models.Model):
     """A secret an operator hands to a compute host so its agent can join one pool."""
 
-    pool = models.ForeignKey("fleet.Pool", on_delete=models.CASCADE, related_name="enrollment_tokens")
-    name = models.CharField(max_length=80, default="enrollment token")
-    prefix = models.CharField(max_length=12, editable=False)
-    token_hash = models.CharField(max_length=64, unique=True, editable=False)
-    created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    pool = models.ForeignKey(
+        "fleet.Pool", on_delete=models.CASCADE, related_name="enrollment_tokens", verbose_name=_("pool")
     )
-    created_at = models.DateTimeField(auto_now_add=True)
-    expires_at = models.DateTimeField(default=default_token_expiry, help_text="Refused after this time.")
-    revoked_at = models.DateTimeField(null=True, blank=True)
-    uses = models.PositiveIntegerField(default=0, editable=False)
+    name = models.CharField(max_length=80, default="enrollment token", verbose_name=_("name"))
+    prefix = models.CharField(max_length=12, editable=False, verbose_name=_("prefix"))
+    token_hash = models.CharField(max_length=64, unique=True, editable=False, verbose_name=_("token hash"))
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        verbose_name=_("created by"),
+    )
+    created_at = models.DateTimeField(auto_now_add=True, verbose_name=_("created at"))
+    expires_at = models.DateTimeField(
+        default=default_token_expiry, help_text="Refused after this time.", verbose_name=_("expires at")
+    )
+    revoked_at = models.DateTimeField(null=True, blank=True, verbose_name=_("revoked at"))
+    uses = models.PositiveIntegerField(default=0, editable=False, verbose_name=_("uses"))
     max_uses = models.PositiveIntegerField(
-        default=1, validators=[MinValueValidator(1)], help_text="How many hosts may enroll with it."
+        default=1,
+        validators=[MinValueValidator(1)],
+        help_text="How many hosts may enroll with it.",
+        verbose_name=_("max uses"),
     )
     approved_chips = models.PositiveSmallIntegerField(
         default=1,
         validators=[MinValueValidator(1), MaxValueValidator(64)],
         help_text="The most chips a host enrolling with it may declare.",
+        verbose_name=_("approved chips"),
     )
 
     class Meta:
+        verbose_name = _("enrollment token")
+        verbose_name_plural = _("enrollment tokens")
         ordering = ["-created_at"]
 
     def __str__(self) -> str:

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from django.db import transaction
+from django.utils.translation import gettext
 
 from fleet.choices import JobEventKind, JobStatus
 from fleet.models import Job
@@ -45,8 +46,11 @@ def check_continuable(job: Job) -> None:
             409,
             "non_field_errors",
             "job_not_finished",
-            f"Job {job.pk} is {job.get_status_display().lower()} ({job.status}): only a stopped, cancelled, failed "
-            "or succeeded job can be continued. Cancel it first, or wait for it to end.",
+            gettext(
+                "Job %(id)s is %(status)s (%(code)s): only a stopped, cancelled, failed or succeeded job can be "
+                "continued. Cancel it first, or wait for it to end."
+            )
+            % {"id": job.pk, "status": job.get_status_display().lower(), "code": job.status},
         )
 
 
@@ -63,7 +67,7 @@ def checkpoint_to_continue(job: Job, step: int | None = None) -> JobCheckpoint:
             400,
             "checkpoint_step",
             "no_checkpoint",
-            f"Job {job.pk} saved no checkpoint, so there is nothing to go on from.",
+            gettext("Job %(id)s saved no checkpoint, so there is nothing to go on from.") % {"id": job.pk},
         )
     if step is None:
         return rows[-1]
@@ -75,7 +79,8 @@ def checkpoint_to_continue(job: Job, step: int | None = None) -> JobCheckpoint:
         400,
         "checkpoint_step",
         "unknown_checkpoint",
-        f"Job {job.pk} has no checkpoint at step {step}; its checkpoints are at steps {have}.",
+        gettext("Job %(id)s has no checkpoint at step %(step)s; its checkpoints are at steps %(have)s.")
+        % {"id": job.pk, "step": step, "have": have},
     )
 
 
@@ -83,7 +88,9 @@ def total_steps(job: Job, checkpoint: JobCheckpoint, max_steps: int | None, addi
     """The continuation's max_steps: given, or the checkpoint's step plus `additional_steps`, or (neither given)
     the old job's own goal when the checkpoint is short of it. A 400 on `max_steps` unless it passes the step."""
     if max_steps is not None and additional_steps is not None:
-        raise ContinueRefused(400, "additional_steps", "invalid", "Give max_steps or additional_steps, not both.")
+        raise ContinueRefused(
+            400, "additional_steps", "invalid", gettext("Give max_steps or additional_steps, not both.")
+        )
     if additional_steps is not None:
         max_steps = checkpoint.step + additional_steps
     elif max_steps is None:
@@ -93,8 +100,11 @@ def total_steps(job: Job, checkpoint: JobCheckpoint, max_steps: int | None, addi
             400,
             "max_steps",
             "invalid",
-            f"The checkpoint is at step {checkpoint.step}: max_steps (the new total) must be more than that "
-            f"(not {max_steps}); or give additional_steps.",
+            gettext(
+                "The checkpoint is at step %(step)s: max_steps (the new total) must be more than that "
+                "(not %(asked)s); or give additional_steps."
+            )
+            % {"step": checkpoint.step, "asked": max_steps},
         )
     return max_steps
 
@@ -108,9 +118,11 @@ def continuation_spec(job: Job, spec: JobSpec, checkpoint: JobCheckpoint) -> Job
                 400,
                 field,
                 "invalid",
-                f"A continuation trains job {job.pk}'s network: its checkpoint loads only into {field} "
-                f"{getattr(job, column)!r}. To train another model on this one's result, launch a job with model "
-                f"'job:{job.pk}'.",
+                gettext(
+                    "A continuation trains job %(id)s's network: its checkpoint loads only into %(field)s "
+                    "%(value)s. To train another model on this one's result, launch a job with model 'job:%(id)s'."
+                )
+                % {"id": job.pk, "field": field, "value": repr(getattr(job, column))},
             )
     same_batch = job.plan is not None and spec.per_device_batch_size == job.per_device_batch_size
     return replace(

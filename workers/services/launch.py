@@ -21,6 +21,7 @@ from billing.services.holds import HoldRefused, check_hold, hold_needed, lock_cr
 from fleet.models import Job
 from kernel import planner
 from kernel.money import cost_over, format_money
+from kernel.planner import islands
 from kernel.spec import JobSpec
 from market.services.commitments import WAITING, commitments
 from workers.services.epochs import EpochsRefused, with_epochs
@@ -56,7 +57,8 @@ def planning_message(error: planner.PlanningError) -> str:
     template = getattr(error, "template", "")
     if not template:
         return str(error)
-    return gettext(template) % error.values
+    values = {name: gettext(value) if value == islands.WHY else value for name, value in error.values.items()}
+    return gettext(template) % values
 
 
 def launch(owner, spec: JobSpec, *, deployment=None) -> Job:

@@ -12,11 +12,13 @@ import subprocess
 import sys
 import threading
 import time
+import zoneinfo
 from datetime import timedelta
 from pathlib import Path
 
 import psutil
 import pytest
+from django.conf import settings
 from django.core.management import call_command
 from django.db import connection
 from django.utils import timezone
@@ -169,7 +171,8 @@ def test_an_enrollment_without_any_token_is_a_400_naming_the_field(catalog):
 def test_the_operator_sets_uses_chips_and_expiry_of_a_token_and_sees_them(catalog, client, operator):
     client.force_login(operator)
     pool = Pool.objects.get(chip_type__slug="rtx-4090")
-    expires = timezone.localtime() + timedelta(hours=2)
+    # The console reads times in the operator's zone (Asia/Shanghai unless they chose another, docs/I18N.md).
+    expires = timezone.localtime(timezone=zoneinfo.ZoneInfo(settings.DISPLAY_TIME_ZONE)) + timedelta(hours=2)
     response = client.post(
         "/admin/workers/enrollmenttoken/add/",
         {"pool": pool.pk, "name": "rack 7", "approved_chips": 8, "max_uses": 3,
