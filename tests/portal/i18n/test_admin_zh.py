@@ -132,7 +132,7 @@ def test_columns_and_actions_are_chinese_and_times_carry_their_zone(console, dat
     jobs = console.get("/admin/fleet/job/", **ZH).content.decode()
     assert "创建时间" in jobs and "UTC+8" in jobs  # the operator's zone (Asia/Shanghai), with its offset
     bids = console.get("/admin/market/bid/", **ZH).content.decode()
-    assert "最高价 /芯片小时" in bids and "¥0.90" in bids
+    assert "最高价 / 芯片·小时" in bids and "¥0.90" in bids
 
 
 def test_an_action_message_is_chinese(console, data):
