@@ -81,3 +81,8 @@ class AuditEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor_name or 'platform'} {self.action} {self.target_repr}"
+
+
+from base.preferences import Preferences  # noqa: E402 - a person's language and time zone, read by every app
+
+__all__ = ["AuditEntry", "IdempotentRequest", "Preferences"]

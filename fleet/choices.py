@@ -1,7 +1,15 @@
 """Statuses and kinds of the compute fleet."""
 
 from django.db import models
+from django.utils import translation
 from django.utils.translation import gettext_lazy as _
+
+
+def stored_label(member) -> str:
+    """A choice's label in English, for text written into the database (event messages, reasons, ledger memos):
+    what is stored stays in one language whatever language the request that wrote it spoke."""
+    with translation.override("en"):
+        return str(member.label)
 
 
 class ChipFamily(models.TextChoices):

@@ -17,7 +17,7 @@ from django.http import HttpRequest, HttpResponse
 from django.utils import timezone, translation
 from django.views.i18n import set_language
 
-from portal.models import Preferences
+from base.models import Preferences
 
 
 def preferences_of(user) -> Preferences | None:

@@ -151,7 +151,7 @@ LOGIN_URL = "account_login"
 # Accept-Language, then English. Our catalogs live in locale/; Django, its admin, allauth and DRF bring theirs.
 LANGUAGE_CODE = "en"
 LANGUAGES = [("zh-hans", "简体中文"), ("en", "English")]
-LOCALE_PATHS = [BASE_DIR / "locale", *sorted((BASE_DIR / "locale" / "areas").glob("*"))]
+LOCALE_PATHS = [BASE_DIR / "locale"]
 USE_I18N = True
 # The server, the database and the API keep UTC; pages show a person's own zone, this one by default.
 TIME_ZONE = env("TIME_ZONE", "UTC")

@@ -17,12 +17,11 @@ from django.core.mail import send_mail
 from django.db import IntegrityError, transaction
 from django.template.loader import render_to_string
 from django.urls import reverse
-from django.utils import timezone, translation
-from django.utils.formats import date_format
+from django.utils import translation
 from django.utils.translation import gettext as _
 
-from base.formatting import zone_label
 from billing.models import Account, Payment, PaymentMethodType, Receipt, SentNotification, Transaction
+from billing.notifications import local_time, recipients_locale
 from kernel.money import format_money
 
 logger = logging.getLogger(__name__)
@@ -83,23 +82,6 @@ def _enqueue_receipt_email(receipt_id: int) -> None:
         logger.warning("could not queue the e-mail of receipt %s: %s", receipt_id, error)
 
 
-def language_and_zone(user) -> tuple[str, str]:
-    """The language and time zone a person reads in (English and the default zone when they chose none)."""
-    from portal.models import Preferences
-
-    preferences = Preferences.objects.filter(user=user).first()
-    language = preferences.language if preferences and preferences.language else "en"
-    zone = preferences.time_zone if preferences else settings.DISPLAY_TIME_ZONE
-    return language, zone
-
-
-def when_text(moment, zone: str) -> str:
-    """A time as plain text in the zone and active language, with its offset ("2026-12-07 14:05 UTC+8")."""
-    with timezone.override(zone):
-        local = timezone.localtime(moment)
-        return f"{date_format(local, 'DATETIME_FORMAT')} {zone_label(local)}"
-
-
 def method_label(receipt: Receipt) -> str:
     return receipt.get_method_display() if receipt.method else _("Not recorded")
 
@@ -109,7 +91,6 @@ def send_receipt_email(receipt_id: int) -> None:
     receipt = Receipt.objects.select_related("user").filter(pk=receipt_id).first()
     if receipt is None or not receipt.user.email:
         return
-    language, zone = language_and_zone(receipt.user)
     site = settings.SITE_URL.rstrip("/")
     # The key and the sending commit together: a failed send leaves no key, a retried task finds it.
     with transaction.atomic():
@@ -118,16 +99,16 @@ def send_receipt_email(receipt_id: int) -> None:
                 SentNotification.objects.create(key=f"receipt:{receipt.pk}", user=receipt.user)
         except IntegrityError:
             return  # sent already (a retried or duplicated task)
-        with translation.override(language):
+        with recipients_locale(receipt.user):
             context = {
                 "user": receipt.user,
                 "receipt": receipt,
                 "amount": format_money(receipt.amount),
                 "method": method_label(receipt),
-                "when": when_text(receipt.credited_at, zone),
+                "when": local_time(receipt.credited_at),
                 "balance_after": format_money(receipt.balance_after),
                 "receipt_url": site + reverse("receipt", args=[receipt.pk]),
-                "language": language,
+                "language": translation.get_language(),
             }
             subject = _("Starverse: receipt for your top-up of %(amount)s") % {"amount": context["amount"]}
             send_mail(

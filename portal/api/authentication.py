@@ -32,9 +32,10 @@ from django.utils import timezone, translation
 from django.utils.translation import gettext as _
 from rest_framework import authentication, exceptions
 
+from base.models import Preferences
 from base.tokens import hash_token
 from portal.api.sign_in import UNCONFIRMED, SignInRefused, is_confirmed
-from portal.models import ApiToken, Preferences
+from portal.models import ApiToken
 from portal.models.tokens import token_cache_key
 
 # Write last_used_at at most once a minute per token, not on every request.

@@ -1,4 +1,3 @@
-from portal.models.preferences import Preferences
 from portal.models.tokens import ApiToken, TokenScope
 
-__all__ = ["ApiToken", "Preferences", "TokenScope"]
+__all__ = ["ApiToken", "TokenScope"]

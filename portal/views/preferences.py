@@ -16,8 +16,8 @@ from django.utils import timezone, translation
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from portal.models import Preferences
-from portal.models.preferences import time_zone_names
+from base.models import Preferences
+from base.preferences import time_zone_names
 
 # Offered first in the time zone's suggestions: where most of our customers read their pages.
 COMMON_ZONES = (

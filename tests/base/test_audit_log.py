@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
+from django.conf import settings
 from django.utils import timezone
 
 from base.models import AuditEntry
@@ -58,7 +60,7 @@ def online_node(slug: str = "rtx-4090") -> Node:
 
 def test_a_new_price_is_recorded_with_the_price_it_replaces(console, operator):
     chip = ChipType.objects.get(slug="rtx-4090")
-    effective = timezone.localtime() + timedelta(hours=1)
+    effective = timezone.localtime(timezone=ZoneInfo(settings.DISPLAY_TIME_ZONE)) + timedelta(hours=1)
     console.post(
         "/admin/billing/price/add/",
         {
@@ -133,7 +135,7 @@ def test_resetting_a_node_is_recorded(console, operator):
 
 def test_creating_and_revoking_an_enrollment_token_are_recorded(console, operator):
     pool = Pool.objects.get(chip_type__slug="tpu-v5e")
-    expires = timezone.localtime() + timedelta(days=1)
+    expires = timezone.localtime(timezone=ZoneInfo(settings.DISPLAY_TIME_ZONE)) + timedelta(days=1)
     console.post(
         "/admin/workers/enrollmenttoken/add/",
         {

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
+from django.conf import settings
 from django.contrib.messages import get_messages
 from django.utils import timezone
 
@@ -25,7 +27,7 @@ def console(client, operator):
 
 
 def add_price(console, chip, on_demand, spot_floor):
-    effective = timezone.localtime() + timedelta(hours=1)  # after the seeded launch price, whenever this runs
+    effective = timezone.localtime(timezone=ZoneInfo(settings.DISPLAY_TIME_ZONE)) + timedelta(hours=1)
     return console.post(
         "/admin/billing/price/add/",
         {

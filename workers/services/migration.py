@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 from django.db.models import Max
 
 from billing.services.insurance import insurance_amount, pay_insurance
-from fleet.choices import JobEventKind, MigrationReason, MigrationStatus
+from fleet.choices import JobEventKind, MigrationReason, MigrationStatus, stored_label
 from fleet.models import Allocation, Job
 from kernel.money import format_money
 from workers.models import JobMetric, JobMigration
@@ -128,7 +128,7 @@ def record_resume(job: Job, first_step: int, now: datetime) -> JobMigration | No
             job.owner,
             migration.refund,
             key=f"insurance:{migration.pk}",
-            memo=f"Training insurance for job {job.pk}: {MigrationReason(migration.reason).label.lower()}",
+            memo=f"Training insurance for job {job.pk}: {stored_label(MigrationReason(migration.reason)).lower()}",
             now=now,
         )
     migration.save()

@@ -11,13 +11,13 @@ import pytest
 import stripe
 from django.core import mail
 
+from base.models import Preferences
 from billing.models import Payment, Receipt, SentNotification
 from billing.services.credits import adjust_credit
 from billing.services.ledger import balance_of
 from billing.services.receipts import method_of, send_receipt_email
 from billing.services.stripe_payments.topups import credit_payment
 from portal.celery import app as celery_app
-from portal.models import Preferences
 from tests.support.localstripe import SECRET_KEY, deliver, events_for, paid_intent
 
 FIFTY = 50_000_000

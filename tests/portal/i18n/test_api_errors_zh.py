@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 from rest_framework.test import APIClient
 
+from base.models import Preferences
 from fleet.choices import JobStatus
 from fleet.models import Job
-from portal.models import Preferences, TokenScope
+from portal.models import TokenScope
 from tests.portal.i18n.visible_text import needs_translation
 from tests.support.deployments import DEPLOYMENT
 from tests.support.jobs import JOB_SPEC

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from portal.models import Preferences
+from base.models import Preferences
 
 pytestmark = pytest.mark.django_db
 

@@ -12,12 +12,12 @@ import pytest
 from django.core import mail
 from django.utils import timezone
 
+from base.models import Preferences
 from billing.models import BillingLine, NotificationSettings
 from billing.notifications import send_job_end_email, send_low_balance_email
 from fleet.choices import JobStatus
 from fleet.models import ChipType, DeploymentStatus, Job
 from kernel.money import to_micros
-from portal.models import Preferences
 from tests.portal.i18n.visible_text import untranslated
 from tests.support.deployment_pages import make_deployment, make_replica
 from tests.support.statements import at, charge, make_allocation, seed_march

@@ -16,11 +16,11 @@ from django.core.cache import cache
 from django.urls import reverse
 from django.utils import timezone
 
+from base.models import Preferences
 from billing.models import SpotPrice
 from fleet.choices import AgentStatus, JobStatus
 from fleet.models import ChipType, Job, Node
 from market.models import Bid, BidStatus
-from portal.models import Preferences
 from portal.models.tokens import ApiToken
 from tests.portal.i18n.visible_text import untranslated
 from tests.support.accounts import PASSWORD

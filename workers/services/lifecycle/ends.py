@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from billing.notifications import credit_stop_requested as credit_stop_requested_email
 from billing.notifications import job_ended
-from fleet.choices import JobEventKind, JobStatus
+from fleet.choices import JobEventKind, JobStatus, stored_label
 from fleet.models import Job
 from kernel.protocol import CommandType
 from market.services.bids import close_job_bids
@@ -131,7 +131,7 @@ def finish(job: Job, status: str, reason: str = "", now: datetime | None = None)
     kind = {JobStatus.SUCCEEDED: JobEventKind.SUCCEEDED, JobStatus.FAILED: JobEventKind.FAILED}.get(
         status, JobEventKind.STOPPED
     )
-    record_event(job, kind, job.status_reason or job.get_status_display(), now=now)
+    record_event(job, kind, job.status_reason or stored_label(JobStatus(job.status)), now=now)
     # One e-mail per job end (billing.notifications: succeeded, failed, out of credit, cancelled by the
     # operator), after the commit.
     transaction.on_commit(lambda: job_ended(job.pk, status, by_operator=bool(operator_reason)))

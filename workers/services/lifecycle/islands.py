@@ -18,7 +18,7 @@ from datetime import datetime
 from django.db.models import Max
 
 from billing.services.insurance import insurance_amount, pay_insurance
-from fleet.choices import JobEventKind, MigrationReason, MigrationStatus
+from fleet.choices import JobEventKind, MigrationReason, MigrationStatus, stored_label
 from fleet.models import Allocation, Job
 from kernel.money import format_money
 from kernel.protocol import SYNC_DILOCO
@@ -68,7 +68,7 @@ def leave_in_place(
     going = [a for a in held if node_islands[a.node_id] & leaving]
     hostnames = sorted({a.node.hostname for a in going})
     grace = 0 if lost else max(min(notice_seconds, 30), 5)
-    why = f"{MigrationReason(reason).label}: {detail}"
+    why = f"{stored_label(MigrationReason(reason))}: {detail}"
     stop_ranks(job, why, checkpoint=False, grace_s=grace, now=now, node_ids=sorted({a.node_id for a in going}))
     allocations.end_for_notice(going, now, hold_seconds=None if lost else notice_seconds)
     stats = dict(job.island_stats or {})
@@ -129,8 +129,8 @@ def _record_leave(
     record_event(
         job,
         JobEventKind.ISLAND,
-        f"Island {names} left ({MigrationReason(reason).label.lower()}: {', '.join(hostnames)}); the other islands "
-        f"train on. {steps_lost} step(s) of its work lost; insurance refund {format_money(refund)}",
+        f"Island {names} left ({stored_label(MigrationReason(reason)).lower()}: {', '.join(hostnames)}); "
+        f"the other islands train on. {steps_lost} step(s) of its work lost; insurance refund {format_money(refund)}",
         data={"migration": move.pk, "islands": leaving, "refund": refund, "steps_lost": steps_lost},
         now=now,
     )

@@ -8,7 +8,7 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
-from fleet.choices import JobEventKind, JobStatus, MigrationReason
+from fleet.choices import JobEventKind, JobStatus, MigrationReason, stored_label
 from fleet.models import Allocation, Job, Node
 from workers.models import JobMigration
 from workers.services import allocations, migration
@@ -79,7 +79,7 @@ def reclaim(
         if lost:
             fence(job, now)
         job.status = JobStatus.MIGRATING
-        job.status_reason = f"{MigrationReason(reason).label}: {detail}. Moving to other chips."
+        job.status_reason = f"{stored_label(MigrationReason(reason))}: {detail}. Moving to other chips."
         job.save(update_fields=["status", "status_reason", "updated_at"])
         # Every rank stops (data parallelism needs all of them); rank 0 checkpoints first unless a peer is
         # gone: then the ranks are killed at once, the lost node's too as soon as its agent polls.
@@ -88,7 +88,7 @@ def reclaim(
         record_event(
             job,
             JobEventKind.NOTICE,
-            f"{MigrationReason(reason).label} ({', '.join(hostnames)}): {detail}. "
+            f"{stored_label(MigrationReason(reason))} ({', '.join(hostnames)}): {detail}. "
             + ("Resuming from the last checkpoint." if lost else f"Checkpointing within {notice_seconds}s."),
             data={"migration": move.pk, "reason": reason, "notice_seconds": move.notice_seconds},
             now=now,

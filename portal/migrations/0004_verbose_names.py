@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('portal', '0004_preferences'),
+        ('portal', '0003_idempotent_request_moves_to_base'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
