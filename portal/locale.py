@@ -18,14 +18,22 @@ from django.utils import timezone, translation
 from django.views.i18n import set_language
 
 from base.models import Preferences
+from base.outage import DATABASE_UNAVAILABLE
 
 
 def preferences_of(user) -> Preferences | None:
-    if not user.is_authenticated:
-        return None
+    """The signed-in person's saved choices; None when signed out, never saved, or the database is away.
+
+    During a database outage the request goes on in the default language and zone, so that the view's
+    own query meets the outage and answers the 503 (portal.outage), not this middleware a 500.
+    """
     try:
+        if not user.is_authenticated:  # reading the lazy user reads the session and the user: the database
+            return None
         return user.preferences
     except Preferences.DoesNotExist:
+        return None
+    except DATABASE_UNAVAILABLE:
         return None
 
 
@@ -38,7 +46,7 @@ class UserLocaleMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        preferences = preferences_of(getattr(request, "user", None) or _Anonymous)
+        preferences = preferences_of(getattr(request, "user", _Anonymous))
         if preferences is not None and preferences.language:
             translation.activate(preferences.language)
             request.LANGUAGE_CODE = translation.get_language()

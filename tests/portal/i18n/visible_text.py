@@ -27,6 +27,7 @@ RTX A100 H100 H200 TPU v4 v5e Ascend 910B MLU370 CPU GPU NPU MLU GPT-2 gpt2 GPT 
 API REST SDK CLI JSON CSV HTTP HTTPS URL ID SSE TOTP UTC GMT CST Asia/Shanghai CNY RMB PNG SVG YAML
 GB GiB MB MiB KB TB Gbit/s Mbit/s tokens/s token/s tok/s ms s h min TFLOPS FLOPS MFU bf16 fp16 fp32 p50 p95
 Spot English Bearer Python curl pip starverse max_tokens temperature
+NVIDIA Google Huawei Cambricon MLU370-X8 80G 40G 24G GB/s TB/s
 """
 _WORDS = sorted({word for word in ALLOWED_WORDS.split()}, key=len, reverse=True)
 ALLOWED = re.compile(r"(?<![\w/])(?:" + "|".join(re.escape(word) for word in _WORDS) + r")(?![\w/])", re.IGNORECASE)

@@ -5,6 +5,8 @@ playground) counts too, since the text is read after the scripts ran."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from django.utils import timezone
 from playwright.sync_api import Browser, Page, expect
@@ -35,7 +37,7 @@ SIGNED_IN = [
     "/billing/usage/",
     "/billing/statements/",
 ]
-OWN_NAMES = ("alice", "alice@example.com", "lin-run", "lin-chat", "llama-tiny", "job:1")
+OWN_NAMES = ("test funds", "alice", "alice@example.com", "lin-run", "lin-chat", "llama-tiny", "job:1")
 
 # The visible text nodes and read attributes of the page, skipping code, scripts and English-marked parts.
 VISIBLE_TEXTS = """() => {
@@ -88,10 +90,11 @@ def test_every_page_reads_in_chinese_signed_out_and_signed_in(live_server, alice
     chinese_page.goto(f"{live_server.url}/accounts/login/")
     chinese_page.fill("input[name=login]", "alice")
     chinese_page.fill("input[name=password]", PASSWORD)
-    chinese_page.click("button[type=submit]")
+    chinese_page.locator("main button[type=submit]").click()
     expect(chinese_page).to_have_url(f"{live_server.url}/dashboard/")
     for path in SIGNED_IN:
         path = path.format(job=job.pk, deployment=deployment.pk)
         found[path] = english_on(chinese_page, live_server.url + path)
 
-    assert {path: texts for path, texts in found.items() if texts} == {}
+    english = {path: texts for path, texts in found.items() if texts}
+    assert not english, "English on Chinese pages:\n" + json.dumps(english, ensure_ascii=False, indent=1)

@@ -78,7 +78,7 @@ def open_page(chromium: Browser, url: str, viewport: dict) -> tuple[Page, list[s
     page.goto(f"{url}/accounts/login/")
     page.fill("input[name=login]", "alice")
     page.fill("input[name=password]", PASSWORD)
-    page.click("button[type=submit]")
+    page.locator("main button[type=submit]").click()
     expect(page).to_have_url(f"{url}/dashboard/")
     return page, problems
 

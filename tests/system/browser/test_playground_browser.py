@@ -64,7 +64,7 @@ def signed_in(chromium: Browser, url: str) -> tuple[Page, list[str]]:
     page.goto(f"{url}/accounts/login/")
     page.fill("input[name=login]", "alice")
     page.fill("input[name=password]", PASSWORD)
-    page.click("button[type=submit]")
+    page.locator("main button[type=submit]").click()
     expect(page).to_have_url(f"{url}/dashboard/")
     return page, problems
 

@@ -56,7 +56,7 @@ def log_in(page: Page, url: str) -> None:
     page.goto(f"{url}/accounts/login/")
     page.fill("input[name=login]", "alice")
     page.fill("input[name=password]", PASSWORD)
-    page.click("button[type=submit]")
+    page.locator("main button[type=submit]").click()
     expect(page).to_have_url(f"{url}/dashboard/")
 
 

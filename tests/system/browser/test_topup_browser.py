@@ -32,7 +32,7 @@ def log_in_and_open_billing(page: Page, url: str) -> None:
     page.goto(f"{url}/accounts/login/")
     page.fill("input[name=login]", "alice")
     page.fill("input[name=password]", PASSWORD)
-    page.click("button[type=submit]")
+    page.locator("main button[type=submit]").click()
     page.goto(f"{url}/billing/")
 
 

@@ -35,7 +35,7 @@ def test_a_run_launched_in_one_click_reaches_100_percent(
         page.goto(f"{live_server.url}/accounts/login/")
         page.fill("input[name=login]", "alice")
         page.fill("input[name=password]", PASSWORD)
-        page.click("button[type=submit]")
+        page.locator("main button[type=submit]").click()
         page.goto(f"{live_server.url}/train/")
         page.select_option("select[name=policy]", "fastest")
         page.fill("input[name=max_steps]", "30")
