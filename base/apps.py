@@ -15,3 +15,8 @@ class BaseConfig(AppConfig):
 
         # Amounts take the settings' CURRENCY_SYMBOL, read on each use (override_settings works).
         money.read_currency_symbol_from(lambda: settings.CURRENCY_SYMBOL)
+
+        # The admin's times with their zone: the admin app, listed first, has registered every ModelAdmin by now.
+        from base import admin_times
+
+        admin_times.install()

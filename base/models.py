@@ -21,10 +21,10 @@ class IdempotentRequest(models.Model):
     key = models.CharField(max_length=255)
     method = models.CharField(max_length=8)
     path = models.CharField(max_length=500)
-    body_hash = models.CharField(max_length=64, help_text="SHA-256 of the method, path and canonical body.")
+    body_hash = models.CharField(max_length=64, help_text=_("SHA-256 of the method, path and canonical body."))
     status_code = models.PositiveSmallIntegerField()
     # Text, not jsonb: jsonb reorders keys, and a replay should be byte-for-byte the first answer.
-    response_body = models.TextField(blank=True, help_text="The answer's JSON as it was sent.")
+    response_body = models.TextField(blank=True, help_text=_("The answer's JSON as it was sent."))
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
 
     class Meta:
@@ -59,7 +59,7 @@ class AuditEntry(models.Model):
         verbose_name=_("actor"),
     )
     actor_name = models.CharField(
-        max_length=150, blank=True, help_text="The actor's username when it acted.", verbose_name=_("actor name")
+        max_length=150, blank=True, help_text=_("The actor's username when it acted."), verbose_name=_("actor name")
     )
     action = models.CharField(
         max_length=64, db_index=True, help_text='What was done, e.g. "node.drain".', verbose_name=_("action")
@@ -69,7 +69,7 @@ class AuditEntry(models.Model):
     )
     target_id = models.CharField(max_length=64, blank=True, verbose_name=_("target id"))
     target_repr = models.CharField(
-        max_length=200, blank=True, help_text="The row as it read when acted on.", verbose_name=_("target repr")
+        max_length=200, blank=True, help_text=_("The row as it read when acted on."), verbose_name=_("target repr")
     )
     details = models.JSONField(default=dict, blank=True, encoder=DjangoJSONEncoder, verbose_name=_("details"))
 

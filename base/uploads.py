@@ -10,9 +10,18 @@ chunk that passes it, counting every file of the request together.
 from __future__ import annotations
 
 from django.core.files.uploadhandler import FileUploadHandler
+from django.utils.translation import gettext as _
 
 # What a multipart body carries beside its files: boundaries, part headers, small form fields.
 MULTIPART_ALLOWANCE = 1024 * 1024
+
+
+def upload_size(size: int | None) -> str:
+    """How large an upload is, for its refusal, in the request's language: its size in bytes, or (None) that its
+    bytes passed the limit as they streamed in."""
+    if size is None:
+        return _("The upload is over the limit")
+    return _("The upload is %(size)s bytes") % {"size": f"{size:,}"}
 
 
 class UploadLimit(FileUploadHandler):
@@ -26,19 +35,20 @@ class UploadLimit(FileUploadHandler):
         raise NotImplementedError
 
     def refuse(self, what: str, limit: int) -> Exception:
-        """The exception to raise: `what` says how large the upload is, `limit` is the limit in bytes."""
+        """The exception to raise: `what` says how large the upload is (`upload_size`), `limit` is the limit in
+        bytes."""
         raise NotImplementedError
 
     def handle_raw_input(self, input_data, META, content_length, boundary, encoding=None):  # noqa: N803 - Django's
         limit = self.limit()
         if content_length and content_length > limit + MULTIPART_ALLOWANCE:
-            raise self.refuse(f"The upload is {content_length:,} bytes", limit)
+            raise self.refuse(upload_size(content_length), limit)
 
     def receive_data_chunk(self, raw_data: bytes, start: int) -> bytes:
         self.received += len(raw_data)
         limit = self.limit()
         if self.received > limit:
-            raise self.refuse("The upload is over the limit", limit)
+            raise self.refuse(upload_size(None), limit)
         return raw_data
 
     def file_complete(self, file_size: int) -> None:

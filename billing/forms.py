@@ -7,6 +7,7 @@ from decimal import Decimal
 
 from django import forms
 from django.conf import settings
+from django.utils.translation import gettext as _
 
 from billing.models import OperatorSettings, Price
 from kernel.money import to_decimal, to_micros
@@ -33,7 +34,7 @@ class PriceForm(forms.ModelForm):
         cleaned = super().clean()
         on_demand, spot_floor = cleaned.get("on_demand"), cleaned.get("spot_floor")
         if on_demand is not None and spot_floor is not None and spot_floor > on_demand:
-            self.add_error("spot_floor", "The spot floor cannot be above the on-demand price.")
+            self.add_error("spot_floor", _("The spot floor cannot be above the on-demand price."))
         return cleaned
 
     def save(self, commit: bool = True) -> Price:
@@ -57,13 +58,13 @@ class CreditAdjustmentForm(forms.Form):
     def clean_amount(self) -> Decimal:
         amount = self.cleaned_data["amount"]
         if amount == 0:
-            raise forms.ValidationError("The amount cannot be zero.")
+            raise forms.ValidationError(_("The amount cannot be zero."))
         return amount
 
     def clean_reason(self) -> str:
         reason = self.cleaned_data["reason"].strip()
         if not reason:
-            raise forms.ValidationError("Say why you adjust this user's credit.")
+            raise forms.ValidationError(_("Say why you adjust this user's credit."))
         return reason
 
 

@@ -45,7 +45,7 @@ class Bid(models.Model):
     )
     chips = models.PositiveSmallIntegerField(verbose_name=_("chips"))
     max_price_per_hour = models.BigIntegerField(
-        help_text="micro-units per chip-hour", verbose_name=_("max price per hour")
+        help_text=_("micro-units per chip-hour"), verbose_name=_("max price per hour")
     )
     status = models.CharField(
         max_length=12, choices=BidStatus.choices, default=BidStatus.ACTIVE, db_index=True, verbose_name=_("status")
@@ -87,7 +87,7 @@ class MarketSettings(models.Model):
 
     notice_seconds = models.PositiveIntegerField(
         default=30,
-        help_text="How long a reclaimed spot allocation keeps its chips to checkpoint and leave.",
+        help_text=_("How long a reclaimed spot allocation keeps its chips to checkpoint and leave."),
         verbose_name=_("notice seconds"),
     )
     updated_at = models.DateTimeField(auto_now=True, verbose_name=_("updated at"))
@@ -112,13 +112,13 @@ class SpotReservation(models.Model):
     job = models.ForeignKey("fleet.Job", on_delete=models.PROTECT, related_name="spot_reservations")
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="spot_reservations")
     chip_type = models.ForeignKey("fleet.ChipType", on_delete=models.PROTECT, related_name="+")
-    chips = models.PositiveSmallIntegerField(help_text="Won chips the job did not hold over the span")
+    chips = models.PositiveSmallIntegerField(help_text=_("Won chips the job did not hold over the span"))
     started_at = models.DateTimeField()
     ended_at = models.DateTimeField(null=True, blank=True)
     # Set when it ends, in the database transaction that ends it: what its whole seconds cost, what the
     # wallet paid (less than owed only when the wallet ran dry), and the ledger transaction that paid.
-    owed = models.BigIntegerField(default=0, help_text="micro-units")
-    amount = models.BigIntegerField(default=0, help_text="micro-units charged")
+    owed = models.BigIntegerField(default=0, help_text=_("micro-units"))
+    amount = models.BigIntegerField(default=0, help_text=_("micro-units charged"))
     transaction = models.ForeignKey(
         "billing.Transaction", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )

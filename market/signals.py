@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 from django.dispatch import Signal
 
+from base.stored_text import StoredText
+
 
 @dataclass(frozen=True)
 class SpotLoss:
@@ -25,7 +27,7 @@ class SpotLoss:
     job_id: int
     chips: int
     reason: str  # a workers MigrationReason value
-    detail: str
+    detail: str | StoredText
 
 
 # Keyword arguments: chip_type_id (int), losses (list[SpotLoss]), notice_seconds (int), now (datetime).

@@ -123,7 +123,7 @@ def event_object(event: JobEvent) -> dict:
         "created_at": unix(event.created_at),
         "level": level,
         "message": event.message or JobEventKind(event.kind).label,
-        "data": {**(event.data or {}), "kind": event.kind},
+        "data": {**{key: value for key, value in (event.data or {}).items() if key != "text"}, "kind": event.kind},
         "type": "message",
     }
 

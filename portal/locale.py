@@ -39,6 +39,7 @@ def preferences_of(user) -> Preferences | None:
 
 # Machine-readable answers: the REST API and the OpenAI-compatible gateway.
 API_PATHS = ("/api/", "/v1/")
+GATEWAY_PATH = "/v1/"
 
 
 class UserLocaleMiddleware:
@@ -47,7 +48,11 @@ class UserLocaleMiddleware:
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         preferences = preferences_of(getattr(request, "user", _Anonymous))
-        if preferences is not None and preferences.language:
+        if request.path.startswith(GATEWAY_PATH):
+            # OpenAI's clients read the gateway's errors in OpenAI's own (English) wording, whoever asks.
+            translation.activate("en")
+            request.LANGUAGE_CODE = "en"
+        elif preferences is not None and preferences.language:
             translation.activate(preferences.language)
             request.LANGUAGE_CODE = translation.get_language()
         zone = preferences.time_zone if preferences is not None else settings.DISPLAY_TIME_ZONE

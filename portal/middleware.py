@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 from csp.middleware import CSPMiddleware
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
+from django.utils.translation import gettext as _
 
 NUL = "\x00"
 NUL_CODE = "null_characters_not_allowed"
@@ -23,10 +24,13 @@ def nul_parameter(request: HttpRequest) -> str | None:
 
 
 def refusal(request: HttpRequest, parameter: str) -> HttpResponse:
-    """A 400 naming the parameter: the API's JSON error format under /api/, plain text elsewhere."""
-    message = f"Null characters (U+0000) are not allowed in {parameter!r}."
+    """A 400 naming the parameter: the API's JSON error format under /api/, plain text elsewhere.
+
+    In the request's language (this middleware runs after LocaleMiddleware); the code stays English."""
+    message = _("Null characters (U+0000) are not allowed in %(parameter)s.") % {"parameter": repr(parameter)}
     if request.path.startswith(API_PREFIX):
-        body = {"detail": f"Invalid input: {parameter}.", "code": NUL_CODE, "errors": {parameter: [message]}}
+        detail = _("Invalid input: %(fields)s.") % {"fields": parameter}
+        body = {"detail": detail, "code": NUL_CODE, "errors": {parameter: [message]}}
         return JsonResponse(body, status=400)
     return HttpResponseBadRequest(message, content_type="text/plain; charset=utf-8")
 

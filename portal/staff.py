@@ -18,6 +18,7 @@ from allauth.mfa.utils import is_mfa_enabled
 from django.contrib import admin, messages
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
+from django.utils.translation import gettext as _
 
 from billing.models import OperatorSettings
 
@@ -49,7 +50,9 @@ class StaffTwoFactorMiddleware:
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         if request.path.startswith(ADMIN_PREFIX) and needs_two_factor_setup(request.user):
-            messages.warning(request, "Staff must use two-factor sign-in: add an authenticator app to open the admin.")
+            messages.warning(
+                request, _("Staff must use two-factor sign-in: add an authenticator app to open the admin.")
+            )
             setup = reverse("mfa_activate_totp") + "?" + urlencode({"next": request.get_full_path()})
             return HttpResponseRedirect(setup)
         return self.get_response(request)

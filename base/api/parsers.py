@@ -104,7 +104,7 @@ def check_form(data, files=None) -> None:
             raise nul_error(printable(name))
     for name, upload in (files or {}).items():
         if NUL in (upload.name or ""):
-            raise nul_error(printable(name), "the file name")
+            raise nul_error(printable(name), _("the file name"))
 
 
 class StrictFormParser(FormParser):

@@ -65,6 +65,8 @@ class Transaction(models.Model):
     fingerprint = models.CharField(max_length=64)
     kind = models.CharField(max_length=32, choices=TransactionKind.choices)
     memo = models.CharField(max_length=500, blank=True)
+    # The memo's msgid and values (base.stored_text): the wallet's page shows it in the reader's language.
+    memo_text = models.JSONField(default=dict, db_default={}, blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )

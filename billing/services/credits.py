@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from django.utils.translation import gettext_noop
+
+from base.stored_text import StoredText
 from billing.choices import AccountKind, TransactionKind
 from billing.models import OperatorSettings, Transaction
 from billing.services.ledger import LedgerError, Leg, platform_account, post_transaction, wallet_for
@@ -21,7 +24,7 @@ def grant_trial_credit(user, now=None) -> Transaction | None:
         key=key,
         kind=TransactionKind.TRIAL_CREDIT,
         legs=[Leg(platform_account(AccountKind.PROMOTIONS), -amount), Leg(wallet_for(user), amount)],
-        memo=f"Welcome to Starverse: {format_money(amount)} trial credit",
+        memo=StoredText(gettext_noop("Welcome to Starverse: %(amount)s trial credit"), amount=format_money(amount)),
         now=now,
     )
 

@@ -21,8 +21,9 @@ from datetime import datetime, timedelta
 
 from django.db import connection
 from django.utils import timezone
-from django.utils.translation import gettext
+from django.utils.translation import gettext, gettext_noop
 
+from base.stored_text import StoredText
 from billing.models import BillingLine, OperatorSettings
 from billing.services.ledger import balance_of
 from billing.services.pricing import PriceBook
@@ -35,7 +36,23 @@ CREDIT_LOCK = zlib.crc32(b"starverse-credit") & 0x7FFFFFFF  # advisory lock keys
 
 
 class HoldRefused(Exception):
-    """The balance does not cover the hold; the message names the balance and what is needed."""
+    """The balance does not cover the hold; the message names the balance and what is needed (in the active
+    language; `text`: its msgid and values, to store)."""
+
+    def __init__(self, message: str, text: StoredText | None = None):
+        super().__init__(message)
+        self.text = text or StoredText.of(message)
+
+
+HOLD_WITH_COMMITTED = gettext_noop(
+    "Your balance is %(balance)s; launching this plan (%(price)s/h) needs at least %(needed)s, enough "
+    "for %(minutes)s minutes, on top of %(committed)s held by your queued jobs and bids. Top up or "
+    "choose a cheaper plan."
+)
+HOLD = gettext_noop(
+    "Your balance is %(balance)s; launching this plan (%(price)s/h) needs at least %(needed)s, enough "
+    "for %(minutes)s minutes. Top up or choose a cheaper plan."
+)
 
 
 def hold_needed(plan_price_per_hour: int, minutes: int | None = None) -> int:
@@ -76,18 +93,8 @@ def check_hold(user, plan_price_per_hour: int, committed: int = 0) -> None:
             "minutes": minutes,
             "committed": format_money(committed),
         }
-        if committed:
-            message = gettext(
-                "Your balance is %(balance)s; launching this plan (%(price)s/h) needs at least %(needed)s, enough "
-                "for %(minutes)s minutes, on top of %(committed)s held by your queued jobs and bids. Top up or "
-                "choose a cheaper plan."
-            )
-        else:
-            message = gettext(
-                "Your balance is %(balance)s; launching this plan (%(price)s/h) needs at least %(needed)s, enough "
-                "for %(minutes)s minutes. Top up or choose a cheaper plan."
-            )
-        raise HoldRefused(message % values)
+        message = HOLD_WITH_COMMITTED if committed else HOLD
+        raise HoldRefused(gettext(message) % values, StoredText(message, values))
 
 
 # Stops ----------------------------------------------------------------------------------------
@@ -98,7 +105,7 @@ class CreditStop:
     """A job that must be checkpointed and stopped now, and why (the reason is shown to its owner)."""
 
     job_id: int
-    reason: str
+    reason: str | StoredText
     data: dict
 
 
@@ -112,9 +119,14 @@ def credit_stops(now=None) -> list[CreditStop]:
         rate = sum(s.rate for s in jobs.values())
         left = balance_of_id(owner_id) - sum(s.unbilled for s in jobs.values())
         if left < cost_over(rate, margin):
-            reason = (
-                f"Stopped before your balance ran out: {format_money(max(left, 0))} left at "
-                f"{format_money(rate)}/h would last less than the {margin.seconds // 60}-minute stop margin."
+            reason = StoredText(
+                gettext_noop(
+                    "Stopped before your balance ran out: %(left)s left at %(rate)s/h would last less than the "
+                    "%(minutes)s-minute stop margin."
+                ),
+                left=format_money(max(left, 0)),
+                rate=format_money(rate),
+                minutes=margin.seconds // 60,
             )
             stops += [CreditStop(job_id, reason, {"balance": left, "rate": rate}) for job_id in jobs]
     budgets = dict(
@@ -125,8 +137,10 @@ def credit_stops(now=None) -> list[CreditStop]:
     for s in spend:
         budget = budgets.get(s.job_id)
         if budget is not None and s.charged + s.unbilled + cost_over(s.rate, margin) >= budget:
-            reason = (
-                f"Stopped at its total budget of {format_money(budget)} ({format_money(s.charged + s.unbilled)} spent)."
+            reason = StoredText(
+                gettext_noop("Stopped at its total budget of %(budget)s (%(spent)s spent)."),
+                budget=format_money(budget),
+                spent=format_money(s.charged + s.unbilled),
             )
             stops.append(CreditStop(s.job_id, reason, {"total_budget": budget}))
     return stops

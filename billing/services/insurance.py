@@ -13,6 +13,9 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol
 
+from django.utils.translation import gettext_noop
+
+from base.stored_text import StoredText
 from billing.choices import AccountKind, TransactionKind
 from billing.models import Transaction
 from billing.services.ledger import Leg, platform_account, post_transaction, wallet_for
@@ -57,7 +60,12 @@ def insurance_amount(
     return cost_of_integral(exact)
 
 
-def pay_insurance(owner, amount: int, *, key: str, memo: str, now: datetime) -> Transaction:
+# A refund's ledger memo: "Training insurance for job 12: spot reclaimed" (the reason: a MigrationReason's
+# label, lower-cased in English, or "island left").
+INSURANCE_MEMO = gettext_noop("Training insurance for job %(job)s: %(reason)s")
+
+
+def pay_insurance(owner, amount: int, *, key: str, memo: str | StoredText, now: datetime) -> Transaction:
     """Refund `amount` from the insurance account to the owner's wallet; `key` makes a retry a no-op."""
     return post_transaction(
         key=key,

@@ -16,8 +16,11 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Q, Sum
 from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
 
 from base.prepared import PreparedQuery
+from base.stored_text import StoredText, data_of, english
 from billing.choices import AccountKind, TransactionKind
 from billing.models import Account, Entry, Transaction
 from kernel.money import format_money, format_money_needed
@@ -104,7 +107,7 @@ def post_transaction(
     key: str,
     kind: str,
     legs: Sequence[Leg],
-    memo: str = "",
+    memo: str | StoredText = "",
     actor=None,
     reverses: Transaction | None = None,
     now=None,
@@ -127,7 +130,8 @@ def post_transaction(
                     idempotency_key=key,
                     fingerprint=fingerprint,
                     kind=kind,
-                    memo=memo[:500],
+                    memo=english(memo)[:500],
+                    memo_text=data_of(memo),
                     created_by=actor,
                     reverses=reverses,
                     created_at=now,
@@ -147,13 +151,13 @@ def reverse_transaction(original: Transaction, *, reason: str, actor=None, now=N
     if not reason.strip():
         raise LedgerError("A reversal needs a reason.")
     if original.kind == TransactionKind.REVERSAL:
-        raise LedgerError("A reversal cannot itself be reversed; post a new transaction instead.")
+        raise LedgerError(_("A reversal cannot itself be reversed; post a new transaction instead."))
     legs = [Leg(entry.account, -entry.amount) for entry in original.entries.select_related("account")]
     return post_transaction(
         key=f"reversal:{original.pk}",
         kind=TransactionKind.REVERSAL,
         legs=legs,
-        memo=f"Reversal of #{original.pk}: {reason.strip()}",
+        memo=StoredText(gettext_noop("Reversal of #%(id)s: %(reason)s"), id=original.pk, reason=reason.strip()),
         actor=actor,
         reverses=original,
         now=now,
@@ -187,15 +191,16 @@ def _lock_and_check_funds(legs: Sequence[Leg]) -> None:
     for account in locked:
         if account.kind == AccountKind.WALLET and account.balance + deltas[account.pk] < 0:
             raise InsufficientFunds(
-                f"Insufficient credit: the balance is {format_money(account.balance)}, "
-                f"this needs {format_money_needed(-deltas[account.pk])}."
+                _("Insufficient credit: the balance is %(balance)s, this needs %(needed)s.")
+                % {"balance": format_money(account.balance), "needed": format_money_needed(-deltas[account.pk])}
             )
 
 
 def _replayed(existing: Transaction, fingerprint: str) -> Transaction:
     if existing.fingerprint != fingerprint:
         raise IdempotencyConflict(
-            f"The idempotency key '{existing.idempotency_key}' was already used for a different transaction."
+            _("The idempotency key '%(key)s' was already used for a different transaction.")
+            % {"key": existing.idempotency_key}
         )
     return existing
 

@@ -13,6 +13,7 @@ UTC), which no daylight-saving change can split or merge. Money stays in micro-u
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
@@ -21,6 +22,7 @@ from django.db import connection
 from django.db.models import QuerySet
 from django.utils.translation import gettext as _
 
+from base.stored_text import render_column
 from billing.choices import AccountKind, TransactionKind
 from billing.models import Charge
 from fleet.models import Job
@@ -28,19 +30,19 @@ from fleet.models import Job
 METER = "meter"
 HOUR = timedelta(hours=1)
 
-# Both halves yield: kind, at, amount, job_id, hour, chip_seconds, ticks, memo, entry_id.
+# Both halves yield: kind, at, amount, job_id, hour, chip_seconds, ticks, memo, entry_id, memo_text.
 # A charge group's amount is what left the wallet (negative), as an entry's amount is. The sums are
 # cast back to bigint: PostgreSQL sums bigints as numeric, which would reach Python as Decimal.
 _ROWS = """
     SELECT %(meter)s AS kind, MAX(c.created_at) AS at, (-SUM(c.amount))::bigint AS amount, c.job_id,
            date_trunc('hour', c.created_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' AS hour,
            SUM(c.chip_seconds)::bigint AS chip_seconds, COUNT(DISTINCT c.transaction_id) AS ticks,
-           '' AS memo, NULL::bigint AS entry_id
+           '' AS memo, NULL::bigint AS entry_id, '{}'::jsonb AS memo_text
       FROM billing_charge c
      WHERE c.owner_id = %(owner)s
      GROUP BY c.job_id, date_trunc('hour', c.created_at AT TIME ZONE 'UTC')
     UNION ALL
-    SELECT t.kind, e.created_at, e.amount, NULL, NULL, 0, 0, t.memo, e.id
+    SELECT t.kind, e.created_at, e.amount, NULL, NULL, 0, 0, t.memo, e.id, t.memo_text
       FROM billing_entry e
       JOIN billing_account a ON a.id = e.account_id
       JOIN billing_transaction t ON t.id = e.transaction_id
@@ -62,6 +64,7 @@ class LedgerRow:
     ticks: int = 0
     memo: str = ""
     entry_id: int | None = None
+    memo_text: dict | None = None  # the memo's msgid and values (base.stored_text)
     job_label: str = ""
 
     @property
@@ -87,7 +90,14 @@ class LedgerRow:
 
     @property
     def description(self) -> str:
-        return self.job_label if self.is_meter else (self.memo or self.kind_label)
+        """In the active language: a memo stored with its msgid and values is rendered for the reader."""
+        if self.is_meter:
+            return self.job_label
+        if not self.memo:
+            return self.kind_label
+        # Read by a raw query, the jsonb column comes as its text (Django leaves parsing it to JSONField).
+        data = json.loads(self.memo_text) if isinstance(self.memo_text, str) else self.memo_text
+        return render_column(self.memo, data)
 
 
 class LedgerHistory:
@@ -143,11 +153,11 @@ class BadGroup(ValueError):
 def hour_from_key(key: int) -> datetime:
     """The UTC hour a page's `hour_key` names; refuses a time that is not the start of an hour."""
     if key % 3600:
-        raise BadGroup(f"{key} is not the start of an hour (a Unix time divisible by 3600).")
+        raise BadGroup(_("%(key)s is not the start of an hour (a Unix time divisible by 3600).") % {"key": key})
     try:
         return datetime.fromtimestamp(key, tz=UTC)
     except (OverflowError, OSError, ValueError):
-        raise BadGroup(f"{key} is not a time this ledger can show.") from None
+        raise BadGroup(_("%(key)s is not a time this ledger can show.") % {"key": key}) from None
 
 
 def group_charges(user, job_id: int, hour: datetime) -> QuerySet[Charge]:

@@ -19,7 +19,9 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import connection
+from django.utils.translation import gettext_noop
 
+from base.stored_text import StoredText
 from billing.choices import AccountKind, TransactionKind
 from billing.models import Account, Transaction
 from billing.services.ledger import Leg, lock_wallets, platform_account, post_transaction
@@ -117,7 +119,12 @@ def _charge(
         key=span.key,
         kind=TransactionKind.CHARGE,
         legs=[Leg(wallet, -amount), Leg(revenue, amount)],
-        memo=f"Reserved spot chips, {span.label}: {span.chips} chip(s) won and not yet held, {seconds:,} s",
+        memo=StoredText(
+            gettext_noop("Reserved spot chips, %(what)s: %(chips)s chip(s) won and not yet held, %(seconds)s s"),
+            what=span.label,
+            chips=span.chips,
+            seconds=f"{seconds:,}",
+        ),
         now=now,
     )
     return ReservedCharge(seconds, cost, amount, txn)

@@ -26,13 +26,13 @@ class ChipType(models.Model):
     bf16_tflops = models.DecimalField(
         max_digits=8, decimal_places=1, validators=[MinValueValidator(Decimal("0.1"))], verbose_name=_("bf16 tflops")
     )
-    memory_bandwidth_gbps = models.PositiveIntegerField(help_text="GB/s", verbose_name=_("memory bandwidth gbps"))
+    memory_bandwidth_gbps = models.PositiveIntegerField(help_text=_("GB/s"), verbose_name=_("memory bandwidth gbps"))
     software_stack = models.CharField(max_length=8, choices=SoftwareStack.choices, verbose_name=_("software stack"))
     default_mfu = models.DecimalField(
         max_digits=4,
         decimal_places=3,
         validators=[MinValueValidator(Decimal("0.01")), MaxValueValidator(Decimal("1"))],
-        help_text="Model FLOPs utilisation assumed before the platform has measured this chip.",
+        help_text=_("Model FLOPs utilisation assumed before the platform has measured this chip."),
         verbose_name=_("default mfu"),
     )
     sort_order = models.PositiveSmallIntegerField(default=0, verbose_name=_("sort order"))
@@ -66,7 +66,7 @@ class Pool(models.Model):
     bridge_gbps = models.FloatField(
         default=0,
         validators=[MinValueValidator(0)],
-        help_text="Gbit/s to other pools' islands (0: not declared)",
+        help_text=_("Gbit/s to other pools' islands (0: not declared)"),
         verbose_name=_("bridge gbps"),
     )
 
@@ -98,7 +98,7 @@ class Node(models.Model):
     last_heartbeat_at = models.DateTimeField(null=True, blank=True, verbose_name=_("last heartbeat at"))
     simulated = models.BooleanField(
         default=False,
-        help_text="Runs real training on a CPU, paced to this chip type's speed.",
+        help_text=_("Runs real training on a CPU, paced to this chip type's speed."),
         verbose_name=_("simulated"),
     )
     spot_eligible = models.BooleanField(default=False, verbose_name=_("spot eligible"))
@@ -108,16 +108,20 @@ class Node(models.Model):
     approved_chips = models.PositiveSmallIntegerField(
         default=1,
         validators=[MinValueValidator(1), MaxValueValidator(64)],
-        help_text="The most chips this host's agent may declare (from its enrollment token; operators may change it).",
+        help_text=_(
+            "The most chips this host's agent may declare (from its enrollment token; operators may change it)."
+        ),
         verbose_name=_("approved chips"),
     )
     address = models.CharField(
-        max_length=120, blank=True, help_text="Where this node's ranks can be reached.", verbose_name=_("address")
+        max_length=120, blank=True, help_text=_("Where this node's ranks can be reached."), verbose_name=_("address")
     )
     address_observed = models.BooleanField(
         default=False,
-        help_text="The address is the one the platform sees the agent's requests come from (its agent declared "
-        "none); it follows the agent when that changes.",
+        help_text=_(
+            "The address is the one the platform sees the agent's requests come from (its agent declared "
+            "none); it follows the agent when that changes."
+        ),
         verbose_name=_("address observed"),
     )
     devices = models.JSONField(default=list, blank=True, verbose_name=_("devices"))

@@ -11,7 +11,9 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.utils.translation import gettext_lazy as _
 
+from base.stored_text import StoredText, column_text, data_of, english, render_column
 from fleet.choices import Policy
 
 
@@ -34,21 +36,23 @@ class Deployment(models.Model):
     # What a request's `model` names (kernel.serving.SERVED_NAME); unique among the owner's live deployments.
     name = models.CharField(max_length=64)
     model_name = models.CharField(max_length=200)  # job:<id>, model:<id> or a catalog model
-    chip = models.CharField(max_length=40, blank=True, help_text="A chip type's slug; empty: the planner picks")
+    chip = models.CharField(max_length=40, blank=True, help_text=_("A chip type's slug; empty: the planner picks"))
     chips_per_replica = models.PositiveSmallIntegerField(default=1)
     policy = models.CharField(max_length=20, choices=Policy.choices, default=Policy.COST_PERFORMANCE)
-    max_budget_per_hour = models.BigIntegerField(help_text="micro-units per hour, per replica")
-    total_budget = models.BigIntegerField(null=True, blank=True, help_text="micro-units, every replica together")
+    max_budget_per_hour = models.BigIntegerField(help_text=_("micro-units per hour, per replica"))
+    total_budget = models.BigIntegerField(null=True, blank=True, help_text=_("micro-units, every replica together"))
     spot = models.BooleanField(default=False)
-    spot_bid_per_hour = models.BigIntegerField(null=True, blank=True, help_text="micro-units per chip-hour")
+    spot_bid_per_hour = models.BigIntegerField(null=True, blank=True, help_text=_("micro-units per chip-hour"))
     min_replicas = models.PositiveSmallIntegerField(default=1)
     max_replicas = models.PositiveSmallIntegerField(default=1)
     idle_timeout_s = models.PositiveIntegerField(default=300)
-    max_model_len = models.PositiveIntegerField(null=True, blank=True, help_text="Prompt and answer, in tokens")
+    max_model_len = models.PositiveIntegerField(null=True, blank=True, help_text=_("Prompt and answer, in tokens"))
     status = models.CharField(
         max_length=12, choices=DeploymentStatus.choices, default=DeploymentStatus.DEPLOYING, db_index=True
     )
     status_reason = models.TextField(blank=True)
+    # The reason's msgid and values (base.stored_text): the pages show it in the reader's language.
+    status_reason_text = models.JSONField(default=dict, db_default={}, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     last_request_at = models.DateTimeField(null=True, blank=True)
@@ -80,6 +84,20 @@ class Deployment(models.Model):
     @property
     def is_live(self) -> bool:
         return self.status in DeploymentStatus.live()
+
+    def set_status_reason(self, reason: str | StoredText) -> str:
+        """Set the reason in both columns (save both: "status_reason", "status_reason_text"); its English."""
+        self.status_reason, self.status_reason_text = english(reason), data_of(reason)
+        return self.status_reason
+
+    def stored_reason(self) -> str | StoredText:
+        """The status reason as it was set (a StoredText, or plain English), to pass on."""
+        return column_text(self.status_reason, self.status_reason_text)
+
+    @property
+    def reason_text(self) -> str:
+        """The status reason in the active language (as stored when it was stored as plain text)."""
+        return render_column(self.status_reason, self.status_reason_text)
 
 
 class ServedRequest(models.Model):

@@ -7,6 +7,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
+from base.stored_text import StoredText, column_text, data_of, english, render_column
 from fleet.choices import AllocationMode, JobEventKind, JobStatus, Policy, TrainingMode
 from fleet.fields import PlanField
 from kernel.money import format_amount
@@ -37,25 +38,25 @@ class Job(models.Model):
         max_length=20, choices=Policy.choices, default=Policy.COST_PERFORMANCE, verbose_name=_("policy")
     )
     max_budget_per_hour = models.BigIntegerField(
-        help_text="micro-units per hour", verbose_name=_("max budget per hour")
+        help_text=_("micro-units per hour"), verbose_name=_("max budget per hour")
     )
     total_budget = models.BigIntegerField(
-        null=True, blank=True, help_text="micro-units", verbose_name=_("total budget")
+        null=True, blank=True, help_text=_("micro-units"), verbose_name=_("total budget")
     )
     chip_counts = models.JSONField(
-        null=True, blank=True, help_text="Chips picked by hand: {slug: count}", verbose_name=_("chip counts")
+        null=True, blank=True, help_text=_("Chips picked by hand: {slug: count}"), verbose_name=_("chip counts")
     )
     # Spot: the job bids up to `spot_bid_per_hour` per chip-hour for spot chips, and says where it may go
     # when they are reclaimed (on-demand chips, other chip types).
     spot = models.BooleanField(default=False, verbose_name=_("spot"))
     spot_bid_per_hour = models.BigIntegerField(
-        null=True, blank=True, help_text="micro-units per chip-hour", verbose_name=_("spot bid per hour")
+        null=True, blank=True, help_text=_("micro-units per chip-hour"), verbose_name=_("spot bid per hour")
     )
     allow_on_demand = models.BooleanField(default=True, verbose_name=_("allow on demand"))
     allow_other_chips = models.BooleanField(default=True, verbose_name=_("allow other chips"))
     # How it trains: every weight, or a LoRA adapter ({"r", "alpha", "dropout", "target_modules"}) on a frozen base.
     seq_len = models.PositiveIntegerField(
-        null=True, blank=True, help_text="Tokens per sample; empty: the model's", verbose_name=_("seq len")
+        null=True, blank=True, help_text=_("Tokens per sample; empty: the model's"), verbose_name=_("seq len")
     )
     mode = models.CharField(
         max_length=8, choices=TrainingMode.choices, default=TrainingMode.FULL, verbose_name=_("mode")
@@ -110,7 +111,7 @@ class Job(models.Model):
     waiting_for = models.JSONField(null=True, blank=True, verbose_name=_("waiting for"))
     # Credit held while the job waits to be placed (hold minutes of its plan at launch): every later
     # launch, bid and placement of the owner counts it against the balance until the job is placed.
-    credit_hold = models.BigIntegerField(default=0, help_text="micro-units", verbose_name=_("credit hold"))
+    credit_hold = models.BigIntegerField(default=0, help_text=_("micro-units"), verbose_name=_("credit hold"))
     # A queued job is re-planned with backoff (not before `next_plan_at`), or sooner when capacity changes.
     next_plan_at = models.DateTimeField(null=True, blank=True, verbose_name=_("next plan at"))
     plan_attempts = models.PositiveSmallIntegerField(default=0, verbose_name=_("plan attempts"))
@@ -118,6 +119,10 @@ class Job(models.Model):
         max_length=20, choices=JobStatus.choices, default=JobStatus.QUEUED, db_index=True, verbose_name=_("status")
     )
     status_reason = models.TextField(blank=True, verbose_name=_("status reason"))
+    # The reason's msgid and values (base.stored_text): the pages show it in the reader's language.
+    status_reason_text = models.JSONField(
+        default=dict, db_default={}, blank=True, verbose_name=_("status reason (message id)")
+    )
     # Bumped on every (re)placement; ranks and agents of an older epoch are fenced out.
     epoch = models.PositiveIntegerField(default=0, verbose_name=_("epoch"))
     plan = PlanField(null=True, blank=True, verbose_name=_("plan"))
@@ -175,6 +180,20 @@ class Job(models.Model):
     def is_finished(self) -> bool:
         return self.status in JobStatus.finished()
 
+    def set_status_reason(self, reason: str | StoredText) -> str:
+        """Set the reason in both columns (save both: "status_reason", "status_reason_text"); its English."""
+        self.status_reason, self.status_reason_text = english(reason), data_of(reason)
+        return self.status_reason
+
+    def stored_reason(self) -> str | StoredText:
+        """The status reason as it was set (a StoredText, or plain English), to pass on."""
+        return column_text(self.status_reason, self.status_reason_text)
+
+    @property
+    def reason_text(self) -> str:
+        """The status reason in the active language (as stored when it was stored as plain text)."""
+        return render_column(self.status_reason, self.status_reason_text)
+
     def operator_cancel_reason(self) -> str:
         """The reason the operator gave for cancelling this job; "" when nobody but its owner did."""
         asked = self.events.filter(kind=JobEventKind.CANCEL_REQUESTED, data__by="operator").first()
@@ -202,29 +221,35 @@ class AllocationQuerySet(models.QuerySet):
 class Allocation(models.Model):
     """Chips of one node held by one job from `started_at` until `ended_at`."""
 
-    job = models.ForeignKey(Job, on_delete=models.PROTECT, related_name="allocations")
-    node = models.ForeignKey("fleet.Node", on_delete=models.PROTECT, related_name="allocations")
-    chip_type = models.ForeignKey("fleet.ChipType", on_delete=models.PROTECT, related_name="+")
-    chips = models.PositiveSmallIntegerField()
-    mode = models.CharField(max_length=12, choices=AllocationMode.choices, default=AllocationMode.ON_DEMAND)
-    epoch = models.PositiveIntegerField()
-    started_at = models.DateTimeField()
-    ended_at = models.DateTimeField(null=True, blank=True)
+    job = models.ForeignKey(Job, on_delete=models.PROTECT, related_name="allocations", verbose_name=_("job"))
+    node = models.ForeignKey("fleet.Node", on_delete=models.PROTECT, related_name="allocations", verbose_name=_("node"))
+    chip_type = models.ForeignKey(
+        "fleet.ChipType", on_delete=models.PROTECT, related_name="+", verbose_name=_("chip type")
+    )
+    chips = models.PositiveSmallIntegerField(verbose_name=_("chips"))
+    mode = models.CharField(
+        max_length=12, choices=AllocationMode.choices, default=AllocationMode.ON_DEMAND, verbose_name=_("mode")
+    )
+    epoch = models.PositiveIntegerField(verbose_name=_("epoch"))
+    started_at = models.DateTimeField(verbose_name=_("started at"))
+    ended_at = models.DateTimeField(null=True, blank=True, verbose_name=_("ended at"))
     # Final once the allocation ended and the meter folded it into its billing line
     # (billing.models.BillingLine, the job's chips of this type and mode): billed through its last
     # whole second, and what that cost (micro-units, the price integrated from started_at to
     # billed_through, rounded once). While it is open its billing lives on the line, and these stay
     # at started_at and 0.
-    billed_through = models.DateTimeField()
-    charged_total = models.BigIntegerField(default=0)
+    billed_through = models.DateTimeField(verbose_name=_("billed through"))
+    charged_total = models.BigIntegerField(default=0, verbose_name=_("charged total"))
     # A reclaimed allocation stops billing at once (`ended_at`) but keeps its chips until its ranks
     # have checkpointed and left, or the notice runs out, whichever comes first.
-    held_until = models.DateTimeField(null=True, blank=True)
+    held_until = models.DateTimeField(null=True, blank=True, verbose_name=_("held until"))
 
     objects = AllocationQuerySet.as_manager()
 
     class Meta:
         db_table = "workers_allocation"  # its table from before the move
+        verbose_name = _("allocation")
+        verbose_name_plural = _("allocations")
         ordering = ["started_at", "id"]
         constraints = [
             models.CheckConstraint(condition=Q(chips__gte=1), name="allocation_has_chips"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 from fleet.choices import DatasetKind
 
@@ -18,13 +19,13 @@ class UploadedModel(models.Model):
 
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="uploaded_models")
     name = models.CharField(max_length=120)
-    architecture = models.CharField(max_length=40, help_text="config.json's model_type, e.g. llama")
+    architecture = models.CharField(max_length=40, help_text=_("config.json's model_type, e.g. llama"))
     parameters = models.PositiveBigIntegerField()
     size_bytes = models.PositiveBigIntegerField()
     config = models.JSONField()
     shape = models.JSONField()
     has_chat_template = models.BooleanField(default=False)
-    store_prefix = models.CharField(max_length=255, unique=True, help_text="The model's tree in object storage")
+    store_prefix = models.CharField(max_length=255, unique=True, help_text=_("The model's tree in object storage"))
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -55,8 +56,8 @@ class Dataset(models.Model):
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="datasets")
     name = models.CharField(max_length=120)
     kind = models.CharField(max_length=16, choices=DatasetKind.choices)
-    store_prefix = models.CharField(max_length=255, unique=True, help_text="The dataset's tree in object storage")
-    file_name = models.CharField(max_length=40, help_text="The file in the tree: data.txt or data.jsonl")
+    store_prefix = models.CharField(max_length=255, unique=True, help_text=_("The dataset's tree in object storage"))
+    file_name = models.CharField(max_length=40, help_text=_("The file in the tree: data.txt or data.jsonl"))
     sha256 = models.CharField(max_length=64)
     size_bytes = models.PositiveBigIntegerField()
     samples = models.PositiveIntegerField()

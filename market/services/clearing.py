@@ -28,8 +28,10 @@ from celery import shared_task
 from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
+from django.utils.translation import gettext_noop
 
 from base.deadlocks import retry_on_deadlock
+from base.stored_text import StoredText
 from billing.services.pricing import record_spot_price
 from fleet.choices import MigrationReason
 from fleet.models import ChipType
@@ -171,14 +173,24 @@ def _losses(chip, losers, bid_of_job, result, on_demand_wait) -> list[SpotLoss]:
     for job_id, lost in sorted(losers.items()):
         bid = bid_of_job.get(job_id)
         if bid is None:
-            reason, detail = MigrationReason.BID_CANCELLED, f"its bid for {chip.slug} was cancelled"
+            reason = MigrationReason.BID_CANCELLED
+            detail = StoredText(gettext_noop("its bid for %(chip)s was cancelled"), chip=chip.slug)
         elif on_demand_wait and bid.max_price_per_hour >= result.price:
-            reason, detail = MigrationReason.ON_DEMAND, f"{lost} {chip.slug} chip(s) are needed for on-demand work"
+            reason = MigrationReason.ON_DEMAND
+            detail = StoredText(
+                gettext_noop("%(chips)s %(chip)s chip(s) are needed for on-demand work"), chips=lost, chip=chip.slug
+            )
         else:
             reason = MigrationReason.OUTBID
-            detail = (
-                f"higher bids took {lost} of its {chip.slug} chip(s): the spot price cleared at "
-                f"{format_amount(result.price)}/h; its bid is {format_amount(bid.max_price_per_hour)}/h"
+            detail = StoredText(
+                gettext_noop(
+                    "higher bids took %(chips)s of its %(chip)s chip(s): the spot price cleared at %(price)s/h; "
+                    "its bid is %(bid)s/h"
+                ),
+                chips=lost,
+                chip=chip.slug,
+                price=format_amount(result.price),
+                bid=format_amount(bid.max_price_per_hour),
             )
         losses.append(SpotLoss(job_id=job_id, chips=lost, reason=reason, detail=detail))
     return losses

@@ -35,6 +35,7 @@ from rest_framework import authentication, exceptions
 from base.models import Preferences
 from base.tokens import hash_token
 from portal.api.sign_in import UNCONFIRMED, SignInRefused, is_confirmed
+from portal.locale import GATEWAY_PATH
 from portal.models import ApiToken
 from portal.models.tokens import token_cache_key
 
@@ -134,6 +135,6 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
 def speak_language_of(request, token: ApiToken) -> None:
     """Answer in the token owner's saved language, as UserLocaleMiddleware does for a signed-in page."""
     language = getattr(token, "user_language", "")
-    if language:
+    if language and not request.path.startswith(GATEWAY_PATH):  # the gateway speaks OpenAI's English
         translation.activate(language)
         request._request.LANGUAGE_CODE = translation.get_language()

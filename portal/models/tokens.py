@@ -42,7 +42,7 @@ class ApiToken(models.Model):
     )
     name = models.CharField(max_length=80, default="API token", verbose_name=_("name"))
     prefix = models.CharField(
-        max_length=12, help_text="The first characters, to recognise a token.", verbose_name=_("prefix")
+        max_length=12, help_text=_("The first characters, to recognise a token."), verbose_name=_("prefix")
     )
     token_hash = models.CharField(max_length=64, unique=True, verbose_name=_("token hash"))
     scope = models.CharField(

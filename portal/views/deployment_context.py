@@ -59,7 +59,7 @@ def replica_row(job: Job, names: dict[str, str]) -> ReplicaRow:
         hostname=rank.hostname if rank else "—",
         device=serving.get("device") or "",
         simulated=bool(serving.get("simulated")) or bool(rank and rank.simulated),
-        error=serving.get("error") or (job.status_reason if job.status == JobStatus.FAILED else ""),
+        error=serving.get("error") or (job.reason_text if job.status == JobStatus.FAILED else ""),
         live=job.status not in JobStatus.finished(),
     )
 

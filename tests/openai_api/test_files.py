@@ -5,6 +5,7 @@ from __future__ import annotations
 import openai
 import pytest
 
+from base.models import Preferences
 from fleet.choices import DatasetKind
 from fleet.models import Dataset
 from tests.support.openai_files import chat_jsonl
@@ -95,6 +96,16 @@ def test_tokens_read_only_tokens_and_rate_limits_answer_in_openais_shape(alice, 
         openai_for(alice).files.list()
     assert error_of(raised)["code"] == "rate_limit_exceeded"
     assert raised.value.response.headers["Retry-After"] == "7"
+
+
+def test_the_gateway_answers_in_openais_english_to_a_chinese_speaking_owner(alice, openai_for):
+    """The site and the REST API speak the owner's saved language (this refusal is Chinese under /api/v1/);
+    OpenAI's clients read OpenAI's English wording."""
+    Preferences.objects.create(user=alice, language="zh-hans")
+    client = openai_for(alice, scope="read_only").with_options(default_headers={"Accept-Language": "zh-CN"})
+    with pytest.raises(openai.PermissionDeniedError) as raised:
+        client.files.create(file=("a.jsonl", chat_jsonl()), purpose="fine-tune")
+    assert error_of(raised)["message"] == "This API token is read-only."
 
 
 def test_an_unknown_v1_path_is_openais_404(alice, raw_for):

@@ -156,6 +156,13 @@ class JobEventSerializer(serializers.ModelSerializer):
         model = JobEvent
         fields = ["id", "kind", "message", "data", "epoch", "created_at"]
 
+    def to_representation(self, instance):
+        # The message's msgid and values (`data["text"]`) are the pages' business: the API's message is English.
+        answer = super().to_representation(instance)
+        if isinstance(answer.get("data"), dict):
+            answer["data"] = {key: value for key, value in answer["data"].items() if key != "text"}
+        return answer
+
 
 class JobLogLineSerializer(serializers.ModelSerializer):
     library = serializers.SerializerMethodField(

@@ -46,20 +46,20 @@ class EnrollmentToken(models.Model):
     )
     created_at = models.DateTimeField(auto_now_add=True, verbose_name=_("created at"))
     expires_at = models.DateTimeField(
-        default=default_token_expiry, help_text="Refused after this time.", verbose_name=_("expires at")
+        default=default_token_expiry, help_text=_("Refused after this time."), verbose_name=_("expires at")
     )
     revoked_at = models.DateTimeField(null=True, blank=True, verbose_name=_("revoked at"))
     uses = models.PositiveIntegerField(default=0, editable=False, verbose_name=_("uses"))
     max_uses = models.PositiveIntegerField(
         default=1,
         validators=[MinValueValidator(1)],
-        help_text="How many hosts may enroll with it.",
+        help_text=_("How many hosts may enroll with it."),
         verbose_name=_("max uses"),
     )
     approved_chips = models.PositiveSmallIntegerField(
         default=1,
         validators=[MinValueValidator(1), MaxValueValidator(64)],
-        help_text="The most chips a host enrolling with it may declare.",
+        help_text=_("The most chips a host enrolling with it may declare."),
         verbose_name=_("approved chips"),
     )
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.db import models
 
+from base.stored_text import render_column
 from fleet.choices import MigrationReason, MigrationStatus
 from kernel.money import format_amount
 
@@ -14,6 +15,8 @@ class JobMigration(models.Model):
     job = models.ForeignKey("fleet.Job", on_delete=models.PROTECT, related_name="migrations")
     reason = models.CharField(max_length=16, choices=MigrationReason.choices)
     detail = models.TextField(blank=True)
+    # The detail's msgid and values (base.stored_text): the job page shows it in the reader's language.
+    detail_text = models.JSONField(default=dict, db_default={}, blank=True)
     status = models.CharField(max_length=12, choices=MigrationStatus.choices, default=MigrationStatus.NOTICE)
     from_epoch = models.PositiveIntegerField()
     to_epoch = models.PositiveIntegerField(null=True, blank=True)
@@ -43,6 +46,11 @@ class JobMigration(models.Model):
 
     def __str__(self) -> str:
         return f"job {self.job_id} migration {self.pk} ({self.reason})"
+
+    @property
+    def detail_display(self) -> str:
+        """The detail in the active language (as stored when it was stored as plain text)."""
+        return render_column(self.detail, self.detail_text)
 
     @property
     def refund_display(self) -> str:

@@ -4,6 +4,7 @@ rank exits."""
 from __future__ import annotations
 
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 from fleet.choices import JobEventKind
 from fleet.models import Job
@@ -112,12 +113,13 @@ class NodeThroughput(models.Model):
 
     node = models.ForeignKey("fleet.Node", on_delete=models.CASCADE, related_name="measured")
     model_name = models.CharField(max_length=200)
-    tokens_per_s = models.FloatField(help_text="Per rank in a run's steady steps; the median of the recent runs")
+    tokens_per_s = models.FloatField(help_text=_("Per rank in a run's steady steps; the median of the recent runs"))
     overhead_s = models.FloatField(
-        default=0, help_text="Start-up before the first step plus finishing after the last; median of the recent runs"
+        default=0,
+        help_text=_("Start-up before the first step plus finishing after the last; median of the recent runs"),
     )
-    spread = models.FloatField(default=0, help_text="Mean of |estimate − run| / run over the recent runs")
-    recent = models.JSONField(default=list, help_text="The last runs: [tokens/s per rank, overhead s, run s]")
+    spread = models.FloatField(default=0, help_text=_("Mean of |estimate − run| / run over the recent runs"))
+    recent = models.JSONField(default=list, help_text=_("The last runs: [tokens/s per rank, overhead s, run s]"))
     samples = models.PositiveIntegerField(default=0)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -135,9 +137,9 @@ class BridgeMeasurement(models.Model):
     declared `bridge_gbps` once it exists."""
 
     node = models.OneToOneField("fleet.Node", on_delete=models.CASCADE, related_name="bridge_measurement")
-    gbps = models.FloatField(help_text="The median of the recent reports' Gbit/s")
-    recent = models.JSONField(default=list, help_text="The last reports' Gbit/s, oldest first")
-    samples = models.PositiveIntegerField(default=0, help_text="Reports folded in, all time")
+    gbps = models.FloatField(help_text=_("The median of the recent reports' Gbit/s"))
+    recent = models.JSONField(default=list, help_text=_("The last reports' Gbit/s, oldest first"))
+    samples = models.PositiveIntegerField(default=0, help_text=_("Reports folded in, all time"))
     updated_at = models.DateTimeField(auto_now=True)
 
     def __str__(self) -> str:

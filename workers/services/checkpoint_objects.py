@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.db import transaction
+from django.utils.translation import gettext as _
 
 from fleet.choices import JobStatus, TrainingMode
 from fleet.models import Job
@@ -28,6 +29,7 @@ from workers.services.model_download import (
     MergedNotApplicable,
     ModelDownload,
     download_folder,
+    merged_not_applicable,
     model_card,
 )
 from workers.services.storage import platform_store
@@ -122,8 +124,11 @@ def checkpoint_at(job: Job, step: int) -> JobCheckpoint:
     row = job.checkpoints.filter(step=step).order_by("-pk").first()
     if row is None or not is_own_checkpoint(job.pk, row.key):
         steps = sorted(job.checkpoints.values_list("step", flat=True))
-        have = ", ".join(map(str, steps)) if steps else "none"
-        raise CheckpointNotFound(f"Job {job.pk} has no checkpoint at step {step} (its checkpoints: {have}).")
+        have = ", ".join(map(str, steps)) if steps else _("none")
+        raise CheckpointNotFound(
+            _("Job %(job)s has no checkpoint at step %(step)s (its checkpoints: %(have)s).")
+            % {"job": job.pk, "step": step, "have": have}
+        )
     return row
 
 
@@ -138,8 +143,11 @@ def delete_checkpoint(job: Job, step: int) -> None:
         latest = key_of(job.latest_checkpoint) if is_stored(job.latest_checkpoint) else None
         if row.key == latest and job.status not in JobStatus.finished():
             raise CheckpointInUse(
-                f"Step {step} is the latest checkpoint of job {job.pk}, which is {job.status}: it resumes from it "
-                "after a move or a restart. Delete it once the job has ended or saved a newer checkpoint."
+                _(
+                    "Step %(step)s is the latest checkpoint of job %(job)s, which is %(status)s: it resumes from it "
+                    "after a move or a restart. Delete it once the job has ended or saved a newer checkpoint."
+                )
+                % {"step": step, "job": job.pk, "status": job.get_status_display().lower()}
             )
         starting = (
             Job.objects.filter(start_checkpoint=row.key, latest_checkpoint="")
@@ -149,8 +157,11 @@ def delete_checkpoint(job: Job, step: int) -> None:
         )
         if starting is not None:
             raise CheckpointInUse(
-                f"Job {starting} continues from step {step} of job {job.pk} and has saved no checkpoint of its own "
-                "yet: it starts from this one. Delete it once that job has ended or saved a checkpoint."
+                _(
+                    "Job %(starting)s continues from step %(step)s of job %(job)s and has saved no checkpoint of its "
+                    "own yet: it starts from this one. Delete it once that job has ended or saved a checkpoint."
+                )
+                % {"starting": starting, "step": step, "job": job.pk}
             )
         delete_tree(platform_store(), row.key)
         row.delete()
@@ -162,21 +173,26 @@ def checkpoint_download(job: Job, step: int, merged: bool = False) -> ModelDownl
     or StorageError."""
     lora = job.mode == TrainingMode.LORA
     if merged and not lora:
-        raise MergedNotApplicable("merged=true applies to LoRA jobs; this job trained every weight (model/ is whole).")
+        raise MergedNotApplicable(merged_not_applicable())
     row = checkpoint_at(job, step)
     manifest = read_manifest(platform_store(), row.key)
     if manifest is None:
-        raise CheckpointNotFound(f"Job {job.pk}'s checkpoint at step {step} is no longer stored.")
+        raise CheckpointNotFound(
+            _("Job %(job)s's checkpoint at step %(step)s is no longer stored.") % {"job": job.pk, "step": step}
+        )
     exported = ExportedStep(row.key, manifest)
     which = ADAPTER_DIR if lora and not merged else MODEL_DIR
     files = exported.folder(which)
     if not files or (which == MODEL_DIR and "config.json" not in files):
         why = (
-            "merged weights are exported only with the final and stop checkpoints; download its adapter"
+            _("merged weights are exported only with the final and stop checkpoints; download its adapter")
             if merged
-            else "it was saved without its Hugging Face form (by an older runtime, or by a stop asked to be quick)"
+            else _("it was saved without its Hugging Face form (by an older runtime, or by a stop asked to be quick)")
         )
-        raise CheckpointNotExported(f"Job {job.pk}'s checkpoint at step {step} has no {which}/ folder: {why}.")
+        raise CheckpointNotExported(
+            _("Job %(job)s's checkpoint at step %(step)s has no %(folder)s/ folder: %(why)s.")
+            % {"job": job.pk, "step": step, "folder": which, "why": why}
+        )
     folder = download_folder(job, which, step)
     return ModelDownload(
         f"{folder}.tar", platform_store(), f"{row.key}/{which}", files, model_card(job, which, exported.name, at=row)

@@ -17,8 +17,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from django.db import transaction
-from django.utils.translation import gettext
+from django.utils.translation import gettext, gettext_noop
 
+from base.stored_text import StoredText
 from fleet.choices import JobEventKind, JobStatus
 from fleet.models import Job
 from kernel.spec import JobSpec
@@ -145,7 +146,12 @@ def continue_job(owner, job: Job, spec: JobSpec, checkpoint: JobCheckpoint) -> J
         record_event(
             new,
             JobEventKind.QUEUED,
-            f"Continues job {job.pk} from its checkpoint at step {checkpoint.step}, to step {new.max_steps}",
+            StoredText(
+                gettext_noop("Continues job %(job)s from its checkpoint at step %(step)s, to step %(steps)s"),
+                job=job.pk,
+                step=checkpoint.step,
+                steps=new.max_steps,
+            ),
             data={"continued_from": job.pk, "checkpoint_step": checkpoint.step},
         )
     return new

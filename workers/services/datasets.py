@@ -14,6 +14,7 @@ from pathlib import Path
 from django.conf import settings
 from django.db import transaction
 from django.db.models import ProtectedError
+from django.utils.translation import gettext as _
 
 from base.uploads import UploadLimit
 from fleet.choices import DatasetKind
@@ -54,7 +55,11 @@ class DatasetTooLarge(DatasetRejected):
 
 
 def too_large(what: str, limit: int) -> DatasetTooLarge:
-    return DatasetTooLarge(f"{what}; a dataset may be at most {limit:,} bytes ({limit / (1 << 20):.1f} MiB).")
+    """`what`: how large the upload is, in the request's language (base.uploads.upload_size)."""
+    return DatasetTooLarge(
+        _("%(what)s; a dataset may be at most %(limit)s bytes (%(mib)s MiB).")
+        % {"what": what, "limit": f"{limit:,}", "mib": f"{limit / (1 << 20):.1f}"}
+    )
 
 
 class DatasetUploadLimit(UploadLimit):
@@ -84,9 +89,9 @@ def store_dataset(owner, upload, *, name: str) -> Dataset:
     Nothing is stored for a refused upload; the stored tree is deleted again if its row can't be written.
     """
     if upload.size > settings.DATASET_MAX_BYTES:
-        raise too_large(f"The file is {upload.size:,} bytes", settings.DATASET_MAX_BYTES)
+        raise too_large(_("The file is %(size)s bytes") % {"size": f"{upload.size:,}"}, settings.DATASET_MAX_BYTES)
     try:
-        check_room(owner, upload.size, "dataset")
+        check_room(owner, upload.size, _("dataset"))
     except QuotaExceeded as error:
         raise DatasetRejected(str(error)) from None
     with tempfile.TemporaryDirectory(prefix="dataset-") as scratch:
@@ -108,12 +113,12 @@ def store_dataset(owner, upload, *, name: str) -> Dataset:
         except StorageError as error:
             logger.error("storing dataset %s failed: %s", prefix, error)
             delete_stored_tree(prefix)
-            raise StorageUnavailable("The dataset") from None
+            raise StorageUnavailable(_("The dataset")) from None
     stored = manifest.files[file_name]
     fields = dict(kind=kind, store_prefix=prefix, file_name=file_name, sha256=stored.sha256, samples=samples)
     create = functools.partial(Dataset.objects.create, owner=owner, name=name[:120], size_bytes=stored.size, **fields)
     try:
-        return recorded(owner, stored.size, "dataset", create)
+        return recorded(owner, stored.size, _("dataset"), create)
     except QuotaExceeded as error:
         delete_stored_tree(prefix)
         raise DatasetRejected(str(error)) from None
@@ -127,11 +132,11 @@ def delete_dataset(dataset: Dataset) -> None:
     with transaction.atomic():
         locked = Dataset.objects.select_for_update().get(pk=dataset.pk)
         if locked.jobs.exists() or locked.eval_jobs.exists():
-            raise DatasetInUse("This dataset is used by a job and cannot be deleted.")
+            raise DatasetInUse(_("This dataset is used by a job and cannot be deleted."))
         try:
             locked.delete()
         except ProtectedError:  # a job that named it committed meanwhile
-            raise DatasetInUse("This dataset is used by a job and cannot be deleted.") from None
+            raise DatasetInUse(_("This dataset is used by a job and cannot be deleted.")) from None
         prefix = locked.store_prefix
         transaction.on_commit(lambda: delete_stored_tree(prefix))
 
@@ -169,7 +174,7 @@ def preview_dataset(dataset: Dataset, tokenizer_choice: str) -> list[RecordPrevi
         with staged_tree(dataset.store_prefix, select=lambda name: name == dataset.file_name) as folder:
             records = first_records(folder / dataset.file_name, dataset.kind, PREVIEW_RECORDS)
     except (OSError, DatasetError, StorageError) as error:
-        raise DatasetRejected(f"Can't read the dataset's file: {redact(str(error))}") from None
+        raise DatasetRejected(_("Can't read the dataset's file: %(error)s") % {"error": redact(str(error))}) from None
     records = [_clip_record(record, dataset.kind) for record in records]
     renderers = _chat_renderers(tokenizer, records, dataset.kind)
     return [
@@ -215,7 +220,9 @@ def _preview_tokenizer(owner, choice: str):
         return ByteTokenizer(BYTE_LEVEL_VOCAB)
     model = next((model for model in UploadedModel.objects.filter(owner=owner) if model.reference == choice), None)
     if model is None:
-        raise DatasetRejected(f"Unknown tokenizer '{choice}': choose byte-level or one of your models.")
+        raise DatasetRejected(
+            _("Unknown tokenizer '%(choice)s': choose byte-level or one of your models.") % {"choice": choice}
+        )
     try:
         with staged_tree(model.store_prefix, select=is_tokenizer_file) as folder:
             try:
@@ -223,7 +230,10 @@ def _preview_tokenizer(owner, choice: str):
             except DatasetError as error:  # it names the folder: a temporary one here
                 raise DatasetRejected(str(error).replace(f"'{folder}'", f"“{model.name}”")) from None
     except StorageError as error:
-        raise DatasetRejected(f"Can't read the tokenizer of your model “{model.name}”: {redact(str(error))}") from None
+        raise DatasetRejected(
+            _("Can't read the tokenizer of your model “%(name)s”: %(error)s")
+            % {"name": model.name, "error": redact(str(error))}
+        ) from None
 
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".h5", ".msgpack", ".ckpt")

@@ -17,8 +17,9 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Sum
 from django.utils import timezone
-from django.utils.translation import gettext
+from django.utils.translation import gettext, gettext_noop
 
+from base.stored_text import StoredText
 from billing.models import BillingLine
 from fleet.choices import JobStatus, Policy
 from fleet.models import ChipType, Deployment, DeploymentStatus, ServedRequest
@@ -194,15 +195,16 @@ def update_replicas(
 
 
 def stop_deployment(
-    deployment: Deployment, reason: str = "Deleted by its owner", now: datetime | None = None
+    deployment: Deployment, reason: str | StoredText | None = None, now: datetime | None = None
 ) -> Deployment:
     """Stop for good: every replica is cancelled (their billing stops as they stop); the name is free again."""
     now = now or timezone.now()
     with transaction.atomic():
         deployment = Deployment.objects.select_for_update().get(pk=deployment.pk)
         if deployment.status != DeploymentStatus.STOPPED:
-            deployment.status, deployment.status_reason, deployment.stopped_at = DeploymentStatus.STOPPED, reason, now
-            deployment.save(update_fields=["status", "status_reason", "stopped_at", "updated_at"])
+            deployment.status, deployment.stopped_at = DeploymentStatus.STOPPED, now
+            deployment.set_status_reason(reason or StoredText(gettext_noop("Deleted by its owner")))
+            deployment.save(update_fields=["status", "status_reason", "status_reason_text", "stopped_at", "updated_at"])
     for job in deployment.replicas.filter(LIVE_JOB):
         lifecycle.cancel(job, now)
     return deployment
@@ -281,15 +283,17 @@ def scale(deployment: Deployment, now: datetime, waiting: int = 0) -> tuple[int,
         if len(live) < wanted:
             if too_many_failures(deployment):
                 deployment.status = DeploymentStatus.FAILED
-                deployment.status_reason = failure_reason(deployment)
-                deployment.save(update_fields=["status", "status_reason", "updated_at"])
+                deployment.set_status_reason(failure_reason(deployment))
+                deployment.save(update_fields=["status", "status_reason", "status_reason_text", "updated_at"])
                 return 0, 0
             for _ in range(wanted - len(live)):
                 try:
                     launch_replica(deployment)
                 except DeploymentRefused as error:
-                    deployment.status_reason = f"A replica could not start: {error}"
-                    deployment.save(update_fields=["status_reason", "updated_at"])
+                    deployment.set_status_reason(
+                        StoredText(gettext_noop("A replica could not start: %(error)s"), error=str(error))
+                    )
+                    deployment.save(update_fields=["status_reason", "status_reason_text", "updated_at"])
                     break
                 launched += 1
         # The surplus: replicas not ready yet first, then the newest.
@@ -323,12 +327,13 @@ def status_of(deployment: Deployment, ready: int, replicas: int) -> str:
     return DeploymentStatus.DEPLOYING if replicas else DeploymentStatus.IDLE
 
 
-def why_stop(deployment: Deployment) -> str:
+def why_stop(deployment: Deployment) -> str | StoredText:
     """Why the deployment must stop now ("" : it may go on): its total budget spent, or its owner out of credit."""
     if deployment.total_budget is not None and deployment_cost(deployment) >= deployment.total_budget:
-        return f"Its total budget of {format_money(deployment.total_budget)} is spent."
+        spent = gettext_noop("Its total budget of %(budget)s is spent.")
+        return StoredText(spent, budget=format_money(deployment.total_budget))
     if deployment.replicas.filter(status=JobStatus.STOPPED_NO_CREDIT).exists():
-        return "Stopped: out of credit. Top up, then deploy again."
+        return StoredText(gettext_noop("Stopped: out of credit. Top up, then deploy again."))
     return ""
 
 
@@ -339,7 +344,14 @@ def too_many_failures(deployment: Deployment) -> bool:
     )
 
 
-def failure_reason(deployment: Deployment) -> str:
+def failure_reason(deployment: Deployment) -> StoredText:
     last = deployment.replicas.filter(status=JobStatus.FAILED).order_by("-pk").first()
-    detail = (last.serving.get("error") or last.status_reason) if last else ""
-    return f"{MAX_START_FAILURES} replicas in a row failed to start. The last: {detail}".strip()
+    detail = (last.serving.get("error") or last.stored_reason()) if last else ""
+    if isinstance(detail, str):
+        detail = detail.rstrip()
+    if not detail:
+        return StoredText(
+            gettext_noop("%(count)s replicas in a row failed to start. The last:"), count=MAX_START_FAILURES
+        )
+    failed = gettext_noop("%(count)s replicas in a row failed to start. The last: %(detail)s")
+    return StoredText(failed, count=MAX_START_FAILURES, detail=detail)

@@ -15,6 +15,7 @@ from django.db.models import Count, Min, Q
 from django.utils import timezone
 from django.utils.translation import gettext
 
+from base.stored_text import StoredText, render
 from fleet.choices import JobEventKind
 from fleet.models import Job
 from workers.models import JobEvent
@@ -24,12 +25,20 @@ READ_BATCH = 200  # events read per query while folding: a flood of checkpoints 
 STEP = re.compile(r"step[- ](\d+)")
 
 
-def record_event(job: Job, kind: str, message: str = "", *, data: dict | None = None, now=None) -> JobEvent:
+def record_event(
+    job: Job, kind: str, message: str | StoredText = "", *, data: dict | None = None, now=None
+) -> JobEvent:
+    """A timeline event. A StoredText message is stored in English (`message`, what the API returns) and as
+    its msgid and values (`data["text"]`), which the timeline renders in the reader's language."""
+    data = dict(data or {})
+    if isinstance(message, StoredText):
+        data["text"] = message.as_data()
+        message = message.english()
     return JobEvent.objects.create(
         job=job,
         kind=kind,
         message=message,
-        data=data or {},
+        data=data,
         epoch=job.epoch,
         created_at=now or timezone.now(),
     )
@@ -168,5 +177,10 @@ class _Run:
         )
 
 
+def event_message(event: JobEvent) -> str:
+    """The event's message in the active language (its stored English when it was stored as plain text)."""
+    return render((event.data or {}).get("text"), event.message)
+
+
 def _single(event: JobEvent) -> TimelineEntry:
-    return TimelineEntry(event.kind, event.get_kind_display(), event.message, event.created_at)
+    return TimelineEntry(event.kind, event.get_kind_display(), event_message(event), event.created_at)

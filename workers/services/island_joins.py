@@ -19,7 +19,9 @@ from datetime import datetime
 
 from django.db import transaction
 from django.utils import timezone
+from django.utils.translation import gettext_noop
 
+from base.stored_text import StoredText
 from billing.services.holds import HoldRefused, check_hold, lock_credit
 from fleet.choices import JobEventKind, JobStatus
 from fleet.models import Allocation, Job, Node
@@ -105,8 +107,17 @@ def add_island(job_id: int, now: datetime) -> int | None:
         record_event(
             job,
             JobEventKind.ISLAND,
-            f"Island {index} ({joined[0].island}: {len(joined)} chip(s) on {hosts}) joins the run, taking the batch "
-            f"of the islands that left ({batch} samples a step); it starts from a healthy island's live state",
+            StoredText(
+                gettext_noop(
+                    "Island %(island)s (%(stack)s: %(chips)s chip(s) on %(hosts)s) joins the run, taking the batch "
+                    "of the islands that left (%(batch)s samples a step); it starts from a healthy island's live state"
+                ),
+                island=index,
+                stack=joined[0].island,
+                chips=len(joined),
+                hosts=hosts,
+                batch=batch,
+            ),
             data={"island": index, "change": "added", "ranks": list(range(len(ranks) - len(joined), len(ranks)))},
             now=now,
         )

@@ -15,7 +15,9 @@ from __future__ import annotations
 from statistics import median
 
 from django.db import transaction
+from django.utils.translation import gettext_noop
 
+from base.stored_text import StoredText
 from fleet.choices import JobEventKind
 from fleet.models import Job, Node
 from workers.models import BridgeMeasurement
@@ -48,7 +50,7 @@ def record_island(job: Job, item: dict, now, node: Node | None = None) -> None:
     job.island_stats = stats
     job.save(update_fields=["island_stats", "updated_at"])
     if item["change"] in TIMELINE_CHANGES:
-        record_event(job, JobEventKind.ISLAND, describe(item), data=_data(item), now=now)
+        record_event(job, JobEventKind.ISLAND, describe_text(item), data=_data(item), now=now)
     if node is not None and item.get("bridge_gbps"):
         remember_bridge(node, float(item["bridge_gbps"]))
 
@@ -71,14 +73,26 @@ def measured_bridges() -> dict[int, float]:
 
 def describe(item: dict) -> str:
     """ "Island 2 (cann) joined at step 8, healed from a healthy island" and the like."""
+    return describe_text(item).english()
+
+
+def describe_text(item: dict) -> StoredText:
+    """`describe`, stored so the timeline shows it in the reader's language."""
     island, step = item["island"], item.get("step", 0)
     stack = f" ({item['stack']})" if item.get("stack") else ""
     members = ", ".join(str(member) for member in item.get("members", []))
     if item["change"] == "joined":
-        return f"Island {island}{stack} joined at step {step}, with the live state of a healthy island"
+        joined = gettext_noop(
+            "Island %(island)s%(stack)s joined at step %(step)s, with the live state of a healthy island"
+        )
+        return StoredText(joined, island=island, stack=stack, step=step)
     if item["change"] == "dropped":
-        return f"Island {island}{stack} dropped step {step + 1}: an island left mid-sync; the step is trained again"
-    return f"Islands training together from step {step}: {members or 'none'}"
+        dropped = gettext_noop(
+            "Island %(island)s%(stack)s dropped step %(step)s: an island left mid-sync; the step is trained again"
+        )
+        return StoredText(dropped, island=island, stack=stack, step=step + 1)
+    together = gettext_noop("Islands training together from step %(step)s: %(members)s")
+    return StoredText(together, step=step, members=members or StoredText(gettext_noop("none")))
 
 
 def _data(item: dict) -> dict:

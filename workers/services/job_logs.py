@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from django.utils.translation import gettext as _
+
 from fleet.models import Job
 from workers.models import JobLogLine
 
@@ -30,9 +32,9 @@ def clean_search(value: str | None) -> str:
     NUL, which no log line can contain and PostgreSQL can't compare."""
     value = value or ""
     if len(value) > MAX_SEARCH:
-        raise LogQueryError("search", f"search is limited to {MAX_SEARCH} characters.")
+        raise LogQueryError("search", _("search is limited to %(most)s characters.") % {"most": MAX_SEARCH})
     if "\x00" in value:
-        raise LogQueryError("search", "search must not contain a NUL character.")
+        raise LogQueryError("search", _("search must not contain a NUL character."))
     return value
 
 
@@ -41,7 +43,7 @@ def clean_cursor(name: str, value: str | None) -> int | None:
     if value in (None, ""):
         return None
     if not value.isascii() or not value.isdigit() or len(value) > 18:
-        raise LogQueryError(name, f"{name} must be a line id (a non-negative integer).")
+        raise LogQueryError(name, _("%(name)s must be a line id (a non-negative integer).") % {"name": name})
     return int(value)
 
 
@@ -86,7 +88,7 @@ class LogPage:
 def log_page(job: Job, *, search: str = "", before: int | None = None, after: int | None = None) -> LogPage:
     """The page before a line id, after one, or (neither) the newest page, which follows the job."""
     if before is not None and after is not None:
-        raise LogQueryError("before", "Give before or after, not both.")
+        raise LogQueryError("before", _("Give before or after, not both."))
     if after is not None:
         lines = lines_after(job, after, search=search, limit=PAGE_LINES + 1)
         has_newer, lines = len(lines) > PAGE_LINES, lines[:PAGE_LINES]

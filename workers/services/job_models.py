@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import json
 
+from django.utils.translation import gettext as _
+
 from fleet.choices import JobStatus
 from fleet.models import Job
 from kernel.modelfiles import hfconfig
@@ -37,23 +39,33 @@ def job_output_source(pk: int, owner=None) -> ModelSource:
         jobs = jobs.filter(owner=owner)
     job = jobs.first()
     if job is None:
-        raise ModelUnavailable(f"There is no job job:{pk} among yours; see yours with GET /api/v1/jobs/.")
+        raise ModelUnavailable(
+            _("There is no job job:%(id)s among yours; see yours with GET /api/v1/jobs/.") % {"id": pk}
+        )
     if job.status not in JobStatus.finished():
         raise ModelUnavailable(
-            f"Job {pk} is {job.status}: its model can be trained on once it has ended (or continue it when it has: "
-            f"POST /api/v1/jobs/{pk}/continue/)."
+            _(
+                "Job %(id)s is %(status)s: its model can be trained on once it has ended (or continue it when it "
+                "has: POST /api/v1/jobs/%(id)s/continue/)."
+            )
+            % {"id": pk, "status": job.get_status_display().lower()}
         )
     key = key_of(job.latest_checkpoint) if is_stored(job.latest_checkpoint) else None
     if key is None or not is_own_checkpoint(job.pk, key):
-        raise ModelUnavailable(f"Job {pk} saved no checkpoint, so it has no trained model.")
+        raise ModelUnavailable(_("Job %(id)s saved no checkpoint, so it has no trained model.") % {"id": pk})
     try:
         files, config = exported_model(key)
     except StorageError as error:
-        raise ModelUnavailable(f"Job {pk}'s model can't be read from storage now ({error}); try again.") from None
+        raise ModelUnavailable(
+            _("Job %(id)s's model can't be read from storage now (%(error)s); try again.") % {"id": pk, "error": error}
+        ) from None
     if config is None:
         raise ModelUnavailable(
-            f"Job {pk}'s last checkpoint holds no exported model ({MODEL_DIR}/): a LoRA job's merged model is "
-            f"written at its end or stop. Continue job {pk} to go on training its adapter."
+            _(
+                "Job %(id)s's last checkpoint holds no exported model (%(folder)s/): a LoRA job's merged model is "
+                "written at its end or stop. Continue job %(id)s to go on training its adapter."
+            )
+            % {"id": pk, "folder": MODEL_DIR}
         )
     spec = job.model_spec or {}
     return ModelSource(

@@ -16,6 +16,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils.translation import gettext, gettext_lazy
 
+from base.stored_text import StoredText
 from billing.models import OperatorSettings
 from billing.services.holds import HoldRefused, check_hold, hold_needed, lock_credit
 from fleet.models import Job
@@ -59,6 +60,20 @@ def planning_message(error: planner.PlanningError) -> str:
         return str(error)
     values = {name: gettext(value) if value == islands.WHY else value for name, value in error.values.items()}
     return gettext(template) % values
+
+
+def planning_text(error: planner.PlanningError) -> str | StoredText:
+    """The planner's reason to store (a job's status reason, an event): its template and numbers, so the
+    pages show it in the reader's language; an error made without a template stays English."""
+    template = getattr(error, "template", "")
+    if not template:
+        return str(error)
+    values = {name: StoredText(value) if value == islands.WHY else value for name, value in error.values.items()}
+    text = StoredText(template, values)
+    try:
+        return text if text.english() == str(error) else str(error)
+    except (KeyError, TypeError, ValueError):  # a value JSON can't keep as it was
+        return str(error)
 
 
 def launch(owner, spec: JobSpec, *, deployment=None) -> Job:

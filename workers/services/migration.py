@@ -17,9 +17,11 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from django.db.models import Max
+from django.utils.translation import gettext_noop
 
-from billing.services.insurance import insurance_amount, pay_insurance
-from fleet.choices import JobEventKind, MigrationReason, MigrationStatus, stored_label
+from base.stored_text import StoredText, data_of, english
+from billing.services.insurance import INSURANCE_MEMO, insurance_amount, pay_insurance
+from fleet.choices import JobEventKind, MigrationReason, MigrationStatus
 from fleet.models import Allocation, Job
 from kernel.money import format_money
 from workers.models import JobMetric, JobMigration
@@ -27,13 +29,21 @@ from workers.services.events import record_event
 
 
 def open_migration(
-    job: Job, reason: str, detail: str, *, hostnames: list[str], notice_seconds: int, last_seen: datetime | None, now
+    job: Job,
+    reason: str,
+    detail: str | StoredText,
+    *,
+    hostnames: list[str],
+    notice_seconds: int,
+    last_seen: datetime | None,
+    now,
 ) -> JobMigration:
     """The notice: a new record of the move (for a lost node, `last_seen` is where its work ended)."""
     return JobMigration.objects.create(
         job=job,
         reason=reason,
-        detail=detail,
+        detail=english(detail),
+        detail_text=data_of(detail),
         from_epoch=job.epoch,
         nodes=hostnames,
         notice_at=now,
@@ -128,16 +138,26 @@ def record_resume(job: Job, first_step: int, now: datetime) -> JobMigration | No
             job.owner,
             migration.refund,
             key=f"insurance:{migration.pk}",
-            memo=f"Training insurance for job {job.pk}: {stored_label(MigrationReason(migration.reason)).lower()}",
+            memo=StoredText(
+                INSURANCE_MEMO, job=job.pk, reason=StoredText.label(MigrationReason(migration.reason), case="lower")
+            ),
             now=now,
         )
     migration.save()
     record_event(
         job,
         JobEventKind.RESUMED,
-        f"Resumed at step {first_step} on {job.plan.world_size} rank(s), "
-        f"{migration.downtime_seconds:.1f}s after the notice; {migration.steps_lost} step(s) lost; "
-        f"insurance refund {format_money(migration.refund)}",
+        StoredText(
+            gettext_noop(
+                "Resumed at step %(step)s on %(ranks)s rank(s), %(downtime).1fs after the notice; "
+                "%(lost)s step(s) lost; insurance refund %(refund)s"
+            ),
+            step=first_step,
+            ranks=job.plan.world_size,
+            downtime=migration.downtime_seconds,
+            lost=migration.steps_lost,
+            refund=format_money(migration.refund),
+        ),
         data={"migration": migration.pk, "refund": migration.refund, "steps_lost": migration.steps_lost},
         now=now,
     )

@@ -13,6 +13,8 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from django.utils.translation import gettext as _
+
 from billing.services.statements import job_charged
 from fleet.choices import TrainingMode
 from fleet.models import Job, UploadedModel
@@ -35,6 +37,10 @@ class ModelNotReady(Exception):
 
 class MergedNotApplicable(ValueError):
     """Merged weights were asked of a job that trained every weight."""
+
+
+def merged_not_applicable() -> str:
+    return _("merged=true applies to LoRA jobs; this job trained every weight (model/ is whole).")
 
 
 @dataclass(frozen=True)
@@ -72,16 +78,20 @@ def model_download(job: Job, merged: bool = False) -> ModelDownload:
     """What `GET /jobs/{id}/model/` sends; raises ModelNotReady, MergedNotApplicable or StorageError."""
     lora = job.mode == TrainingMode.LORA
     if merged and not lora:
-        raise MergedNotApplicable("merged=true applies to LoRA jobs; this job trained every weight (model/ is whole).")
+        raise MergedNotApplicable(merged_not_applicable())
     step = exported_step(job)
     if step is None:
         raise ModelNotReady(
-            f"Job {job.pk} has no model yet ({job.status}): it is exported when the job finishes or is stopped."
+            _("Job %(job)s has no model yet (%(status)s): it is exported when the job finishes or is stopped.")
+            % {"job": job.pk, "status": job.status}
         )
     which = ADAPTER_DIR if lora and not merged else MODEL_DIR
     files = step.folder(which)
     if not files:
-        raise ModelNotReady(f"Job {job.pk}'s export at {step.name} has no {which}/ folder.")
+        raise ModelNotReady(
+            _("Job %(job)s's export at %(step)s has no %(folder)s/ folder.")
+            % {"job": job.pk, "step": step.name, "folder": which}
+        )
     return ModelDownload(
         f"{download_folder(job, which)}.tar",
         platform_store(),

@@ -9,6 +9,8 @@ even that could never be placed, so it is refused before its weights are read.
 
 from __future__ import annotations
 
+from django.utils.translation import gettext as _
+
 from fleet.models import ChipType
 from kernel.catalog import CHIP_TYPES
 from kernel.modelfiles.errors import ModelFileError
@@ -31,9 +33,18 @@ def check_fleet_can_train(config: dict) -> None:
         return
     per_chip = WEIGHT_BYTES * parameters / DEFAULT_MAX_RANKS / GIB
     raise ModelFileError(
-        f"config.json describes a model of about {parameters:,} parameters, more than any job here can train: "
-        f"even as LoRA on {DEFAULT_MAX_RANKS} chips (the most a job may use) of the largest type, {name} with "
-        f"{memory_gib} GiB, its frozen weights alone take {per_chip:,.1f} GiB on each. Upload a smaller model.",
+        _(
+            "config.json describes a model of about %(parameters)s parameters, more than any job here can train: "
+            "even as LoRA on %(chips)s chips (the most a job may use) of the largest type, %(chip)s with "
+            "%(memory)s GiB, its frozen weights alone take %(per_chip)s GiB on each. Upload a smaller model."
+        )
+        % {
+            "parameters": f"{parameters:,}",
+            "chips": DEFAULT_MAX_RANKS,
+            "chip": name,
+            "memory": memory_gib,
+            "per_chip": f"{per_chip:,.1f}",
+        },
         code="model_too_large_for_fleet",
     )
 

@@ -25,13 +25,13 @@ from django.conf import settings
 from django.db import transaction
 from django.utils.translation import gettext
 
-from base.uploads import UploadLimit
+from base.uploads import UploadLimit, upload_size
 from fleet.choices import JobStatus
 from fleet.models import Job, UploadedModel
 from kernel.modelfiles import hfconfig
 from kernel.modelfiles.archives import Limits, extract_archive
 from kernel.modelfiles.checks import check_model_dir
-from kernel.modelfiles.errors import ModelFileError, ModelTooLarge, too_large
+from kernel.modelfiles.errors import ModelFileError, ModelTooLarge
 from kernel.modelfiles.hfconfig import ModelShape
 from kernel.modelfiles.loaders import refuse_unneeded_files
 from kernel.modelspecs import CATALOG
@@ -66,6 +66,17 @@ class ModelInUse(Exception):
         self.job = job
 
 
+def too_large(what: str, limit: int) -> ModelTooLarge:
+    """kernel.modelfiles.errors.too_large in the request's language: `what` says how large the upload is."""
+    message = gettext(
+        "%(what)s; the limit is %(limit)s bytes. Upload the model in safetensors without extra files."
+    ) % {
+        "what": what,
+        "limit": f"{limit:,}",
+    }
+    return ModelTooLarge(message, code="model_too_large")
+
+
 def upload_limits() -> Limits:
     return Limits(
         max_archive_bytes=settings.MODEL_MAX_BYTES,
@@ -94,7 +105,7 @@ def store_model(owner, upload, name: str = "") -> UploadedModel:
     """
     limits = upload_limits()
     if upload.size is not None and upload.size > limits.max_archive_bytes:
-        raise too_large(f"The upload is {upload.size:,} bytes", limits.max_archive_bytes)
+        raise too_large(upload_size(upload.size), limits.max_archive_bytes)
     within_quota(owner, upload.size or 0)
     staging = Path(tempfile.mkdtemp(dir=settings.FILE_UPLOAD_TEMP_DIR, prefix="model-upload-"))  # 0700
     try:
@@ -111,7 +122,7 @@ def store_model(owner, upload, name: str = "") -> UploadedModel:
         except StorageError as error:
             logger.error("storing model %s failed: %s", prefix, error)
             delete_stored_tree(prefix)
-            raise StorageUnavailable("The model") from None
+            raise StorageUnavailable(gettext("The model")) from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     create = functools.partial(
@@ -127,7 +138,7 @@ def store_model(owner, upload, name: str = "") -> UploadedModel:
         store_prefix=prefix,
     )
     try:
-        return recorded(owner, checked.size_bytes, "model", create)
+        return recorded(owner, checked.size_bytes, gettext("model"), create)
     except QuotaExceeded as error:
         delete_stored_tree(prefix)
         raise ModelFileError(str(error), code=QuotaExceeded.code) from None
@@ -139,7 +150,7 @@ def store_model(owner, upload, name: str = "") -> UploadedModel:
 def within_quota(owner, adding: int) -> None:
     """Refuse an upload whose bytes alone would pass the owner's storage quota, before they are stored."""
     try:
-        check_room(owner, adding, "model")
+        check_room(owner, adding, gettext("model"))
     except QuotaExceeded as error:
         raise ModelFileError(str(error), code=QuotaExceeded.code) from None
 
@@ -154,7 +165,7 @@ def archive_on_disk(upload, staging: Path, limit: int) -> Path:
         for chunk in upload.chunks():
             written += len(chunk)
             if written > limit:
-                raise too_large("The upload is over the limit", limit)
+                raise too_large(upload_size(None), limit)
             file.write(chunk)
     return copy
 

@@ -9,7 +9,9 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
+from django.utils.translation import gettext_noop
 
+from base.stored_text import StoredText
 from billing.services.holds import credit_stops
 from fleet.choices import JobStatus
 from fleet.models import Job, Node
@@ -77,6 +79,8 @@ def fail_stuck_provisioning(now) -> int:
     count = 0
     for job in Job.objects.filter(status=JobStatus.PROVISIONING, updated_at__lt=deadline):
         with transaction.atomic():
-            lifecycle.fail(job, f"The ranks did not start within {settings.JOB_PROVISIONING_TIMEOUT_S}s.", now=now)
+            timeout = settings.JOB_PROVISIONING_TIMEOUT_S
+            reason = StoredText(gettext_noop("The ranks did not start within %(seconds)ss."), seconds=timeout)
+            lifecycle.fail(job, reason, now=now)
             count += 1
     return count

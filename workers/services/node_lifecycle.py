@@ -27,8 +27,10 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Case, F, Value, When
 from django.utils import timezone
+from django.utils.translation import gettext_noop
 
 from base.outage import database_last_unreachable
+from base.stored_text import StoredText
 from fleet.choices import AgentStatus, CommandStatus, JobStatus, MigrationReason
 from fleet.models import Allocation, Node
 from workers.models import AgentCommand
@@ -170,8 +172,12 @@ def declare_lost_if_silent(node_id: int, now: datetime) -> bool:
         cutoff = silence_cutoff(now)  # again, under the lock: it polled meanwhile, or the database was away
         if cutoff is None or (node.last_heartbeat_at and node.last_heartbeat_at >= cutoff):
             return False
-        silence = f"{(now - node.last_heartbeat_at).total_seconds():.0f}s" if node.last_heartbeat_at else "ever"
-        _declare_lost(node, f"node {node.hostname} went silent (no heartbeat for {silence})", now)
+        if node.last_heartbeat_at:
+            silent = gettext_noop("node %(host)s went silent (no heartbeat for %(seconds).0fs)")
+            seconds = {"seconds": (now - node.last_heartbeat_at).total_seconds()}
+        else:
+            silent, seconds = gettext_noop("node %(host)s went silent (no heartbeat for ever)"), {}
+        _declare_lost(node, StoredText(silent, host=node.hostname, **seconds), now)
     logger.warning("node %s declared lost", node.hostname)
     return True
 
@@ -186,11 +192,13 @@ def reset_node(node_id: int, by: str, now: datetime | None = None) -> NodeChange
         node.token_hash = None
         node.save(update_fields=["token_hash"])
         if node.agent_status in CONNECTED:
-            _declare_lost(node, f"node {node.hostname} was reset by {by}", now)
+            _declare_lost(
+                node, StoredText(gettext_noop("node %(host)s was reset by %(by)s"), host=node.hostname, by=by), now
+            )
     return NodeChange(before, node.agent_status)
 
 
-def _declare_lost(node: Node, detail: str, now: datetime) -> None:
+def _declare_lost(node: Node, detail: str | StoredText, now: datetime) -> None:
     """The node is gone: fence every job placed on it at once and move it (or end it when it can't move).
 
     Call with the node's row locked. Its agent, should it come back, finds a kill command for each

@@ -16,8 +16,10 @@ from collections import defaultdict
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
+from django.utils.translation import gettext_noop
 
 from base.deadlocks import retry_on_deadlock
+from base.stored_text import StoredText
 from billing.services.holds import HoldRefused, check_hold, lock_credit
 from fleet.choices import AllocationMode, JobStatus
 from fleet.models import Allocation, Job, Node
@@ -79,7 +81,7 @@ def _allocate(job: Job, plan: Plan, now) -> list[Allocation]:
                 committed = commitments(job.owner).total(without_job=job.pk)
                 check_hold(job.owner, plan.price_per_hour, committed=committed)
             except HoldRefused as error:
-                lifecycle.fail(job, str(error), now=now)
+                lifecycle.fail(job, error.text, now=now)
                 return []
         free = free_chips(nodes.values())
         for node_id, ranks in wanted.items():
@@ -104,7 +106,11 @@ def _model_files_stored(job: Job, now) -> bool:
     try:
         store_hub_snapshot(source)
     except StorageError as error:
-        reason = f"Waiting for storage: {source.reference}'s files can't be stored ({error})"
+        reason = StoredText(
+            gettext_noop("Waiting for storage: %(model)s's files can't be stored (%(error)s)"),
+            model=source.reference,
+            error=str(error),
+        )
         lifecycle.wait_for_chips(job.pk, reason, now)
         return False
     return True

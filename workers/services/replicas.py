@@ -108,7 +108,7 @@ def record_serving(job: Job, item: dict, now: datetime, node: Node) -> None:
         lifecycle.start_running(job, 0, now)
         Deployment.objects.filter(
             pk=job.deployment_id, status__in=[DeploymentStatus.DEPLOYING, DeploymentStatus.IDLE]
-        ).update(status=DeploymentStatus.READY, status_reason="", updated_at=now)
+        ).update(status=DeploymentStatus.READY, status_reason="", status_reason_text={}, updated_at=now)
 
 
 def ready_replicas(deployment: Deployment) -> list[Replica]:

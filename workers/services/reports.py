@@ -11,7 +11,9 @@ from urllib.parse import urlsplit
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
+from django.utils.translation import gettext_noop
 
+from base.stored_text import StoredText
 from fleet.choices import JobEventKind, JobStatus, MigrationStatus
 from fleet.models import Allocation, Job, Node
 from kernel.protocol import ReportKind
@@ -209,7 +211,7 @@ def _record_checkpoint(job: Job, item: dict, now) -> None:
     record_event(
         job,
         JobEventKind.CHECKPOINTED,
-        f"Checkpoint at step {item['step']}",
+        StoredText(gettext_noop("Checkpoint at step %(step)s"), step=item["step"]),
         data={"path": item["path"], "seconds": item.get("seconds")},
         now=now,
     )
@@ -257,17 +259,23 @@ def _record_exit(job: Job, item: dict, now) -> None:
         lifecycle.finish_when_ranks_done(job, now)
 
 
-def _crash_reason(item: dict) -> str:
-    return f"Rank {item['rank']} exited with code {item['code']}: {_last_line(redact(str(item.get('error') or '')))}"
+def _crash_reason(item: dict) -> StoredText:
+    last = _last_line(redact(str(item.get("error") or "")))
+    return StoredText(
+        gettext_noop("Rank %(rank)s exited with code %(code)s: %(error)s"),
+        rank=item["rank"],
+        code=item["code"],
+        error=last or StoredText(gettext_noop("no error output")),
+    )
 
 
-def crash_reason(exit: RankExit) -> str:
+def crash_reason(exit: RankExit) -> StoredText:
     return _crash_reason({"rank": exit.rank, "code": exit.code, "error": exit.error})
 
 
 def _last_line(text: str | None) -> str:
     lines = [line for line in (text or "").strip().splitlines() if line.strip()]
-    return lines[-1][:500] if lines else "no error output"
+    return lines[-1][:500] if lines else ""
 
 
 def _time(item: dict, now) -> datetime:

@@ -14,7 +14,9 @@ import logging
 from datetime import datetime
 
 from django.utils import timezone
+from django.utils.translation import gettext_noop
 
+from base.stored_text import StoredText
 from fleet.choices import CommandStatus, JobStatus, MigrationReason
 from fleet.models import Allocation, Node
 from kernel.protocol import CommandType
@@ -36,7 +38,11 @@ def move_jobs_of_vanished_ranks(node: Node, reported: list[dict], now: datetime 
     for job_id, epoch in _placements_here(node):
         if (job_id, epoch) in known or not _vanished(node, job_id, epoch):
             continue
-        detail = f"the agent on {node.hostname} restarted and its ranks of epoch {epoch} are gone"
+        detail = StoredText(
+            gettext_noop("the agent on %(host)s restarted and its ranks of epoch %(epoch)s are gone"),
+            host=node.hostname,
+            epoch=epoch,
+        )
         migration = lifecycle.reclaim(
             job_id,
             MigrationReason.LOST_NODE,
@@ -47,7 +53,7 @@ def move_jobs_of_vanished_ranks(node: Node, reported: list[dict], now: datetime 
             last_seen=node.last_heartbeat_at,
         )
         if migration is not None:
-            logger.warning("job %s: %s; moving it", job_id, detail)
+            logger.warning("job %s: %s; moving it", job_id, detail.english())
             moved.append(job_id)
     return moved
 

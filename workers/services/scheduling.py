@@ -11,13 +11,18 @@ from __future__ import annotations
 from celery import shared_task
 from django.db import transaction
 from django.utils import timezone
+from django.utils.translation import gettext_noop
 
+from base.stored_text import StoredText
 from kernel import planner
 from workers.services import lifecycle, spot
 from workers.services.island_joins import grow_runs
+from workers.services.launch import planning_text
 from workers.services.placement import CapacityChanged, allocate
 from workers.services.planning import quote
 from workers.services.queue import due_jobs, wake_on_fleet_change
+
+WAITING_FOR_CHIPS = gettext_noop("Waiting for chips: %(reason)s")
 
 
 def schedule(job_id: int) -> bool:
@@ -29,17 +34,17 @@ def schedule(job_id: int) -> bool:
     try:
         plan = quote(spec, spot.MarketView.for_job(job) if job.spot else None)
     except planner.NoCapacity as error:
-        reason = spot.claim_held_chips(job, lambda market: quote(spec, market)) or str(error)
-        lifecycle.wait_for_chips(job.pk, f"Waiting for chips: {reason}")
+        reason = spot.claim_held_chips(job, lambda market: quote(spec, market)) or planning_text(error)
+        lifecycle.wait_for_chips(job.pk, StoredText(WAITING_FOR_CHIPS, reason=reason))
         return False
     except planner.PlanningError as error:
         with transaction.atomic():
-            lifecycle.fail(job, f"Cannot be planned: {error}")
+            lifecycle.fail(job, StoredText(gettext_noop("Cannot be planned: %(reason)s"), reason=planning_text(error)))
         return False
     try:
         return bool(allocate(job, plan))
     except CapacityChanged as error:
-        lifecycle.wait_for_chips(job.pk, f"Waiting for chips: {error}")
+        lifecycle.wait_for_chips(job.pk, StoredText(WAITING_FOR_CHIPS, reason=str(error)))
         return False
 
 

@@ -19,7 +19,9 @@ from collections.abc import Callable
 from django.db import transaction
 from django.db.models import Sum
 from django.utils import timezone
+from django.utils.translation import gettext_noop
 
+from base.stored_text import StoredText
 from billing.services.pricing import current_offers
 from fleet.choices import AllocationMode
 from fleet.models import Allocation, ChipType, Job, Node
@@ -92,7 +94,7 @@ class MarketView(ChipView):
         return seen
 
 
-def claim_held_chips(job: Job, quote: Callable[[ChipView], planner.Plan]) -> str | None:
+def claim_held_chips(job: Job, quote: Callable[[ChipView], planner.Plan]) -> StoredText | None:
     """Nothing free: try to plan on chips that lower bids (or, for on-demand, spot work) hold, and claim them.
 
     Returns what the job now waits for, or None when even those chips wouldn't do.
@@ -102,7 +104,7 @@ def claim_held_chips(job: Job, quote: Callable[[ChipView], planner.Plan]) -> str
     return _ask_for_spot_chips(job, quote)
 
 
-def _outbid_lower_bids(job: Job, quote) -> str | None:
+def _outbid_lower_bids(job: Job, quote) -> StoredText | None:
     held = _spot_held(exclude_job=job)
     market = MarketView.for_job(job)
     slugs = dict(ChipType.objects.filter(pk__in=held).values_list("pk", "slug"))
@@ -128,10 +130,11 @@ def _outbid_lower_bids(job: Job, quote) -> str | None:
     with transaction.atomic():
         sync_bids_with_plan(job, plan, timezone.now())
     mix = ", ".join(f"{n}× {slug}" for slug, n in sorted(counts.items()))
-    return f"outbid lower spot bids for {mix}; placing when they have checkpointed and left"
+    outbid = gettext_noop("outbid lower spot bids for %(chips)s; placing when they have checkpointed and left")
+    return StoredText(outbid, chips=mix)
 
 
-def _ask_for_spot_chips(job: Job, quote) -> str | None:
+def _ask_for_spot_chips(job: Job, quote) -> StoredText | None:
     held = _spot_held(exclude_job=job)
     if not held:
         return None
@@ -158,7 +161,7 @@ def _ask_for_spot_chips(job: Job, quote) -> str | None:
     for chip_type_id in ChipType.objects.filter(slug__in=waiting).values_list("pk", flat=True):
         request_clearing(chip_type_id)
     mix = ", ".join(f"{n}× {slug}" for slug, n in sorted(waiting.items()))
-    return f"reclaiming {mix} from spot work (lowest bids first)"
+    return StoredText(gettext_noop("reclaiming %(chips)s from spot work (lowest bids first)"), chips=mix)
 
 
 def _spot_held(exclude_job: Job) -> dict[int, list[tuple[int, int, int]]]:

@@ -10,6 +10,7 @@ from functools import cache
 from pathlib import Path
 
 from django.conf import settings
+from django.utils.translation import gettext as _
 
 from kernel.storage import StorageError, Store, open_store
 from kernel.storage.cache import StagingCache
@@ -22,7 +23,11 @@ class StorageUnavailable(Exception):
     """Object storage failed while keeping a user's upload; nothing was kept (the API answers 503)."""
 
     def __init__(self, what: str):
-        super().__init__(f"{what} could not be stored right now (object storage is unavailable); try again shortly.")
+        """`what`: the upload, in the request's language ("The dataset")."""
+        super().__init__(
+            _("%(what)s could not be stored right now (object storage is unavailable); try again shortly.")
+            % {"what": what}
+        )
 
 
 @cache

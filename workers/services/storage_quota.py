@@ -20,6 +20,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Sum
 from django.template.defaultfilters import filesizeformat
+from django.utils.translation import gettext as _
 
 from fleet.models import Dataset, UploadedModel
 from workers.models import JobCheckpoint
@@ -66,13 +67,24 @@ def _total(rows, field: str) -> int:
 
 
 def check_room(owner, adding: int, what: str) -> None:
-    """Raise QuotaExceeded if `adding` more bytes would pass the owner's quota."""
+    """Raise QuotaExceeded if `adding` more bytes would pass the owner's quota. `what`: the upload's kind in the
+    request's language ("dataset", "model")."""
     use = storage_use(owner)
     if use.used + adding > use.quota:
         raise QuotaExceeded(
-            f"This {what} takes {size(adding)}, but your storage quota is {size(use.quota)} and your datasets and "
-            f"models already use {size(use.used)} (datasets {size(use.datasets)}, models {size(use.models)}). "
-            "Delete ones you no longer need, or ask the operator for a larger quota."
+            _(
+                "This %(what)s takes %(adding)s, but your storage quota is %(quota)s and your datasets and models "
+                "already use %(used)s (datasets %(datasets)s, models %(models)s). Delete ones you no longer need, "
+                "or ask the operator for a larger quota."
+            )
+            % {
+                "what": what,
+                "adding": size(adding),
+                "quota": size(use.quota),
+                "used": size(use.used),
+                "datasets": size(use.datasets),
+                "models": size(use.models),
+            }
         )
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from django.utils.translation import gettext as _
+
 from fleet.models import Job
 from kernel.storage import Store
 from kernel.storage.trees import MANIFEST, FileEntry, read_manifest
@@ -51,7 +53,10 @@ def tensorboard_download(job: Job) -> TensorBoardDownload:
         files.update({f"{tree}/{name}": entry for name, entry in (manifest.files if manifest else {}).items()})
     if not files:
         raise TensorBoardNotReady(
-            f"Job {job.pk} has no TensorBoard files yet ({job.status}): they are stored at its checkpoints and at "
-            "the end."
+            _(
+                "Job %(job)s has no TensorBoard files yet (%(status)s): they are stored at its checkpoints and at the "
+                "end."
+            )
+            % {"job": job.pk, "status": job.status}
         )
     return TensorBoardDownload(f"job-{job.pk}-tensorboard.tar", store, prefix, files)

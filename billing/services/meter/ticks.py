@@ -8,7 +8,9 @@ from datetime import datetime
 
 from django.db import connection, transaction
 from django.utils import timezone
+from django.utils.translation import gettext_noop
 
+from base.stored_text import StoredText
 from billing.services.meter.batch import OF_LINE, UNSETTLED, lock_lines, read_allocations
 from billing.services.meter.columns import int_array
 from billing.services.meter.cost import SECOND, advance
@@ -126,7 +128,9 @@ def _announce_shortfalls(shortfalls: list[Shortfall], now: datetime) -> None:
         credit_shortfall.send(
             sender=Shortfall,
             job_id=job_id,
-            reason=f"Out of credit: {format_money(unpaid)} of usage could not be charged.",
+            reason=StoredText(
+                gettext_noop("Out of credit: %(unpaid)s of usage could not be charged."), unpaid=format_money(unpaid)
+            ),
             data={"shortfall": unpaid},
             now=now,
         )

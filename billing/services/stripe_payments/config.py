@@ -7,6 +7,7 @@ from urllib.parse import urlparse
 
 import stripe
 from django.conf import settings
+from django.utils.translation import gettext as _
 
 from kernel.money import MICROS_PER_UNIT, format_amount
 
@@ -56,7 +57,7 @@ def payment_method_types(currency: str) -> list[str]:
 def configure_stripe() -> None:
     """Point the stripe library at the configured server; read settings each call (tests override them)."""
     if not is_configured():
-        raise NotConfigured("Top-ups are not configured on this platform (no Stripe keys).")
+        raise NotConfigured(_("Top-ups are not configured on this platform (no Stripe keys)."))
     stripe.api_key = settings.STRIPE_SECRET_KEY
     stripe.api_base = settings.STRIPE_API_BASE
 
@@ -72,7 +73,10 @@ def minor_unit_micros(currency: str) -> int:
 def to_minor(micros: int, currency: str) -> int:
     unit = minor_unit_micros(currency)
     if micros % unit:
-        raise PaymentError(f"{format_amount(micros)} cannot be charged in whole {currency.upper()} minor units.")
+        raise PaymentError(
+            _("%(amount)s cannot be charged in whole %(currency)s minor units.")
+            % {"amount": format_amount(micros), "currency": currency.upper()}
+        )
     return micros // unit
 
 

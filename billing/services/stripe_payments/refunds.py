@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import stripe
 from django.db import IntegrityError, transaction
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
 
+from base.stored_text import StoredText
 from billing.choices import AccountKind, TransactionKind
 from billing.models import Payment, PaymentStatus, Refund, Transaction
 from billing.services.ledger import (
@@ -35,11 +38,11 @@ def refund_payment(payment: Payment, micros: int, *, reason: str, actor, nonce: 
     """
     reason = (reason or "").strip()
     if not reason:
-        raise PaymentError("A refund needs a reason.")
+        raise PaymentError(_("A refund needs a reason."))
     if micros <= 0:
-        raise PaymentError("A refund amount must be positive.")
+        raise PaymentError(_("A refund amount must be positive."))
     if not NONCE_RE.match(nonce or ""):
-        raise PaymentError("The form expired; reload the page and try again.")
+        raise PaymentError(_("The form expired; reload the page and try again."))
     to_minor(micros, payment.currency)
     key = f"refund:{nonce}"
     existing = Refund.objects.filter(transaction__idempotency_key=key).first()
@@ -56,7 +59,7 @@ def refund_payment(payment: Payment, micros: int, *, reason: str, actor, nonce: 
         )
     except stripe.StripeError as error:
         _undo_reservation(payment.pk, txn, micros, str(error))
-        raise PaymentError(f"Stripe refused the refund: {error.user_message or error}") from error
+        raise PaymentError(_("Stripe refused the refund: %(why)s") % {"why": error.user_message or error}) from error
     try:
         return Refund.objects.create(
             payment=payment,
@@ -76,15 +79,15 @@ def _reserve_refund(payment_pk: int, micros: int, *, reason: str, actor, key: st
         earlier = Transaction.objects.filter(idempotency_key=key).first()
         if earlier is not None:
             if Transaction.objects.filter(reverses=earlier).exists():
-                raise PaymentError("This refund failed earlier; reload the page to try again.")
+                raise PaymentError(_("This refund failed earlier; reload the page to try again."))
             return earlier  # an attempt that stopped before Stripe answered: finish it
         if payment.credited_id is None:
-            raise PaymentError("Only a credited payment can be refunded.")
+            raise PaymentError(_("Only a credited payment can be refunded."))
         unrefunded = payment.amount - payment.refunded_amount
         if micros > unrefunded:
             raise PaymentError(
-                f"Refusing to refund {format_money(micros)}: only "
-                f"{format_money(unrefunded)} of this payment is not yet refunded."
+                _("Refusing to refund %(amount)s: only %(unrefunded)s of this payment is not yet refunded.")
+                % {"amount": format_money(micros), "unrefunded": format_money(unrefunded)}
             )
         try:
             txn = transfer(
@@ -93,13 +96,17 @@ def _reserve_refund(payment_pk: int, micros: int, *, reason: str, actor, key: st
                 source=wallet_for(payment.user),
                 destination=platform_account(AccountKind.PAYMENT_CLEARING),
                 amount=micros,
-                memo=f"Refund of top-up {payment.payment_intent_id}: {reason}",
+                memo=StoredText(
+                    gettext_noop("Refund of top-up %(payment)s: %(reason)s"),
+                    payment=payment.payment_intent_id,
+                    reason=reason,
+                ),
                 actor=actor,
             )
         except InsufficientFunds:
             raise PaymentError(
-                f"Refusing to refund {format_money(micros)}: the user's unspent balance is only "
-                f"{format_money(balance_of(payment.user))}."
+                _("Refusing to refund %(amount)s: the user's unspent balance is only %(balance)s.")
+                % {"amount": format_money(micros), "balance": format_money(balance_of(payment.user))}
             ) from None
         _set_refunded(payment, payment.refunded_amount + micros)
     return txn

@@ -20,7 +20,9 @@ from django.core.cache import cache
 from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
 
+from base.stored_text import StoredText
 from billing.choices import AccountKind, TransactionKind
 from billing.models import OperatorSettings, Payment, PaymentStatus
 from billing.notifications import rearm_low_balance
@@ -162,7 +164,7 @@ def credit_payment(intent) -> Payment | None:
             source=platform_account(AccountKind.PAYMENT_CLEARING),
             destination=wallet,
             amount=payment.amount,
-            memo=f"Top-up by card ({intent.id})",
+            memo=StoredText(gettext_noop("Top-up by card (%(payment)s)"), payment=intent.id),
         )
         payment.credited = txn
         payment.status = PaymentStatus.SUCCEEDED

@@ -156,3 +156,30 @@ def test_the_console_reads_as_before_in_english(console, data):
     ):
         assert text in html, text
     assert "UTC+8" in console.get("/admin/fleet/job/").content.decode()
+
+
+def change_pages(data) -> list[str]:
+    return [
+        f"/admin/fleet/job/{data['job'].pk}/change/",
+        f"/admin/fleet/node/{data['node'].pk}/change/",
+        f"/admin/market/bid/{data['bid'].pk}/change/",
+        f"/admin/portal/apitoken/{data['token'].pk}/change/",
+        f"/admin/workers/enrollmenttoken/{EnrollmentToken.objects.get(name='join-rack-1').pk}/change/",
+        "/admin/market/marketsettings/1/change/",
+    ]
+
+
+def test_each_change_page_reads_in_chinese_with_its_times_zoned(console, data):
+    english = {}
+    for url in change_pages(data):
+        response = console.get(url, follow=True, **ZH)
+        assert response.status_code == 200, url
+        html = response.content.decode()
+        left = untranslated(our_part(html), also_allowed=(*allowed(data), "synthetic"))
+        if left:
+            english[url] = left
+    assert english == {}
+    job = console.get(change_pages(data)[0], **ZH).content.decode()
+    assert "UTC+8" in job  # a read-only time (and the allocations inline's) with its offset
+    token = console.get(change_pages(data)[3], **ZH).content.decode()
+    assert "时间（Asia/Shanghai，UTC+8）" in token  # an editable time says which zone it is read in

@@ -16,8 +16,10 @@ from __future__ import annotations
 from datetime import datetime
 
 from django.db.models import Max
+from django.utils.translation import gettext_noop
 
-from billing.services.insurance import insurance_amount, pay_insurance
+from base.stored_text import StoredText, data_of, english
+from billing.services.insurance import INSURANCE_MEMO, insurance_amount, pay_insurance
 from fleet.choices import JobEventKind, MigrationReason, MigrationStatus, stored_label
 from fleet.models import Allocation, Job
 from kernel.money import format_money
@@ -46,7 +48,7 @@ def leave_in_place(
     held: list[Allocation],
     affected: list[Allocation],
     reason: str,
-    detail: str,
+    detail: str | StoredText,
     *,
     lost: bool,
     notice_seconds: int,
@@ -68,7 +70,7 @@ def leave_in_place(
     going = [a for a in held if node_islands[a.node_id] & leaving]
     hostnames = sorted({a.node.hostname for a in going})
     grace = 0 if lost else max(min(notice_seconds, 30), 5)
-    why = f"{stored_label(MigrationReason(reason))}: {detail}"
+    why = f"{stored_label(MigrationReason(reason))}: {english(detail)}"
     stop_ranks(job, why, checkpoint=False, grace_s=grace, now=now, node_ids=sorted({a.node_id for a in going}))
     allocations.end_for_notice(going, now, hold_seconds=None if lost else notice_seconds)
     stats = dict(job.island_stats or {})
@@ -84,7 +86,7 @@ def _record_leave(
     going: list[Allocation],
     leaving: list[int],
     reason: str,
-    detail: str,
+    detail: str | StoredText,
     hostnames: list[str],
     work_end: datetime,
     now: datetime,
@@ -101,7 +103,8 @@ def _record_leave(
     move = JobMigration.objects.create(
         job=job,
         reason=reason,
-        detail=detail,
+        detail=english(detail),
+        detail_text=data_of(detail),
         status=MigrationStatus.ISLAND_LEFT,
         from_epoch=job.epoch,
         to_epoch=job.epoch,
@@ -121,7 +124,7 @@ def _record_leave(
             job.owner,
             refund,
             key=f"insurance:{move.pk}",
-            memo=f"Training insurance for job {job.pk}: island left",
+            memo=StoredText(INSURANCE_MEMO, job=job.pk, reason=StoredText(gettext_noop("island left"))),
             now=now,
         )
         move.save(update_fields=["refund_transaction"])
@@ -129,8 +132,17 @@ def _record_leave(
     record_event(
         job,
         JobEventKind.ISLAND,
-        f"Island {names} left ({stored_label(MigrationReason(reason)).lower()}: {', '.join(hostnames)}); "
-        f"the other islands train on. {steps_lost} step(s) of its work lost; insurance refund {format_money(refund)}",
+        StoredText(
+            gettext_noop(
+                "Island %(islands)s left (%(reason)s: %(hosts)s); the other islands train on. "
+                "%(lost)s step(s) of its work lost; insurance refund %(refund)s"
+            ),
+            islands=names,
+            reason=StoredText.label(MigrationReason(reason), case="lower"),
+            hosts=", ".join(hostnames),
+            lost=steps_lost,
+            refund=format_money(refund),
+        ),
         data={"migration": move.pk, "islands": leaving, "refund": refund, "steps_lost": steps_lost},
         now=now,
     )

@@ -7,8 +7,10 @@ from datetime import datetime
 
 from django.db import transaction
 from django.utils import timezone
+from django.utils.translation import gettext_noop
 
-from fleet.choices import JobEventKind, JobStatus, MigrationReason, stored_label
+from base.stored_text import StoredText
+from fleet.choices import JobEventKind, JobStatus, MigrationReason
 from fleet.models import Allocation, Job, Node
 from workers.models import JobMigration
 from workers.services import allocations, migration
@@ -23,7 +25,7 @@ MOVABLE = {JobStatus.PROVISIONING, JobStatus.RUNNING}
 def reclaim(
     job_id: int,
     reason: str,
-    detail: str,
+    detail: str | StoredText,
     *,
     chip_type_id: int | None = None,
     nodes: list[Node] | None = None,
@@ -79,8 +81,11 @@ def reclaim(
         if lost:
             fence(job, now)
         job.status = JobStatus.MIGRATING
-        job.status_reason = f"{stored_label(MigrationReason(reason))}: {detail}. Moving to other chips."
-        job.save(update_fields=["status", "status_reason", "updated_at"])
+        why = StoredText.label(MigrationReason(reason))
+        job.set_status_reason(
+            StoredText(gettext_noop("%(reason)s: %(detail)s. Moving to other chips."), reason=why, detail=detail)
+        )
+        job.save(update_fields=["status", "status_reason", "status_reason_text", "updated_at"])
         # Every rank stops (data parallelism needs all of them); rank 0 checkpoints first unless a peer is
         # gone: then the ranks are killed at once, the lost node's too as soon as its agent polls.
         stop_ranks(job, job.status_reason, checkpoint=not lost, grace_s=0 if lost else max(notice_seconds, 5), now=now)
@@ -88,8 +93,15 @@ def reclaim(
         record_event(
             job,
             JobEventKind.NOTICE,
-            f"{stored_label(MigrationReason(reason))} ({', '.join(hostnames)}): {detail}. "
-            + ("Resuming from the last checkpoint." if lost else f"Checkpointing within {notice_seconds}s."),
+            StoredText(
+                gettext_noop("%(reason)s (%(hosts)s): %(detail)s. Resuming from the last checkpoint.")
+                if lost
+                else gettext_noop("%(reason)s (%(hosts)s): %(detail)s. Checkpointing within %(seconds)ss."),
+                reason=why,
+                hosts=", ".join(hostnames),
+                detail=detail,
+                **({} if lost else {"seconds": notice_seconds}),
+            ),
             data={"migration": move.pk, "reason": reason, "notice_seconds": move.notice_seconds},
             now=now,
         )
@@ -119,13 +131,16 @@ def resume(job_id: int, now: datetime | None = None, release: bool = True) -> bo
             allocations.let_go_held(job, now)
         migration.mark_waiting(move, job)
         job.status = JobStatus.QUEUED
-        job.status_reason = (
-            f"Re-planning from the checkpoint at step {job.latest_checkpoint_step}."
+        replanning = (
+            StoredText(
+                gettext_noop("Re-planning from the checkpoint at step %(step)s."), step=job.latest_checkpoint_step
+            )
             if job.latest_checkpoint
-            else "Re-planning from the start (no checkpoint was saved)."
+            else StoredText(gettext_noop("Re-planning from the start (no checkpoint was saved)."))
         )
-        job.save(update_fields=["status", "status_reason", "updated_at"])
-        record_event(job, JobEventKind.MIGRATED, job.status_reason, data={"migration": move.pk}, now=now)
+        job.set_status_reason(replanning)
+        job.save(update_fields=["status", "status_reason", "status_reason_text", "updated_at"])
+        record_event(job, JobEventKind.MIGRATED, replanning, data={"migration": move.pk}, now=now)
         announce_queued(job_id)
     return True
 
@@ -135,6 +150,14 @@ def _finish_instead_of_moving(job: Job, move: JobMigration, now: datetime) -> No
     Under load a notice can reach the ranks after their last step (#28)."""
     allocations.let_go_held(job, now)
     migration.close_as_finished(move, job)
-    loss = f"; final loss {job.loss:.4f}" if job.loss is not None else ""
-    done = f"Trained {job.latest_checkpoint_step} steps before it had to move{loss}"
+    steps = job.latest_checkpoint_step
+    done = (
+        StoredText(gettext_noop("Trained %(steps)s steps before it had to move"), steps=steps)
+        if job.loss is None
+        else StoredText(
+            gettext_noop("Trained %(steps)s steps before it had to move; final loss %(loss).4f"),
+            steps=steps,
+            loss=job.loss,
+        )
+    )
     finish(job, JobStatus.SUCCEEDED, done, now=now)

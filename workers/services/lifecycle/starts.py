@@ -7,7 +7,9 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.dispatch import Signal
 from django.utils import timezone
+from django.utils.translation import gettext_noop
 
+from base.stored_text import StoredText, english
 from fleet.choices import JobEventKind, JobStatus
 from fleet.models import Job
 from kernel.modelspecs import ModelSpec
@@ -45,7 +47,7 @@ def submit(
             serving={"state": "queued"} if deployment else {},
             **spec.job_columns(),
         )
-        record_event(job, JobEventKind.QUEUED, "Queued")
+        record_event(job, JobEventKind.QUEUED, StoredText(gettext_noop("Queued")))
         announce_queued(job.pk)
     return job
 
@@ -61,7 +63,7 @@ def claim_for_planning(job_id: int, now: datetime | None = None) -> Job | None:
     return Job.objects.get(pk=job_id) if claimed else None
 
 
-def wait_for_chips(job_id: int, reason: str, now: datetime | None = None) -> None:
+def wait_for_chips(job_id: int, reason: str | StoredText, now: datetime | None = None) -> None:
     """No chips for it now: the job waits in the queue, planned again after its backoff (or sooner, when
     chips free up or a node comes online: workers.services.queue)."""
     now = now or timezone.now()
@@ -69,11 +71,21 @@ def wait_for_chips(job_id: int, reason: str, now: datetime | None = None) -> Non
         job = Job.objects.select_for_update().get(pk=job_id)
         if job.status != JobStatus.PLANNING:
             return
-        first_wait = job.status_reason != reason
-        job.status, job.status_reason = JobStatus.QUEUED, reason
+        first_wait = job.status_reason != english(reason)
+        job.status = JobStatus.QUEUED
+        job.set_status_reason(reason)
         job.plan_attempts += 1
         job.next_plan_at = next_plan_time(job.plan_attempts, now)
-        job.save(update_fields=["status", "status_reason", "plan_attempts", "next_plan_at", "updated_at"])
+        job.save(
+            update_fields=[
+                "status",
+                "status_reason",
+                "status_reason_text",
+                "plan_attempts",
+                "next_plan_at",
+                "updated_at",
+            ]
+        )
         if first_wait:
             record_event(job, JobEventKind.WAITING, reason, now=now)
 
@@ -93,7 +105,7 @@ def place(job: Job, plan: Plan, now: datetime) -> None:
     job.plan = plan
     job.quote = job.quote or plan  # a job launched without a quote compares with its first placement
     job.status = JobStatus.PROVISIONING
-    job.status_reason = ""
+    job.set_status_reason("")
     job.waiting_for = None
     job.plan_attempts, job.next_plan_at = 0, None
     job.save(
@@ -103,6 +115,7 @@ def place(job: Job, plan: Plan, now: datetime) -> None:
             "quote",
             "status",
             "status_reason",
+            "status_reason_text",
             "waiting_for",
             "plan_attempts",
             "next_plan_at",
@@ -110,7 +123,22 @@ def place(job: Job, plan: Plan, now: datetime) -> None:
         ]
     )
     migration.note_placement(job, now)
-    record_event(job, JobEventKind.PLACED, plan.describe(), data={"plan": plan.to_dict()}, now=now)
+    record_event(job, JobEventKind.PLACED, placed_text(plan), data={"plan": plan.to_dict()}, now=now)
+
+
+def placed_text(plan: Plan) -> str | StoredText:
+    """The planner's "Placed on 1× rtx-4090 + 1× tpu-v5e (ZeRO-0)" (the kernel's English), with its words in
+    the reader's language on the timeline; its chip mix stays as the planner wrote it."""
+    text = plan.describe()
+    prefix, suffix = "Placed on ", f" (ZeRO-{plan.zero_stage})"
+    if not (text.startswith(prefix) and text.endswith(suffix)):
+        return text  # the planner's wording changed: shown in English as written
+    placed = StoredText(
+        gettext_noop("Placed on %(chips)s (ZeRO-%(stage)s)"),
+        chips=text[len(prefix) : -len(suffix)],
+        stage=plan.zero_stage,
+    )
+    return placed if placed.english() == text else text
 
 
 def start_running(job: Job, first_step: int, now: datetime) -> None:
@@ -121,7 +149,8 @@ def start_running(job: Job, first_step: int, now: datetime) -> None:
     job.started_at = job.started_at or now
     job.save(update_fields=["status", "started_at", "updated_at"])
     if migration.record_resume(job, first_step, now) is None:
-        record_event(job, JobEventKind.STARTED, f"Training started on {job.plan.world_size} rank(s)", now=now)
+        started = StoredText(gettext_noop("Training started on %(ranks)s rank(s)"), ranks=job.plan.world_size)
+        record_event(job, JobEventKind.STARTED, started, now=now)
 
 
 def announce_queued(job_id: int) -> None:
