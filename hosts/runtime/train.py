@@ -267,17 +267,34 @@ def run(launch: RankLaunch, events: EventStream) -> TrainState:
         _log(f"rank {placement.rank}/{placement.world_size} on {placement.device}: {resumed}; {clock}")
         resumed = (locations.stored(plan.key) if plan.key else plan.step_dir) if plan else None
         if launch.island is None:
-            return Trainer(launch, placement, engine, state, events=events, data=data, resumed=resumed).run()
-        from hosts.runtime.islands.trainer import IslandTrainer
-        from kernel.protocol import IslandLaunch
+            trainer = Trainer(launch, placement, engine, state, events=events, data=data, resumed=resumed)
+        else:
+            from hosts.runtime.islands.trainer import IslandTrainer
+            from kernel.protocol import IslandLaunch
 
-        island = IslandLaunch.from_dict(launch.island)
-        trainer = IslandTrainer(
-            launch, placement, engine, state, events=events, data=data, resumed=resumed, island=island
-        )
-        return trainer.run()
+            island = IslandLaunch.from_dict(launch.island)
+            trainer = IslandTrainer(
+                launch, placement, engine, state, events=events, data=data, resumed=resumed, island=island
+            )
+        result = trainer.run()
+        _leave_together()
+        return result
     finally:
         dist.destroy_process_group()
+
+
+def _leave_together() -> None:
+    """Wait for every rank to be done before tearing the group down.
+
+    A rank that destroys its group while a peer's collective library still has traffic in flight can make
+    that peer abort in C++ ("terminate called without an active exception", exit -6) after a finished
+    run; a barrier first lets the last collective complete everywhere. A peer that already died makes the
+    barrier fail, which changes nothing: this rank's work is done either way.
+    """
+    try:
+        dist.barrier()
+    except Exception as error:  # noqa: BLE001 (a dead peer: nothing left to wait for)
+        _log(f"leaving without the other ranks: {type(error).__name__}")
 
 
 class _PhaseClock:
