@@ -10,8 +10,10 @@ from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
 from django.db.models import BooleanField, Case, Q, Sum, Value, When
 from django.utils import timezone
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
-from base.admin import AuditedChangesMixin, ReadOnlyMixin
+from base.admin import AuditedChangesMixin, ReadOnlyMixin, zoned
 from base.audit import already_recorded, record
 from base.templatetags.money import money_html, signed_money_html
 from billing import admin_invoices, admin_payments, admin_reports  # noqa: F401  (operator reports: /admin/billing-reports/*, a box on the index)
@@ -30,7 +32,15 @@ class PriceAdmin(admin.ModelAdmin):
     """Prices are versioned: the operator adds a new row; past rows are shown, never edited."""
 
     form = PriceForm
-    list_display = ["chip_type", "on_demand", "spot_floor", "effective_at", "in_force", "author", "note"]
+    list_display = [
+        "chip_type",
+        "on_demand",
+        "spot_floor",
+        zoned(Price, "effective_at"),
+        "in_force",
+        "author",
+        "note",
+    ]
     list_filter = ["chip_type"]
     ordering = ["chip_type__sort_order", "-effective_at", "-id"]
     date_hierarchy = "effective_at"
@@ -49,15 +59,15 @@ class PriceAdmin(admin.ModelAdmin):
             )
         )
 
-    @admin.display(description="On-demand /chip-h")
+    @admin.display(description=_("On-demand /chip-h"), ordering="on_demand_per_hour")
     def on_demand(self, price: Price) -> str:
         return format_price(price.on_demand_per_hour)
 
-    @admin.display(description="Spot floor /chip-h")
+    @admin.display(description=_("Spot floor /chip-h"), ordering="spot_floor_per_hour")
     def spot_floor(self, price: Price) -> str:
         return format_price(price.spot_floor_per_hour)
 
-    @admin.display(description="In force")
+    @admin.display(description=_("In force"))
     def in_force(self, price: Price) -> str:
         """ "✓" on the row billing charges with now; blank on past rows and on rows not yet effective."""
         return "✓" if getattr(price, "is_in_force", False) else ""
@@ -107,7 +117,7 @@ class EntryInline(admin.TabularInline):
     def has_add_permission(self, request, obj=None) -> bool:
         return False
 
-    @admin.display(description="Amount")
+    @admin.display(description=_("Amount"))
     def amount_money(self, entry: Entry):
         return signed_money_html(entry.amount)
 
@@ -116,7 +126,7 @@ class OwnerFilter(admin.SimpleListFilter):
     """?owner=<user id>: one user's ledger, the transactions that touch any of their accounts (the user
     page links here). Only the chosen user is listed: a list of every user would not fit the sidebar."""
 
-    title = "user"
+    title = _("user")
     parameter_name = "owner"
 
     def lookups(self, request, model_admin):
@@ -138,7 +148,7 @@ def owner_id(request) -> int | None:
 
 @admin.register(Transaction)
 class TransactionAdmin(ReadOnlyAdmin):
-    list_display = ["id", "created_at", "kind", "amount", "memo", "created_by", "idempotency_key"]
+    list_display = ["id", zoned(Transaction, "created_at"), "kind", "amount", "memo", "created_by", "idempotency_key"]
     list_filter = [OwnerFilter, "kind"]
     search_fields = ["memo", "idempotency_key", "entries__account__owner__username"]
     inlines = [EntryInline]
@@ -157,15 +167,15 @@ class TransactionAdmin(ReadOnlyAdmin):
         shown = super().get_list_display(request)
         return [*shown[:4], "for_owner_amount", *shown[4:]] if owner_id(request) is not None else shown
 
-    @admin.display(description="Amount", ordering="moved")
+    @admin.display(description=_("Amount"), ordering="moved")
     def amount(self, txn: Transaction):
         return money_html(getattr(txn, "moved", None))
 
-    @admin.display(description="For this user", ordering="for_owner")
+    @admin.display(description=_("For this user"), ordering="for_owner")
     def for_owner_amount(self, txn: Transaction):
         return signed_money_html(getattr(txn, "for_owner", None))
 
-    @admin.action(description="Reverse the selected transactions (a correction)")
+    @admin.action(description=_("Reverse the selected transactions (a correction)"))
     def reverse_selected(self, request, queryset) -> None:
         for txn in queryset:
             try:
@@ -173,15 +183,22 @@ class TransactionAdmin(ReadOnlyAdmin):
                     txn, reason=f"reversed by {request.user} in the admin", actor=request.user
                 )
             except LedgerError as error:
-                self.message_user(request, f"Transaction #{txn.pk} was not reversed: {error}", messages.ERROR)
+                self.message_user(
+                    request,
+                    gettext("Transaction #%(id)s was not reversed: %(error)s") % {"id": txn.pk, "error": error},
+                    messages.ERROR,
+                )
             else:
                 # A transaction is reversed once, however often asked: one entry.
                 if not already_recorded("transaction.reverse", reversal=reversal.pk):
                     record(request.user, "transaction.reverse", txn, reversal=reversal.pk, kind=txn.kind, memo=txn.memo)
                 self.message_user(
                     request,
-                    f"Reversed transaction #{txn.pk} ({txn.get_kind_display().lower()}): reversal #{reversal.pk} "
-                    "puts every account back where it was before it.",
+                    gettext(
+                        "Reversed transaction #%(id)s (%(kind)s): reversal #%(reversal)s puts every account back "
+                        "where it was before it."
+                    )
+                    % {"id": txn.pk, "kind": str(txn.get_kind_display()).lower(), "reversal": reversal.pk},
                     messages.SUCCESS,
                 )
 
@@ -194,7 +211,7 @@ class AccountAdmin(ReadOnlyAdmin):
     fields = ["owner", "kind", "currency", "balance_amount", "created_at"]
     readonly_fields = fields
 
-    @admin.display(description="Balance", ordering="balance")
+    @admin.display(description=_("Balance"), ordering="balance")
     def balance_amount(self, account: Account):
         return money_html(account.balance)
 
@@ -203,15 +220,18 @@ class AccountAdmin(ReadOnlyAdmin):
 class OperatorSettingsAdmin(AuditedChangesMixin, admin.ModelAdmin):
     form = OperatorSettingsForm
     audit_name = "operator_settings"
-    list_display = ["__str__", "trial_credit_money", "topup_limits", "updated_at"]
+    list_display = ["__str__", "trial_credit_money", "topup_limits", zoned(OperatorSettings, "updated_at")]
 
-    @admin.display(description="Trial credit")
+    @admin.display(description=_("Trial credit"))
     def trial_credit_money(self, obj: OperatorSettings):
         return money_html(obj.trial_credit)
 
-    @admin.display(description="Top-up limits")
+    @admin.display(description=_("Top-up limits"))
     def topup_limits(self, obj: OperatorSettings) -> str:
-        return f"{format_price(obj.topup_minimum)} to {format_price(obj.topup_maximum)}"
+        return gettext("%(minimum)s to %(maximum)s") % {
+            "minimum": format_price(obj.topup_minimum),
+            "maximum": format_price(obj.topup_maximum),
+        }
 
     def has_add_permission(self, request) -> bool:
         return not OperatorSettings.objects.exists()

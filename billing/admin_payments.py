@@ -13,9 +13,10 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 from django.utils.text import format_lazy
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from base.admin import ReadOnlyMixin
+from base.admin import ReadOnlyMixin, zoned
 from base.audit import already_recorded, record
 from base.templatetags.money import money_html
 from billing.models import Payment, Refund, StripeEvent
@@ -54,14 +55,21 @@ class RefundInline(ReadOnlyMixin, admin.TabularInline):
     readonly_fields = fields
     extra = 0
 
-    @admin.display(description="Amount")
+    @admin.display(description=_("Amount"))
     def amount_display(self, refund: Refund):
         return money_html(refund.amount)
 
 
 @admin.register(Payment)
 class PaymentAdmin(ReadOnlyMixin, admin.ModelAdmin):
-    list_display = ["payment_intent_id", "user", "amount_display", "status", "refunded_display", "created_at"]
+    list_display = [
+        "payment_intent_id",
+        "user",
+        "amount_display",
+        "status",
+        "refunded_display",
+        zoned(Payment, "created_at"),
+    ]
     list_filter = ["status"]
     search_fields = ["payment_intent_id", "user__username", "user__email"]
     fields = [
@@ -83,23 +91,23 @@ class PaymentAdmin(ReadOnlyMixin, admin.ModelAdmin):
     def has_view_permission(self, request, obj=None) -> bool:
         return request.user.is_staff
 
-    @admin.display(description="Amount", ordering="amount")
+    @admin.display(description=_("Amount"), ordering="amount")
     def amount_display(self, payment: Payment):
         return money_html(payment.amount)
 
-    @admin.display(description="Refunded", ordering="refunded_amount")
+    @admin.display(description=_("Refunded"), ordering="refunded_amount")
     def refunded_display(self, payment: Payment):
         return money_html(payment.refunded_amount)
 
-    @admin.display(description="Refund")
+    @admin.display(description=_("Refund"))
     def refund_link(self, payment: Payment) -> str:
         url = reverse("admin:billing_payment_refund", args=[payment.pk])
-        return format_html('<a class="button" href="{}">Refund…</a>', url)
+        return format_html('<a class="button" href="{}">{}</a>', url, gettext("Refund…"))
 
-    @admin.action(description="Refund the selected payment…")
+    @admin.action(description=_("Refund the selected payment…"))
     def refund_selected(self, request, queryset):
         if queryset.count() != 1:
-            self.message_user(request, "Select exactly one payment to refund.", messages.ERROR)
+            self.message_user(request, gettext("Select exactly one payment to refund."), messages.ERROR)
             return None
         return HttpResponseRedirect(reverse("admin:billing_payment_refund", args=[queryset.get().pk]))
 
@@ -109,7 +117,7 @@ class PaymentAdmin(ReadOnlyMixin, admin.ModelAdmin):
 
     def refund_view(self, request: HttpRequest, pk: int) -> HttpResponse:
         if not request.user.has_perm("billing.add_refund") and not request.user.is_superuser:
-            return HttpResponse("You may not refund payments.", status=403)
+            return HttpResponse(gettext("You may not refund payments."), status=403)
         payment = get_object_or_404(Payment.objects.select_related("user"), pk=pk)
         form = RefundForm(request.POST or None, initial={"nonce": secrets.token_urlsafe(18)})
         if request.method == "POST" and form.is_valid():
@@ -135,14 +143,22 @@ class PaymentAdmin(ReadOnlyMixin, admin.ModelAdmin):
                     )
                 self.message_user(
                     request,
-                    f"Refunded {format_price(refund.amount)} of {payment.payment_intent_id} to {payment.user}'s card "
-                    f"and took it from their balance (Stripe refund {refund.stripe_refund_id}).",
+                    gettext(
+                        "Refunded %(amount)s of %(payment)s to %(user)s's card and took it from their balance "
+                        "(Stripe refund %(refund)s)."
+                    )
+                    % {
+                        "amount": format_price(refund.amount),
+                        "payment": payment.payment_intent_id,
+                        "user": payment.user,
+                        "refund": refund.stripe_refund_id,
+                    },
                     messages.SUCCESS,
                 )
                 return HttpResponseRedirect(reverse("admin:billing_payment_change", args=[payment.pk]))
         context = {
             **self.admin_site.each_context(request),
-            "title": f"Refund {payment.payment_intent_id}",
+            "title": gettext("Refund %(payment)s") % {"payment": payment.payment_intent_id},
             "opts": self.model._meta,
             "payment": payment,
             "form": form,
@@ -157,18 +173,25 @@ class PaymentAdmin(ReadOnlyMixin, admin.ModelAdmin):
 
 @admin.register(StripeEvent)
 class StripeEventAdmin(ReadOnlyMixin, admin.ModelAdmin):
-    list_display = ["id", "type", "received_at", "processed_at", "error"]
+    list_display = ["id", "type", zoned(StripeEvent, "received_at"), zoned(StripeEvent, "processed_at"), "error"]
     list_filter = ["type"]
     search_fields = ["id"]
 
 
 @admin.register(Refund)
 class RefundAdmin(ReadOnlyMixin, admin.ModelAdmin):
-    list_display = ["payment", "amount_display", "reason", "stripe_refund_id", "created_by", "created_at"]
+    list_display = [
+        "payment",
+        "amount_display",
+        "reason",
+        "stripe_refund_id",
+        "created_by",
+        zoned(Refund, "created_at"),
+    ]
     search_fields = ["payment__payment_intent_id", "stripe_refund_id", "reason"]
     fields = ["payment", "amount_display", "reason", "stripe_refund_id", "transaction", "created_by", "created_at"]
     readonly_fields = fields
 
-    @admin.display(description="Amount", ordering="amount")
+    @admin.display(description=_("Amount"), ordering="amount")
     def amount_display(self, refund: Refund):
         return money_html(refund.amount)

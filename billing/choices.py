@@ -1,21 +1,22 @@
 """Statuses and kinds of the billing app."""
 
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 
 class AccountKind(models.TextChoices):
-    WALLET = "wallet", "User wallet"
-    PROMOTIONS = "promotions", "Promotions (trial credit)"
-    ADJUSTMENTS = "adjustments", "Operator adjustments"
-    REVENUE = "revenue", "Compute revenue"
-    PAYMENT_CLEARING = "payment_clearing", "Payment clearing"
-    INSURANCE = "insurance", "Training insurance"
+    WALLET = "wallet", _("User wallet")
+    PROMOTIONS = "promotions", _("Promotions (trial credit)")
+    ADJUSTMENTS = "adjustments", _("Operator adjustments")
+    REVENUE = "revenue", _("Compute revenue")
+    PAYMENT_CLEARING = "payment_clearing", _("Payment clearing")
+    INSURANCE = "insurance", _("Training insurance")
 
 
 class TransactionKind(models.TextChoices):
-    TRIAL_CREDIT = "trial_credit", "Trial credit"
-    ADJUSTMENT = "adjustment", "Credit adjustment"
-    TOPUP = "topup", "Top-up"
-    CHARGE = "charge", "Compute charge"
-    REFUND = "refund", "Refund"
-    REVERSAL = "reversal", "Reversal"
+    TRIAL_CREDIT = "trial_credit", _("Trial credit")
+    ADJUSTMENT = "adjustment", _("Credit adjustment")
+    TOPUP = "topup", _("Top-up")
+    CHARGE = "charge", _("Compute charge")
+    REFUND = "refund", _("Refund")
+    REVERSAL = "reversal", _("Reversal")

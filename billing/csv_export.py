@@ -9,6 +9,7 @@ from datetime import date
 
 from django.conf import settings
 from django.db.models import QuerySet
+from django.utils import translation
 
 from billing.models import Charge, Entry
 from kernel.money import format_amount
@@ -61,6 +62,12 @@ def _iso(value) -> str:
     return value.isoformat(timespec="seconds")
 
 
+def english_kind(txn) -> str:
+    """A transaction's kind as the CSV has always said it, in English whatever the reader's language."""
+    with translation.override("en"):
+        return str(txn.get_kind_display())
+
+
 def ledger_rows(entries: QuerySet[Entry], opening_balance: int) -> Iterator[list]:
     """Oldest first, with the wallet balance after each entry."""
     balance = opening_balance
@@ -71,7 +78,7 @@ def ledger_rows(entries: QuerySet[Entry], opening_balance: int) -> Iterator[list
             _iso(entry.created_at),
             txn.pk,
             txn.kind,
-            txn.memo or txn.get_kind_display(),
+            txn.memo or english_kind(txn),
             format_amount(entry.amount),
             format_amount(balance),
             settings.CURRENCY,

@@ -7,7 +7,9 @@ from decimal import Decimal
 
 from django import forms
 from django.conf import settings
+from django.utils.text import format_lazy
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from billing.models import OperatorSettings, Price
 from kernel.money import to_decimal, to_micros
@@ -16,15 +18,21 @@ MAX_PRICE = Decimal("100000")
 MAX_ADJUSTMENT = Decimal("1000000")
 
 
-def money_field(label: str, **kwargs) -> forms.DecimalField:
+def money_field(label, **kwargs) -> forms.DecimalField:
     """An amount typed in currency units (yuan, "1.35"), up to six decimals; `to_micros` stores it exactly."""
-    kwargs.setdefault("help_text", f"In {settings.CURRENCY_SYMBOL} (yuan), e.g. 1.35; up to six decimals.")
-    return forms.DecimalField(label=f"{label} ({settings.CURRENCY_SYMBOL})", max_digits=14, decimal_places=6, **kwargs)
+    symbol = settings.CURRENCY_SYMBOL
+    kwargs.setdefault(
+        "help_text", format_lazy(gettext_lazy("In {symbol} (yuan), e.g. 1.35; up to six decimals."), symbol=symbol)
+    )
+    label = format_lazy("{label} ({symbol})", label=label, symbol=symbol)
+    return forms.DecimalField(label=label, max_digits=14, decimal_places=6, **kwargs)
 
 
 class PriceForm(forms.ModelForm):
-    on_demand = money_field("On-demand per chip-hour", min_value=Decimal("0.000001"), max_value=MAX_PRICE)
-    spot_floor = money_field("Spot floor per chip-hour", min_value=Decimal("0.000001"), max_value=MAX_PRICE)
+    on_demand = money_field(gettext_lazy("On-demand per chip-hour"), min_value=Decimal("0.000001"), max_value=MAX_PRICE)
+    spot_floor = money_field(
+        gettext_lazy("Spot floor per chip-hour"), min_value=Decimal("0.000001"), max_value=MAX_PRICE
+    )
 
     class Meta:
         model = Price
@@ -45,13 +53,15 @@ class PriceForm(forms.ModelForm):
 
 class CreditAdjustmentForm(forms.Form):
     amount = money_field(
-        "Amount",
+        gettext_lazy("Amount"),
         min_value=-MAX_ADJUSTMENT,
         max_value=MAX_ADJUSTMENT,
-        help_text=f"In {settings.CURRENCY_SYMBOL} (yuan), e.g. 5.50: positive credits the wallet, negative (-5.50) "
-        "debits it.",
+        help_text=format_lazy(
+            gettext_lazy("In {symbol} (yuan), e.g. 5.50: positive credits the wallet, negative (-5.50) debits it."),
+            symbol=settings.CURRENCY_SYMBOL,
+        ),
     )
-    reason = forms.CharField(max_length=400, widget=forms.Textarea(attrs={"rows": 3}))
+    reason = forms.CharField(label=gettext_lazy("Reason"), max_length=400, widget=forms.Textarea(attrs={"rows": 3}))
     # A key per rendered form: submitting the same form twice posts one transaction.
     idempotency_key = forms.CharField(widget=forms.HiddenInput, initial=lambda: f"adjust:{uuid.uuid4()}")
 
@@ -69,7 +79,9 @@ class CreditAdjustmentForm(forms.Form):
 
 
 class OperatorSettingsForm(forms.ModelForm):
-    trial_credit_amount = money_field("Trial credit at sign-up", min_value=Decimal("0"), max_value=Decimal("10000"))
+    trial_credit_amount = money_field(
+        gettext_lazy("Trial credit at sign-up"), min_value=Decimal("0"), max_value=Decimal("10000")
+    )
 
     class Meta:
         model = OperatorSettings

@@ -6,6 +6,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 
 from kernel.money import format_amount, format_price
 
@@ -22,19 +23,30 @@ class PriceQuerySet(models.QuerySet):
 class Price(models.Model):
     """On-demand price and spot floor per chip-hour for one chip type, from `effective_at` on."""
 
-    chip_type = models.ForeignKey("fleet.ChipType", on_delete=models.PROTECT, related_name="prices")
-    on_demand_per_hour = models.BigIntegerField(help_text="micro-units per chip-hour")
-    spot_floor_per_hour = models.BigIntegerField(help_text="micro-units per chip-hour")
-    effective_at = models.DateTimeField(default=timezone.now, db_index=True)
-    author = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    chip_type = models.ForeignKey(
+        "fleet.ChipType", on_delete=models.PROTECT, related_name="prices", verbose_name=_("chip type")
     )
-    note = models.CharField(max_length=200, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
+    on_demand_per_hour = models.BigIntegerField(_("on-demand per chip-hour"), help_text=_("micro-units per chip-hour"))
+    spot_floor_per_hour = models.BigIntegerField(
+        _("spot floor per chip-hour"), help_text=_("micro-units per chip-hour")
+    )
+    effective_at = models.DateTimeField(_("effective at"), default=timezone.now, db_index=True)
+    author = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+        verbose_name=_("author"),
+    )
+    note = models.CharField(_("note"), max_length=200, blank=True)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
 
     objects = PriceQuerySet.as_manager()
 
     class Meta:
+        verbose_name = _("price")
+        verbose_name_plural = _("prices")
         ordering = ["chip_type", "-effective_at", "-id"]
         constraints = [
             models.CheckConstraint(condition=Q(on_demand_per_hour__gt=0), name="on_demand_price_positive"),
@@ -75,15 +87,19 @@ class SpotPrice(models.Model):
     cost at any moment (billing.services.pricing.PriceBook) is read from this history.
     """
 
-    chip_type = models.ForeignKey("fleet.ChipType", on_delete=models.PROTECT, related_name="spot_prices")
-    at = models.DateTimeField()
-    price_per_hour = models.BigIntegerField(help_text="micro-units per chip-hour")
-    floor_per_hour = models.BigIntegerField()
-    capacity = models.PositiveIntegerField()
-    demand = models.PositiveIntegerField()
-    allocated = models.PositiveIntegerField()
+    chip_type = models.ForeignKey(
+        "fleet.ChipType", on_delete=models.PROTECT, related_name="spot_prices", verbose_name=_("chip type")
+    )
+    at = models.DateTimeField(_("at"))
+    price_per_hour = models.BigIntegerField(_("clearing price per chip-hour"), help_text=_("micro-units per chip-hour"))
+    floor_per_hour = models.BigIntegerField(_("floor per chip-hour"), help_text=_("micro-units per chip-hour"))
+    capacity = models.PositiveIntegerField(_("capacity"))
+    demand = models.PositiveIntegerField(_("demand"))
+    allocated = models.PositiveIntegerField(_("allocated"))
 
     class Meta:
+        verbose_name = _("spot price")
+        verbose_name_plural = _("spot prices")
         db_table = "market_spotprice"  # moved here from the market app; the table kept its name
         ordering = ["-at", "-id"]
         indexes = [models.Index(fields=["chip_type", "at"], name="market_spot_chip_ty_4387f6_idx")]

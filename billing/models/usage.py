@@ -8,6 +8,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.utils.translation import gettext_lazy as _
 
 from kernel.money import format_amount
 
@@ -30,13 +31,15 @@ class BillingLine(models.Model):
     )  # the unique (job, chip type, mode) index serves lookups by job
     chip_type = models.ForeignKey("fleet.ChipType", on_delete=models.PROTECT, related_name="+", db_index=False)
     mode = models.CharField(max_length=12)
-    billed_through = models.DateTimeField(help_text="When the meter last billed the line (or its first start).")
-    charged_total = models.BigIntegerField(default=0, help_text="What the line's wallet paid, in micro-units.")
-    chip_seconds = models.BigIntegerField(default=0, help_text="Chip-seconds billed, ended allocations included.")
-    settled_owed = models.BigIntegerField(default=0, help_text="What the line's folded-in (ended) allocations cost.")
-    settled_chip_seconds = models.BigIntegerField(default=0, help_text="Their chip-seconds.")
+    billed_through = models.DateTimeField(help_text=_("When the meter last billed the line (or its first start)."))
+    charged_total = models.BigIntegerField(default=0, help_text=_("What the line's wallet paid, in micro-units."))
+    chip_seconds = models.BigIntegerField(default=0, help_text=_("Chip-seconds billed, ended allocations included."))
+    settled_owed = models.BigIntegerField(default=0, help_text=_("What the line's folded-in (ended) allocations cost."))
+    settled_chip_seconds = models.BigIntegerField(default=0, help_text=_("Their chip-seconds."))
 
     class Meta:
+        verbose_name = _("billing line")
+        verbose_name_plural = _("billing lines")
         constraints = [
             models.UniqueConstraint(fields=["job", "chip_type", "mode"], name="one_billing_line_per_kind"),
             models.CheckConstraint(condition=Q(charged_total__gte=0), name="billing_line_charged_not_negative"),
@@ -71,14 +74,16 @@ class Charge(models.Model):
         "fleet.ChipType", on_delete=models.PROTECT, related_name="+", db_constraint=False, db_index=False
     )
     mode = models.CharField(max_length=12)
-    chips = models.PositiveIntegerField(help_text="Chips of the line's allocations this row charges for.")
-    started_at = models.DateTimeField(help_text="The earliest second the row charges for.")
-    ended_at = models.DateTimeField(help_text="Just after the latest second the row charges for.")
+    chips = models.PositiveIntegerField(help_text=_("Chips of the line's allocations this row charges for."))
+    started_at = models.DateTimeField(help_text=_("The earliest second the row charges for."))
+    ended_at = models.DateTimeField(help_text=_("Just after the latest second the row charges for."))
     seconds = models.PositiveIntegerField(
-        help_text="Wall-clock seconds covered: the longest of the line's allocations."
+        help_text=_("Wall-clock seconds covered: the longest of the line's allocations.")
     )
-    chip_seconds = models.BigIntegerField(help_text="Chip-seconds charged for: each allocation's chips × its seconds.")
-    amount = models.BigIntegerField(help_text="micro-units")
+    chip_seconds = models.BigIntegerField(
+        help_text=_("Chip-seconds charged for: each allocation's chips × its seconds.")
+    )
+    amount = models.BigIntegerField(help_text=_("micro-units"))
     # One CHARGE transaction per wallet per meter tick pays all of that wallet's charges of the tick.
     transaction = models.ForeignKey(
         "billing.Transaction", on_delete=models.PROTECT, related_name="charges", db_constraint=False
@@ -86,6 +91,8 @@ class Charge(models.Model):
     created_at = models.DateTimeField()
 
     class Meta:
+        verbose_name = _("charge")
+        verbose_name_plural = _("charges")
         ordering = ["-ended_at", "-id"]
         indexes = [models.Index(fields=["owner", "ended_at"])]
         constraints = [

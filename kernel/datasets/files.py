@@ -36,20 +36,38 @@ MAX_RECORD_DEPTH = 32
 # How JSON spells a UTF-16 surrogate; only a line holding one needs its strings checked.
 SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 
+
+class Words(str):
+    """An English phrase among a DatasetError's values that a reader's language replaces (it is its own msgid)."""
+
+
 # How each kind of record looks, for error messages.
 SHAPES = {
-    TEXT: "plain text",
+    TEXT: Words("plain text"),
     JSONL: '{"text"}',
     CHAT: '{"messages"}',
     COMPLETION: '{"prompt", "completion"}',
 }
-MESSAGES_SHAPE = '"messages" must be a list of {"role", "content"} objects'
+MESSAGES_SHAPE = 'Line %(line)s: "messages" must be a list of {"role", "content"} objects'
 
 Numbered = tuple[int, str]
 
 
 class DatasetError(ValueError):
-    """A dataset the runtime cannot train on; the message says why in the user's terms."""
+    """A dataset the runtime cannot train on; the message says why in the user's terms.
+
+    Made with `of(template, **values)`, it keeps its English template and values beside the message, so
+    the platform can say it in the reader's language (workers.services.datasets.dataset_message); the
+    kernel itself has no translations.
+    """
+
+    def __init__(self, message: str, template: str = "", values: dict | None = None):
+        super().__init__(message)
+        self.template, self.values = template, dict(values or {})
+
+    @classmethod
+    def of(cls, template: str, **values) -> DatasetError:
+        return cls(template % values, template, values)
 
 
 def read_records(
@@ -86,7 +104,7 @@ def open_records(path: str | os.PathLike, kind: str | None, max_bytes: int) -> t
     lines = _checked_lines(path)
     first = next(lines, None)
     if first is None:
-        raise DatasetError("Dataset is empty.")
+        raise DatasetError.of("Dataset is empty.")
     lines = itertools.chain([first], lines)
     if _check_kind(kind) == TEXT or (kind is None and not _looks_like_json_lines(path, first[1])):
         return TEXT, _text_records(lines)
@@ -107,7 +125,9 @@ def _check_size(path: Path, max_bytes: int) -> None:
         raise DatasetError(f"Dataset file '{path}' does not exist.")
     size = path.stat().st_size
     if size > max_bytes:
-        raise DatasetError(f"Dataset is too large: {_mib(size)} MiB; the limit is {_mib(max_bytes)} MiB.")
+        raise DatasetError.of(
+            "Dataset is too large: %(size)s MiB; the limit is %(limit)s MiB.", size=_mib(size), limit=_mib(max_bytes)
+        )
 
 
 def _checked_lines(path: Path) -> Iterator[Numbered]:
@@ -117,11 +137,15 @@ def _checked_lines(path: Path) -> Iterator[Numbered]:
         for number, raw in enumerate(file, start=1):  # binary lines end at b"\n" only, as records do
             nul = raw.find(b"\x00")
             if nul >= 0:
-                raise DatasetError(f"Dataset looks binary: it contains a NUL byte at offset {offset + nul}.")
+                raise DatasetError.of(
+                    "Dataset looks binary: it contains a NUL byte at offset %(offset)s.", offset=offset + nul
+                )
             try:
                 line = raw.decode("utf-8")  # \n is never inside a UTF-8 sequence: lines decode on their own
             except UnicodeDecodeError as exc:
-                raise DatasetError(f"Dataset is not UTF-8 text: invalid byte at offset {offset + exc.start}.") from None
+                raise DatasetError.of(
+                    "Dataset is not UTF-8 text: invalid byte at offset %(offset)s.", offset=offset + exc.start
+                ) from None
             offset += len(raw)
             yield from _numbered([line], start=number)
 
@@ -160,12 +184,21 @@ def _json_records(lines: Iterable[Numbered], kind: str, *, forced: bool) -> Iter
         found = _record_kind(number, record)
         first_line = first_line or number
         if found != kind and not forced:
-            raise DatasetError(
-                f"Line {number}: a {SHAPES[found]} record in a dataset of {SHAPES[kind]} records (as line "
-                f"{first_line}); mixed kinds: every record must be of one kind."
+            raise DatasetError.of(
+                "Line %(line)s: a %(found)s record in a dataset of %(kind)s records (as line %(first)s); mixed "
+                "kinds: every record must be of one kind.",
+                line=number,
+                found=SHAPES[found],
+                kind=SHAPES[kind],
+                first=first_line,
             )
         if found != kind:
-            raise DatasetError(f"Line {number}: a {SHAPES[found]} record where {SHAPES[kind]} records were asked for.")
+            raise DatasetError.of(
+                "Line %(line)s: a %(found)s record where %(kind)s records were asked for.",
+                line=number,
+                found=SHAPES[found],
+                kind=SHAPES[kind],
+            )
         _VALIDATORS[kind](number, record)
         yield record
 
@@ -174,11 +207,15 @@ def _parse_object(number: int, line: str) -> dict:
     try:
         record = json.loads(line)
     except json.JSONDecodeError as exc:
-        raise DatasetError(f"Line {number}: not valid JSON: {exc.msg} (column {exc.colno}).") from None
+        raise DatasetError.of(
+            "Line %(line)s: not valid JSON: %(why)s (column %(column)s).", line=number, why=exc.msg, column=exc.colno
+        ) from None
     except RecursionError:  # the decoder recurses once per bracket
         raise _too_deep(number) from None
     if not isinstance(record, dict):
-        raise DatasetError(f"Line {number}: must be a JSON object, not {_json_type(record)}.")
+        raise DatasetError.of(
+            "Line %(line)s: must be a JSON object, not %(type)s.", line=number, type=_json_type(record)
+        )
     surrogate = SURROGATE_ESCAPE.search(line)
     if surrogate or line.count("[") + line.count("{") > MAX_RECORD_DEPTH:
         _check_plain(number, record, surrogate[0] if surrogate else "")
@@ -196,15 +233,21 @@ def _check_plain(number: int, record: dict, escape: str) -> None:
         for child in children:
             key, value = child if isinstance(node, dict) else ("", child)
             if escape and not (_encodable(key) and (not isinstance(value, str) or _encodable(value))):
-                raise DatasetError(
-                    f"Line {number}: {escape} is half of a UTF-16 surrogate pair, not a character; write the "
-                    "character itself (or both halves of its pair)."
+                raise DatasetError.of(
+                    "Line %(line)s: %(escape)s is half of a UTF-16 surrogate pair, not a character; write the "
+                    "character itself (or both halves of its pair).",
+                    line=number,
+                    escape=escape,
                 )
             stack.append((depth + 1, value))
 
 
 def _too_deep(number: int) -> DatasetError:
-    return DatasetError(f"Line {number}: nested deeper than {MAX_RECORD_DEPTH} levels; a record is a flat object.")
+    return DatasetError.of(
+        "Line %(line)s: nested deeper than %(depth)s levels; a record is a flat object.",
+        line=number,
+        depth=MAX_RECORD_DEPTH,
+    )
 
 
 def _encodable(text: str) -> bool:
@@ -223,18 +266,25 @@ def _record_kind(number: int, record: dict) -> str:
         return COMPLETION
     if "text" in record:
         return JSONL
-    keys = ", ".join(f'"{key}"' for key in list(record)[:5]) or "none"
-    raise DatasetError(
-        f'Line {number}: a record needs a "text" field, a "messages" list, or "prompt" and "completion" '
-        f"fields; its keys are {keys}."
+    keys = ", ".join(f'"{key}"' for key in list(record)[:5]) or Words("none")
+    raise DatasetError.of(
+        'Line %(line)s: a record needs a "text" field, a "messages" list, or "prompt" and "completion" '
+        "fields; its keys are %(keys)s.",
+        line=number,
+        keys=keys,
     )
 
 
 def _require_string(number: int, record: dict, key: str) -> None:
     if key not in record:
-        raise DatasetError(f'Line {number}: missing "{key}".')
+        raise DatasetError.of('Line %(line)s: missing "%(key)s".', line=number, key=key)
     if not isinstance(record[key], str):
-        raise DatasetError(f'Line {number}: "{key}" must be a string, not {_json_type(record[key])}.')
+        raise DatasetError.of(
+            'Line %(line)s: "%(key)s" must be a string, not %(type)s.',
+            line=number,
+            key=key,
+            type=_json_type(record[key]),
+        )
 
 
 def _validate_text(number: int, record: dict) -> None:
@@ -249,23 +299,28 @@ def _validate_completion(number: int, record: dict) -> None:
 def _validate_chat(number: int, record: dict) -> None:
     messages = record["messages"]
     if not isinstance(messages, list):
-        raise DatasetError(f"Line {number}: {MESSAGES_SHAPE}, not {_json_type(messages)}.")
+        raise DatasetError.of(MESSAGES_SHAPE + ", not %(type)s.", line=number, type=_json_type(messages))
     if not messages:
-        raise DatasetError(f'Line {number}: "messages" is empty.')
+        raise DatasetError.of('Line %(line)s: "messages" is empty.', line=number)
     for index, message in enumerate(messages, start=1):
         if not (
             isinstance(message, dict)
             and isinstance(message.get("role"), str)
             and isinstance(message.get("content"), str)
         ):
-            raise DatasetError(f"Line {number}: {MESSAGES_SHAPE} (message {index} is not).")
+            raise DatasetError.of(MESSAGES_SHAPE + " (message %(index)s is not).", line=number, index=index)
         if message["role"] not in ROLES:
-            raise DatasetError(
-                f'Line {number}: message {index} has the unknown role "{message["role"]}"; '
-                'use "system", "user" or "assistant".'
+            raise DatasetError.of(
+                'Line %(line)s: message %(index)s has the unknown role "%(role)s"; '
+                'use "system", "user" or "assistant".',
+                line=number,
+                index=index,
+                role=message["role"],
             )
     if not any(message["role"] == "assistant" for message in messages):
-        raise DatasetError(f'Line {number}: no "assistant" message; a chat record trains on its assistant turns.')
+        raise DatasetError.of(
+            'Line %(line)s: no "assistant" message; a chat record trains on its assistant turns.', line=number
+        )
 
 
 _VALIDATORS = {JSONL: _validate_text, CHAT: _validate_chat, COMPLETION: _validate_completion}
@@ -281,13 +336,15 @@ def _has_target(kind: str, record: dict) -> bool:
 def _check_something_to_train_on(kind: str, trained: bool) -> None:
     if trained:
         return
-    what = "assistant message" if kind == CHAT else f'record\'s "{"completion" if kind == COMPLETION else "text"}"'
-    raise DatasetError(f"Dataset has nothing to train on: every {what} is empty.")
+    if kind == CHAT:
+        raise DatasetError.of("Dataset has nothing to train on: every assistant message is empty.")
+    field = "completion" if kind == COMPLETION else "text"
+    raise DatasetError.of('Dataset has nothing to train on: every record\'s "%(field)s" is empty.', field=field)
 
 
 def _json_type(value: Any) -> str:
     names = {dict: "an object", list: "a list", str: "a string", bool: "true/false", type(None): "null"}
-    return names.get(type(value), "a number")
+    return Words(names.get(type(value), "a number"))
 
 
 def _mib(n: int) -> str:

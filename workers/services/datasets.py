@@ -20,7 +20,7 @@ from base.uploads import UploadLimit
 from fleet.choices import DatasetKind
 from fleet.models import Dataset, UploadedModel
 from kernel.chat_templates import Rendered, TemplateRefused, render_chats
-from kernel.datasets.files import CHAT, first_records
+from kernel.datasets.files import CHAT, Words, first_records
 from kernel.datasets.tokens import ByteTokenizer, Renderer, chat_prefixes, encode_record, load_tokenizer
 from kernel.datasets.validation import DatasetError, validate_dataset_file
 from kernel.storage import StorageError
@@ -102,7 +102,7 @@ def store_dataset(owner, upload, *, name: str) -> Dataset:
         try:
             kind, samples = validate_dataset_file(checked, settings.DATASET_MAX_BYTES)
         except DatasetError as error:
-            raise DatasetRejected(str(error)) from None
+            raise DatasetRejected(dataset_message(error)) from None
         tree = Path(scratch) / "tree"
         tree.mkdir()
         file_name = stored_file_name(kind)
@@ -139,6 +139,18 @@ def delete_dataset(dataset: Dataset) -> None:
             raise DatasetInUse(_("This dataset is used by a job and cannot be deleted.")) from None
         prefix = locked.store_prefix
         transaction.on_commit(lambda: delete_stored_tree(prefix))
+
+
+def dataset_message(error: DatasetError) -> str:
+    """Why the dataset was refused, in the reader's language (the kernel keeps its English template and values)."""
+    template = getattr(error, "template", "")
+    if not template:
+        return str(error)
+    values = {name: _(value) if isinstance(value, Words) else value for name, value in error.values.items()}
+    try:
+        return _(template) % values
+    except (KeyError, TypeError, ValueError):  # a translation that lost a placeholder: the English is right
+        return str(error)
 
 
 # Previews
@@ -207,7 +219,7 @@ def _preview_record(record: dict, kind: str, tokenizer, render: Renderer | None)
     try:
         ids, mask = encode_record(record, kind, tokenizer, render)
     except DatasetError as error:
-        return RecordPreview(tokens=[], truncated=False, error=str(error))
+        return RecordPreview(tokens=[], truncated=False, error=dataset_message(error))
     tokens = [
         PreviewToken(tokenizer.decode([token]).translate(VISIBLE_WHITESPACE), trained)
         for token, trained in zip(ids[:PREVIEW_TOKENS], mask[:PREVIEW_TOKENS], strict=True)

@@ -200,6 +200,24 @@ def test_a_dataset_over_the_limit_past_the_quota_or_in_use_is_refused_in_chinese
     assert english["errors"]["dataset"] == ["This dataset is used by a job and cannot be deleted."]
 
 
+def test_what_is_wrong_inside_a_dataset_file_is_said_in_chinese(api, alice):
+    """The checks run in the kernel, which keeps its English template and values; the platform translates."""
+
+    def refused(name: str, content: bytes, **headers) -> str:
+        response = api.post(
+            "/api/v1/datasets/", {"file": SimpleUploadedFile(name, content)}, format="multipart", **headers
+        )
+        return chinese(response, 400)[-1] if headers else response.json()["errors"]["file"][0]
+
+    chat = b'{"messages": [{"role": "user", "content": "hi"}]}\n'
+    assert refused("a.jsonl", chat, **ZH) == ('第 1 行：没有 "assistant" 消息；对话记录训练的是其中 assistant 的回复。')
+    assert refused("a.jsonl", chat) == ('Line 1: no "assistant" message; a chat record trains on its assistant turns.')
+    assert refused("a.jsonl", b'{"text": 3}\n', **ZH) == '第 1 行："text" 必须是字符串，而不是数字。'
+    assert refused("a.jsonl", b'{"text": 3}\n') == 'Line 1: "text" must be a string, not a number.'
+    assert refused("a.jsonl", b"{}\n", **ZH).endswith("它的键是 无。")
+    assert "nothing to train on" not in refused("a.txt", b"\n \n", **ZH)
+
+
 # -- billing: the ledger's hour groups, the operator's credit form, staff two-factor --------------------
 
 
