@@ -38,3 +38,13 @@ def pytest_runtest_call(item):
         problems = audit_ledger()
         assert not problems, f"ledger out of balance after the test: {problems}"
     return result
+
+
+@pytest.fixture(autouse=True)
+def default_language_after_each_test():
+    """A request leaves its language active in the thread (Django's LocaleMiddleware never deactivates): after
+    a test that spoke zh-hans, the next test's direct service calls would otherwise answer in Chinese."""
+    yield
+    from django.utils import translation
+
+    translation.deactivate()

@@ -25,6 +25,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from kernel.words import Words
+
 TEXT, JSONL, CHAT, COMPLETION = "text", "jsonl", "chat", "completion"
 KINDS = (TEXT, JSONL, CHAT, COMPLETION)
 ROLES = ("system", "user", "assistant")
@@ -35,10 +37,6 @@ DEFAULT_MAX_BYTES = 1 << 30
 MAX_RECORD_DEPTH = 32
 # How JSON spells a UTF-16 surrogate; only a line holding one needs its strings checked.
 SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
-
-
-class Words(str):
-    """An English phrase among a DatasetError's values that a reader's language replaces (it is its own msgid)."""
 
 
 # How each kind of record looks, for error messages.

@@ -25,6 +25,7 @@ from typing import BinaryIO
 
 from kernel.modelfiles.errors import ARCHIVER_LITTER, GIB, PACK_IT, ModelFileError, refuse_pickle, too_large
 from kernel.modelfiles.loaders import admit_member
+from kernel.words import Words
 
 COPY_CHUNK = 1024 * 1024
 # What an archive may hold beside file content: headers, names, a zip's directory.
@@ -50,7 +51,7 @@ def extract_archive(archive: Path, destination: Path, limits: Limits) -> Path:
     """
     size = archive.stat().st_size
     if size > limits.max_archive_bytes:
-        raise too_large(f"The archive is {size:,} bytes", limits.max_archive_bytes)
+        raise too_large(Words.of("The archive is %(size)s bytes", size=f"{size:,}"), limits.max_archive_bytes)
     budget = Budget(limits)
     kind = archive_kind(archive)
     if kind == "zip":
@@ -73,12 +74,17 @@ def archive_kind(archive: Path) -> str:
         return "zip"
     if head[257:262] == b"ustar":
         return "tar"
-    raise ModelFileError(f"The upload is not a .tar.gz, .tgz, .tar or .zip archive. {PACK_IT}", code="not_an_archive")
+    raise ModelFileError.of(
+        "The upload is not a .tar.gz, .tgz, .tar or .zip archive. " + PACK_IT, code="not_an_archive"
+    )
 
 
 def too_many_files(limit: int) -> ModelFileError:
-    message = f"The archive has more than {limit:,} files; a model folder needs a few dozen."
-    return ModelFileError(message, code="too_many_files")
+    return ModelFileError.of(
+        "The archive has more than %(limit)s files; a model folder needs a few dozen.",
+        code="too_many_files",
+        limit=f"{limit:,}",
+    )
 
 
 @dataclass
@@ -97,33 +103,47 @@ class Budget:
     def add(self, count: int) -> None:
         self.written += count
         if self.written > self.limits.max_extracted_bytes:
-            raise too_large("The archive unpacks to more than that", self.limits.max_extracted_bytes)
+            raise too_large(Words("The archive unpacks to more than that"), self.limits.max_extracted_bytes)
 
 
 def member_path(name: str) -> PurePosixPath | None:
     """The member's path inside the model folder; None for the archive's root or archivers' litter."""
     if "\x00" in name:
-        raise ModelFileError(f"The archive member {name!r} has a NUL character in its name.", code="unsafe_archive")
+        raise ModelFileError.of(
+            "The archive member %(name)s has a NUL character in its name.", code="unsafe_archive", name=repr(name)
+        )
     if name.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", name):
-        raise ModelFileError(
-            f"The archive member '{name}' has an absolute path, which is refused. {PACK_IT}", code="unsafe_archive"
+        raise ModelFileError.of(
+            "The archive member '%(name)s' has an absolute path, which is refused. " + PACK_IT,
+            code="unsafe_archive",
+            name=name,
         )
     parts = [part for part in re.split(r"[/\\]", name) if part not in ("", ".")]
     if ".." in parts:
-        raise ModelFileError(
-            f"The archive member '{name}' points outside the model folder ('..'); it is refused.", code="unsafe_archive"
+        raise ModelFileError.of(
+            "The archive member '%(name)s' points outside the model folder ('..'); it is refused.",
+            code="unsafe_archive",
+            name=name,
         )
     if not parts or parts[0] in ARCHIVER_LITTER or parts[-1] in ARCHIVER_LITTER:
         return None
     return PurePosixPath(*parts)
 
 
+def special_file(name: str) -> ModelFileError:
+    return ModelFileError.of(
+        "The archive member '%(name)s' is a device, pipe or other special file; only files and folders are accepted.",
+        code="unsafe_archive",
+        name=name,
+    )
+
+
 def make_folder(destination: Path, relative: PurePosixPath) -> None:
     try:
         destination.joinpath(relative).mkdir(mode=0o700, parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
-        raise ModelFileError(
-            f"The archive has both a file and a folder named '{relative}'.", code="invalid_archive"
+        raise ModelFileError.of(
+            "The archive has both a file and a folder named '%(name)s'.", code="invalid_archive", name=str(relative)
         ) from None
 
 
@@ -140,11 +160,16 @@ def write_member(source: BinaryIO, destination: Path, relative: PurePosixPath, b
     try:
         descriptor = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
     except FileExistsError:
-        raise ModelFileError(f"The archive holds '{relative}' twice.", code="invalid_archive") from None
+        raise ModelFileError.of(
+            "The archive holds '%(name)s' twice.", code="invalid_archive", name=str(relative)
+        ) from None
     except OSError as error:
         if error.errno in (errno.ENOTDIR, errno.EISDIR, errno.ENAMETOOLONG):
-            raise ModelFileError(
-                f"The archive member '{relative}' can't be unpacked: {error.strerror}.", code="invalid_archive"
+            raise ModelFileError.of(
+                "The archive member '%(name)s' can't be unpacked: %(error)s.",
+                code="invalid_archive",
+                name=str(relative),
+                error=error.strerror,
             ) from None
         raise
     with os.fdopen(descriptor, "wb") as target_file:
@@ -168,9 +193,10 @@ class MeteredTarStream:
         self.read_bytes += len(chunk)
         # File content is copied in COPY_CHUNK pieces as soon as it is read, so it trails by at most one piece.
         if self.read_bytes - self.budget.written > MAX_METADATA_BYTES + COPY_CHUNK:
-            raise ModelFileError(
-                f"The archive's headers and names are over {MAX_METADATA_BYTES:,} bytes; it is refused. {PACK_IT}",
+            raise ModelFileError.of(
+                "The archive's headers and names are over %(limit)s bytes; it is refused. " + PACK_IT,
                 code="invalid_archive",
+                limit=f"{MAX_METADATA_BYTES:,}",
             )
         return chunk
 
@@ -186,17 +212,14 @@ def extract_tar(archive: Path, compressed: bool, destination: Path, budget: Budg
                 budget.member()
                 relative = member_path(member.name)
                 if member.issym() or member.islnk():
-                    raise ModelFileError(
-                        f"The archive member '{member.name}' is a link; links are refused. Archive real files "
+                    raise ModelFileError.of(
+                        "The archive member '%(name)s' is a link; links are refused. Archive real files "
                         "(e.g. `tar czhf`, which stores the files that links point to).",
                         code="unsafe_archive",
+                        name=member.name,
                     )
                 if not (member.isreg() or member.isdir()):
-                    raise ModelFileError(
-                        f"The archive member '{member.name}' is a device, pipe or other special file; "
-                        "only files and folders are accepted.",
-                        code="unsafe_archive",
-                    )
+                    raise special_file(member.name)
                 if relative is None:
                     continue
                 if member.isdir():
@@ -205,8 +228,10 @@ def extract_tar(archive: Path, compressed: bool, destination: Path, budget: Budg
                 if wanted(relative, member.size):
                     write_member(tar.extractfile(member), destination, relative, budget)
     except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as error:
-        raise ModelFileError(
-            f"The archive is damaged or not a tar archive ({error}). {PACK_IT}", code="invalid_archive"
+        raise ModelFileError.of(
+            "The archive is damaged or not a tar archive (%(error)s). " + PACK_IT,
+            code="invalid_archive",
+            error=str(error),
         ) from None
 
 
@@ -221,19 +246,18 @@ def extract_zip(archive: Path, destination: Path, budget: Budget) -> None:
                 member_path(info.filename)
                 kind = stat.S_IFMT(info.external_attr >> 16)
                 if kind == stat.S_IFLNK:
-                    raise ModelFileError(
-                        f"The archive member '{info.filename}' is a link; links are refused.", code="unsafe_archive"
+                    raise ModelFileError.of(
+                        "The archive member '%(name)s' is a link; links are refused.",
+                        code="unsafe_archive",
+                        name=info.filename,
                     )
                 if kind not in (0, stat.S_IFREG, stat.S_IFDIR):
-                    raise ModelFileError(
-                        f"The archive member '{info.filename}' is a device, pipe or other special file; "
-                        "only files and folders are accepted.",
-                        code="unsafe_archive",
-                    )
+                    raise special_file(info.filename)
                 if info.flag_bits & 0x1:
-                    raise ModelFileError(
-                        f"The archive member '{info.filename}' is encrypted; upload it unencrypted.",
+                    raise ModelFileError.of(
+                        "The archive member '%(name)s' is encrypted; upload it unencrypted.",
                         code="invalid_archive",
+                        name=info.filename,
                     )
             for info in members:
                 relative = member_path(info.filename)
@@ -247,8 +271,10 @@ def extract_zip(archive: Path, destination: Path, budget: Budget) -> None:
                 with bundle.open(info) as source:
                     write_member(source, destination, relative, budget)
     except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError) as error:
-        raise ModelFileError(
-            f"The archive is damaged or not a zip archive ({error}). {PACK_IT}", code="invalid_archive"
+        raise ModelFileError.of(
+            "The archive is damaged or not a zip archive (%(error)s). " + PACK_IT,
+            code="invalid_archive",
+            error=str(error),
         ) from None
 
 
@@ -262,7 +288,8 @@ def check_zip_directory(archive: Path, limits: Limits) -> None:
     if end[zipfile._ECD_ENTRIES_TOTAL] > limits.max_members:
         raise too_many_files(limits.max_members)
     if end[zipfile._ECD_SIZE] > MAX_METADATA_BYTES:
-        raise ModelFileError(
-            f"The archive's directory is over {MAX_METADATA_BYTES:,} bytes; it is refused. {PACK_IT}",
+        raise ModelFileError.of(
+            "The archive's directory is over %(limit)s bytes; it is refused. " + PACK_IT,
             code="invalid_archive",
+            limit=f"{MAX_METADATA_BYTES:,}",
         )

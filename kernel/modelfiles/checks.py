@@ -24,6 +24,7 @@ from kernel.modelfiles import hfconfig
 from kernel.modelfiles.errors import ARCHIVER_LITTER, SAVE_SAFELY, ModelFileError, read_json, refuse_pickle
 from kernel.modelfiles.weights import Tensor, read_weights
 from kernel.modelspecs import spec_from_config
+from kernel.words import Words
 
 MAX_CONFIG_BYTES = 1024 * 1024
 # config.json is kept in a PostgreSQL JSON column: no NUL, no lone surrogate, no deep nesting.
@@ -91,26 +92,29 @@ def unsupported_as_error(check, config: dict):
     try:
         return check(config)
     except hfconfig.UnsupportedModel as error:
-        raise ModelFileError(str(error), code="unsupported_model") from None
+        raise ModelFileError(str(error), "unsupported_model", error.template, error.values) from None
 
 
 def read_config(directory: Path, files: dict[str, Path]) -> dict:
     if "config.json" not in files:
-        found = ", ".join(list(files)[:6]) or "nothing"
-        raise ModelFileError(
-            f"No config.json at the top of the model folder (found: {found}). Save the model with "
-            f"{SAVE_SAFELY}, which writes config.json beside the weights.",
+        found = ", ".join(list(files)[:6]) or Words("nothing")
+        raise ModelFileError.of(
+            "No config.json at the top of the model folder (found: %(found)s). Save the model with "
+            + SAVE_SAFELY
+            + ", which writes config.json beside the weights.",
             code="missing_config",
+            found=found,
         )
     path = directory / "config.json"
     if path.stat().st_size > MAX_CONFIG_BYTES:
-        raise ModelFileError(
-            f"config.json is over {MAX_CONFIG_BYTES:,} bytes; a model's config is a few kilobytes.",
+        raise ModelFileError.of(
+            "config.json is over %(limit)s bytes; a model's config is a few kilobytes.",
             code="invalid_config",
+            limit=f"{MAX_CONFIG_BYTES:,}",
         )
     config = read_json(path, "config.json", "invalid_config")
     if not isinstance(config, dict):
-        raise ModelFileError("config.json must hold a JSON object of the model's settings.", code="invalid_config")
+        raise ModelFileError.of("config.json must hold a JSON object of the model's settings.", code="invalid_config")
     check_storable(config)
     return config
 
@@ -121,15 +125,18 @@ def check_storable(config: dict) -> None:
     while stack:
         depth, node = stack.pop()
         if depth > MAX_CONFIG_DEPTH:
-            raise ModelFileError(f"config.json is nested deeper than {MAX_CONFIG_DEPTH} levels.", code="invalid_config")
+            raise ModelFileError.of(
+                "config.json is nested deeper than %(depth)s levels.", code="invalid_config", depth=MAX_CONFIG_DEPTH
+            )
         items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
         for key, value in items:
             for text in (key, value):
                 if isinstance(text, str) and not storable(text):
-                    raise ModelFileError(
-                        f"config.json holds a NUL character or a lone surrogate ({text[:40]!r}); a model's settings "
+                    raise ModelFileError.of(
+                        "config.json holds a NUL character or a lone surrogate (%(text)s); a model's settings "
                         "are plain text.",
                         code="invalid_config",
+                        text=repr(text[:40]),
                     )
             stack.append((depth + 1, value))
 
@@ -152,10 +159,12 @@ def check_plausible_size(config: dict, tensors: dict[str, Tensor]) -> None:
         return  # malformed: hfconfig says what is wrong
     stored = sum(math.prod(tensor.shape) for tensor in tensors.values())
     if estimate > 2 * stored + 1_000_000:
-        raise ModelFileError(
-            f"config.json describes a model of about {estimate:,} parameters, but the weights hold {stored:,}: "
-            f"they don't belong together. Save both with {SAVE_SAFELY}.",
+        raise ModelFileError.of(
+            "config.json describes a model of about %(estimate)s parameters, but the weights hold %(stored)s: "
+            "they don't belong together. Save both with " + SAVE_SAFELY + ".",
             code="weights_mismatch",
+            estimate=f"{estimate:,}",
+            stored=f"{stored:,}",
         )
 
 
@@ -165,20 +174,31 @@ def compare_weights(expected: dict[str, tuple[int, ...]], tensors: dict[str, Ten
     for name, shape in expected.items():
         tensor = tensors.get(name)
         if tensor is None:
-            problems.append(f"{name} is missing (config.json implies {list(shape)})")
+            problems.append(
+                Words.of("%(name)s is missing (config.json implies %(shape)s)", name=name, shape=list(shape))
+            )
         elif tensor.shape != shape:
-            problems.append(f"{name} has shape {list(tensor.shape)}; config.json implies {list(shape)}")
+            problems.append(
+                Words.of(
+                    "%(name)s has shape %(found)s; config.json implies %(shape)s",
+                    name=name,
+                    found=list(tensor.shape),
+                    shape=list(shape),
+                )
+            )
     embeddings = expected.get("model.embed_tokens.weight")
     for name in tensors.keys() - expected.keys():
         if name == "lm_head.weight" and tensors[name].shape == embeddings:
             continue  # tied to the embeddings; saved anyway
-        problems.append(f"{name} is not a weight of this config's model")
+        problems.append(Words.of("%(name)s is not a weight of this config's model", name=name))
     if problems:
-        more = f"; and {len(problems) - SHOWN_PROBLEMS} more" if len(problems) > SHOWN_PROBLEMS else ""
-        raise ModelFileError(
-            f"The weights don't match config.json: {'; '.join(problems[:SHOWN_PROBLEMS])}{more}. "
-            f"Upload the config.json the weights were saved with ({SAVE_SAFELY}).",
+        more = len(problems) - SHOWN_PROBLEMS
+        raise ModelFileError.of(
+            "The weights don't match config.json: %(problems)s%(more)s. "
+            "Upload the config.json the weights were saved with (" + SAVE_SAFELY + ").",
             code="weights_mismatch",
+            problems=Words.joined(problems[:SHOWN_PROBLEMS]),
+            more=Words.of("; and %(count)s more", count=more) if more > 0 else "",
         )
 
 
@@ -186,7 +206,7 @@ def check_tokenizer(directory: Path, files: dict[str, Path], config: dict) -> bo
     """The tokenizer loads from the folder alone and fits the embeddings; returns whether it has a chat template."""
     vocabulary = {"tokenizer.model", "vocab.json", "vocab.txt", "spiece.model"} & files.keys()
     if "tokenizer.json" not in files and not (vocabulary and "tokenizer_config.json" in files):
-        raise ModelFileError(
+        raise ModelFileError.of(
             "No tokenizer: add tokenizer.json (or tokenizer.model / vocab files with tokenizer_config.json), "
             "e.g. with tokenizer.save_pretrained(dir) into the model folder.",
             code="missing_tokenizer",
@@ -196,16 +216,19 @@ def check_tokenizer(directory: Path, files: dict[str, Path], config: dict) -> bo
         tokenizer = tokenizers.from_pretrained(str(directory), local_files_only=True, trust_remote_code=False)
     except Exception as error:  # a third-party loader failing on user files, in any way, is a refusal
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise ModelFileError(
-            f"The tokenizer can't be loaded ({reason[:300]}). Save it with tokenizer.save_pretrained(dir).",
+        raise ModelFileError.of(
+            "The tokenizer can't be loaded (%(reason)s). Save it with tokenizer.save_pretrained(dir).",
             code="invalid_tokenizer",
+            reason=reason[:300],
         ) from None
     vocab_size = config.get("vocab_size")
     if isinstance(vocab_size, int) and len(tokenizer) > vocab_size:
-        raise ModelFileError(
-            f"The tokenizer has {len(tokenizer):,} tokens but config.json's vocab_size is {vocab_size:,}: "
+        raise ModelFileError.of(
+            "The tokenizer has %(tokens)s tokens but config.json's vocab_size is %(vocab_size)s: "
             "token ids past the embeddings can't be trained. Resize the embeddings "
             "(model.resize_token_embeddings(len(tokenizer))) and save again.",
             code="invalid_tokenizer",
+            tokens=f"{len(tokenizer):,}",
+            vocab_size=f"{vocab_size:,}",
         )
     return bool(getattr(tokenizer, "chat_template", None))

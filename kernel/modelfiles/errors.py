@@ -1,13 +1,18 @@
 """What a refused model upload is: `ModelFileError`, whose message names the problem and what to do about it.
 
 Shared by the package's archives (unpacking), weights (safetensors headers), checks (the folder's checks)
-and loaders (which files a folder keeps). No Django.
+and loaders (which files a folder keeps). A refusal is made with `ModelFileError.of(template, code=...,
+**values)`: it keeps its English template and values beside the message, so the platform says it in the
+reader's language (workers.services.models.model_file_message); values that are English words are `Words`.
+No Django.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+
+from kernel.words import Words
 
 GIB = 1024**3
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".ckpt")
@@ -27,26 +32,40 @@ class ModelFileError(ValueError):
     unsupported_model, weights_mismatch, missing_tokenizer, ...
     """
 
-    def __init__(self, message: str, code: str = "invalid_model"):
+    def __init__(
+        self, message: str, code: str = "invalid_model", template: str = "", values: dict | None = None
+    ) -> None:
         super().__init__(message)
         self.code = code
+        self.template, self.values = template, dict(values or {})
+
+    @classmethod
+    def of(cls, template: str, *, code: str = "invalid_model", **values) -> ModelFileError:
+        """The refusal `template % values`, keeping both (an error made without a template stays English)."""
+        return cls(template % values, code, template, values)
 
 
 class ModelTooLarge(ModelFileError):
     """An upload over the size limit (the API answers 413)."""
 
 
-def too_large(what: str, limit: int) -> ModelTooLarge:
-    message = f"{what}; the limit is {limit:,} bytes. Upload the model in safetensors without extra files."
-    return ModelTooLarge(message, code="model_too_large")
+def too_large(what: Words, limit: int) -> ModelTooLarge:
+    """`what` says how large the upload is (an English phrase, translated as its own msgid)."""
+    return ModelTooLarge.of(
+        "%(what)s; the limit is %(limit)s bytes. Upload the model in safetensors without extra files.",
+        code="model_too_large",
+        what=what,
+        limit=f"{limit:,}",
+    )
 
 
 def refuse_pickle(name: str) -> None:
     if name.lower().endswith(PICKLE_SUFFIXES):
-        raise ModelFileError(
-            f"'{name}' is a pickle file, which can run code when loaded and is never opened here. "
-            f"Convert the weights to safetensors: {SAVE_SAFELY}, and upload without the pickle files.",
+        raise ModelFileError.of(
+            "'%(name)s' is a pickle file, which can run code when loaded and is never opened here. "
+            "Convert the weights to safetensors: " + SAVE_SAFELY + ", and upload without the pickle files.",
             code="pickle_weights",
+            name=name,
         )
 
 
@@ -55,6 +74,8 @@ def read_json(path: Path, shown: str, code: str):
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as error:
-        raise ModelFileError(f"{shown} is not valid JSON: {error}.", code=code) from None
+        raise ModelFileError.of(
+            "%(file)s is not valid JSON: %(error)s.", code=code, file=shown, error=str(error)
+        ) from None
     except RecursionError:
-        raise ModelFileError(f"{shown} is nested too deeply to be a model's file.", code=code) from None
+        raise ModelFileError.of("%(file)s is nested too deeply to be a model's file.", code=code, file=shown) from None

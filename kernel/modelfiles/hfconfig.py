@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from types import ModuleType
 
 from kernel.modelspecs import CATALOG
+from kernel.words import Words
 
 # model_type -> the transformers class a config.json of that type must name.
 ARCHITECTURES = {
@@ -52,7 +53,19 @@ def lora_settings(chosen: Mapping | None) -> dict:
 
 
 class UnsupportedModel(ValueError):
-    """A config this platform can't train; the message names what is wrong and what would do."""
+    """A config this platform can't train; the message names what is wrong and what would do.
+
+    Made with `of(template, **values)`, it keeps its English template and values beside the message, as
+    kernel.modelfiles.errors.ModelFileError does, so the platform can say it in the reader's language.
+    """
+
+    def __init__(self, message: str, template: str = "", values: dict | None = None) -> None:
+        super().__init__(message)
+        self.template, self.values = template, dict(values or {})
+
+    @classmethod
+    def of(cls, template: str, **values) -> UnsupportedModel:
+        return cls(template % values, template, values)
 
 
 @dataclass(frozen=True)
@@ -87,13 +100,18 @@ def model_type(config: Mapping) -> str:
     kind = config.get("model_type")
     supported = ", ".join(f"{name} ({cls})" for name, cls in ARCHITECTURES.items())
     if kind not in ARCHITECTURES:
-        named = kind or ", ".join(config.get("architectures") or []) or "none given"
-        raise UnsupportedModel(f"Unsupported model architecture '{named}'. Supported: {supported}.")
+        named = kind or ", ".join(config.get("architectures") or []) or Words("none given")
+        raise UnsupportedModel.of(
+            "Unsupported model architecture '%(named)s'. Supported: %(supported)s.", named=named, supported=supported
+        )
     declared = config.get("architectures") or [ARCHITECTURES[kind]]
     if ARCHITECTURES[kind] not in declared:
-        raise UnsupportedModel(
-            f"config.json declares {', '.join(declared)} for model_type '{kind}'; "
-            f"only causal language models ({ARCHITECTURES[kind]}) can be trained here."
+        raise UnsupportedModel.of(
+            "config.json declares %(declared)s for model_type '%(kind)s'; "
+            "only causal language models (%(causal)s) can be trained here.",
+            declared=", ".join(declared),
+            kind=kind,
+            causal=ARCHITECTURES[kind],
         )
     return kind
 
@@ -106,9 +124,13 @@ def check_sizes(config: Mapping) -> None:
     for field, bound in MAX_SIZES.items():
         value = config.get(field)
         if isinstance(value, int | float) and not isinstance(value, bool) and value > bound:
-            raise UnsupportedModel(
-                f"config.json's {field} is {value:,}; models trained here have at most {bound:,} (four times the "
-                f"catalog's largest model, {LARGEST.name}, and eight times its vocabulary)."
+            raise UnsupportedModel.of(
+                "config.json's %(field)s is %(value)s; models trained here have at most %(bound)s (four times the "
+                "catalog's largest model, %(largest)s, and eight times its vocabulary).",
+                field=field,
+                value=f"{value:,}",
+                bound=f"{bound:,}",
+                largest=LARGEST.name,
             )
 
 
@@ -123,7 +145,9 @@ def build_config(config: Mapping):
     try:
         return auto_config.for_model(kind, **fields)
     except (TypeError, ValueError, ArithmeticError, StrictDataclassError) as error:
-        raise UnsupportedModel(f"config.json is not a valid {kind} config: {error}") from None
+        raise UnsupportedModel.of(
+            "config.json is not a valid %(kind)s config: %(error)s", kind=kind, error=str(error)
+        ) from None
 
 
 def parameter_shapes(config: Mapping) -> dict[str, tuple[int, ...]]:
@@ -257,27 +281,49 @@ def _sizes(kind: str, hf_config) -> dict[str, int]:
     """The config's sizes, refused (UnsupportedModel) where transformers couldn't build or train the model:
     what its classes would fail on, and what they would build but not run (heads not grouped evenly)."""
 
-    def refuse(problem: str) -> UnsupportedModel:
-        return UnsupportedModel(f"config.json is not a valid {kind} config: {problem}.")
+    def refuse(problem: Words) -> UnsupportedModel:
+        return UnsupportedModel.of(
+            "config.json is not a valid %(kind)s config: %(problem)s.", kind=kind, problem=problem
+        )
 
     sizes = {field: getattr(hf_config, field, None) for field in SIZE_FIELDS}
     if _positive(sizes["hidden_size"]) and _positive(sizes["num_attention_heads"]):
         sizes["head_dim"] = _head_dim(kind, hf_config, sizes["hidden_size"] // sizes["num_attention_heads"])
     for field, value in sizes.items():
         if not _positive(value):
-            raise refuse(f"{field} must be a positive integer, not {value!r}")
+            raise refuse(
+                Words.of("%(field)s must be a positive integer, not %(value)s", field=field, value=repr(value))
+            )
     heads, kv_heads = sizes["num_attention_heads"], sizes["num_key_value_heads"]
     if heads % kv_heads:
-        raise refuse(f"num_attention_heads ({heads}) must be a multiple of num_key_value_heads ({kv_heads})")
+        raise refuse(
+            Words.of(
+                "num_attention_heads (%(heads)s) must be a multiple of num_key_value_heads (%(kv_heads)s)",
+                heads=heads,
+                kv_heads=kv_heads,
+            )
+        )
     pad, vocab = getattr(hf_config, "pad_token_id", None), sizes["vocab_size"]
     if pad is not None and not (isinstance(pad, int) and -vocab <= pad < vocab):  # nn.Embedding's rule
-        raise refuse(f"pad_token_id {pad!r} is outside the vocabulary of {vocab} tokens")
+        raise refuse(
+            Words.of("pad_token_id %(pad)s is outside the vocabulary of %(vocab)s tokens", pad=repr(pad), vocab=vocab)
+        )
     if hf_config.hidden_act not in ACTIVATIONS:
-        raise refuse(f"hidden_act {hf_config.hidden_act!r} is not one of {', '.join(ACTIVATIONS)}")
+        raise refuse(
+            Words.of(
+                "hidden_act %(act)s is not one of %(known)s",
+                act=repr(hf_config.hidden_act),
+                known=", ".join(ACTIVATIONS),
+            )
+        )
     known = rope_types()
     for rope_type in _rope_types(hf_config):
         if rope_type not in known:
-            raise refuse(f"rope_type {rope_type!r} is not one of {', '.join(known)}")
+            raise refuse(
+                Words.of(
+                    "rope_type %(rope_type)s is not one of %(known)s", rope_type=repr(rope_type), known=", ".join(known)
+                )
+            )
     return sizes
 
 

@@ -17,6 +17,7 @@ from pathlib import Path, PurePosixPath
 
 from kernel.modelfiles.checks import ModelFiles
 from kernel.modelfiles.errors import ARCHIVER_LITTER, ModelFileError
+from kernel.words import Words
 
 MIB = 1024 * 1024
 # Each file a loader reads, by name, with the most bytes it may hold: a config is a few kilobytes; the
@@ -51,11 +52,12 @@ DOCUMENTS = {
     ".gitattributes",
 }
 MAX_DOCUMENT_BYTES = MIB
-ACCEPTED = (
+ACCEPTED = Words(
     "config.json, generation_config.json, safetensors weights (model.safetensors, or model.safetensors.index.json "
     "and its shards) and the tokenizer's files (tokenizer.json, tokenizer_config.json, special_tokens_map.json, "
     "tokenizer.model, vocab.json, merges.txt, chat_template.jinja, ...)"
 )
+IN_A_SUBFOLDER = Words("is in a subfolder; a model folder keeps its files at its top")
 
 
 def admit_member(relative: PurePosixPath, size: int) -> bool:
@@ -65,7 +67,7 @@ def admit_member(relative: PurePosixPath, size: int) -> bool:
     if folders and folders[-1] == TEMPLATES_FOLDER and len(folders) <= 2 and name.endswith(".jinja"):
         return _check_size(relative, size, MIB)
     if len(folders) > 1:  # the model folder itself, or the archive's one top-level folder around it
-        raise unneeded(relative, "is in a subfolder; a model folder keeps its files at its top")
+        raise unneeded(relative, IN_A_SUBFOLDER)
     if name.lower() in DOCUMENTS:
         _check_size(relative, size, MAX_DOCUMENT_BYTES)
         return False  # read by nobody: not unpacked
@@ -73,22 +75,30 @@ def admit_member(relative: PurePosixPath, size: int) -> bool:
         return _check_size(relative, size, LOADER_FILES[name])
     if name.endswith(WEIGHTS_SUFFIX):
         return True
-    raise unneeded(relative, "is not a file any loader reads")
+    raise unneeded(relative, Words("is not a file any loader reads"))
 
 
 def _check_size(relative: PurePosixPath, size: int, limit: int) -> bool:
     """True, or a refusal of a file over its kind's bound (declared in the archive, before it is read)."""
     if size > limit:
-        raise ModelFileError(
-            f"'{relative}' is {size:,} bytes; such a file is at most {limit:,} bytes. Leave it out and pack again.",
+        raise ModelFileError.of(
+            "'%(file)s' is %(size)s bytes; such a file is at most %(limit)s bytes. Leave it out and pack again.",
             code="unneeded_file",
+            file=str(relative),
+            size=f"{size:,}",
+            limit=f"{limit:,}",
         )
     return True
 
 
-def unneeded(relative: PurePosixPath | str, why: str) -> ModelFileError:
-    return ModelFileError(
-        f"'{relative}' {why}; an upload holds only {ACCEPTED}. Leave it out and pack again.", code="unneeded_file"
+def unneeded(relative: PurePosixPath | str, why: Words) -> ModelFileError:
+    """`why` follows the file's name: an English phrase, translated as its own msgid."""
+    return ModelFileError.of(
+        "'%(file)s' %(why)s; an upload holds only %(accepted)s. Leave it out and pack again.",
+        code="unneeded_file",
+        file=str(relative),
+        why=why,
+        accepted=ACCEPTED,
     )
 
 
@@ -99,6 +109,6 @@ def refuse_unneeded_files(folder: Path, checked: ModelFiles) -> None:
             continue
         relative = PurePosixPath(path.relative_to(folder).as_posix())
         if relative.name.endswith(WEIGHTS_SUFFIX) and str(relative) not in checked.weight_files:
-            raise unneeded(relative, "holds weights that config.json and the index don't use")
+            raise unneeded(relative, Words("holds weights that config.json and the index don't use"))
         if len(relative.parts) > 1 and relative.parts[0] != TEMPLATES_FOLDER:
-            raise unneeded(relative, "is in a subfolder; a model folder keeps its files at its top")
+            raise unneeded(relative, IN_A_SUBFOLDER)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernel.modelfiles.errors import SAVE_SAFELY, ModelFileError, read_json
+from kernel.words import Words
 
 # Bytes per element of each safetensors dtype; only floating-point weights can be trained.
 DTYPE_BYTES = {
@@ -45,33 +46,49 @@ def read_weights(directory: Path, files: dict[str, Path]) -> dict[str, Tensor]:
         shards = sorted(set(weight_map.values()))
         missing = [shard for shard in shards if shard not in files]
         if missing:
-            raise ModelFileError(
-                f"model.safetensors.index.json names shard(s) the upload lacks: {', '.join(missing[:3])}. "
+            raise ModelFileError.of(
+                "model.safetensors.index.json names shard(s) the upload lacks: %(shards)s. "
                 "Upload every shard beside the index.",
                 code="missing_weights",
+                shards=", ".join(missing[:3]),
             )
     else:
         others = [name for name in files if name.endswith(".safetensors")]
-        found = f" (found {', '.join(others[:3])})" if others else ""
-        raise ModelFileError(
-            f"No weights: expected model.safetensors, or model.safetensors.index.json and its shards{found}. "
-            f"Save them with {SAVE_SAFELY}.",
+        if others:
+            raise ModelFileError.of(
+                "No weights: expected model.safetensors, or model.safetensors.index.json and its shards "
+                "(found %(found)s). Save them with " + SAVE_SAFELY + ".",
+                code="missing_weights",
+                found=", ".join(others[:3]),
+            )
+        raise ModelFileError.of(
+            "No weights: expected model.safetensors, or model.safetensors.index.json and its shards. "
+            "Save them with " + SAVE_SAFELY + ".",
             code="missing_weights",
         )
     tensors: dict[str, Tensor] = {}
     for shard in shards:
         for name, (dtype, shape) in read_header(directory / shard, shard).items():
             if len(tensors) >= MAX_TENSORS:
-                raise ModelFileError(f"The weights name over {MAX_TENSORS:,} tensors.", code="invalid_weights")
+                raise ModelFileError.of(
+                    "The weights name over %(limit)s tensors.", code="invalid_weights", limit=f"{MAX_TENSORS:,}"
+                )
             if name in tensors:
-                raise ModelFileError(
-                    f"The tensor {name} is in both {tensors[name].shard} and {shard}.", code="invalid_weights"
+                raise ModelFileError.of(
+                    "The tensor %(name)s is in both %(first)s and %(second)s.",
+                    code="invalid_weights",
+                    name=name,
+                    first=tensors[name].shard,
+                    second=shard,
                 )
             tensors[name] = Tensor(shard, dtype, shape)
     for name, shard in (weight_map or {}).items():
         if tensors.get(name) is None or tensors[name].shard != shard:
-            raise ModelFileError(
-                f"model.safetensors.index.json puts {name} in {shard}, which doesn't hold it.", code="invalid_weights"
+            raise ModelFileError.of(
+                "model.safetensors.index.json puts %(name)s in %(shard)s, which doesn't hold it.",
+                code="invalid_weights",
+                name=name,
+                shard=shard,
             )
     return tensors
 
@@ -82,7 +99,7 @@ def read_index(path: Path) -> dict[str, str]:
     if not isinstance(weight_map, dict) or not all(
         isinstance(name, str) and isinstance(shard, str) for name, shard in weight_map.items()
     ):
-        raise ModelFileError(
+        raise ModelFileError.of(
             'model.safetensors.index.json needs a "weight_map" of tensor names to shard files.', code="invalid_weights"
         )
     return weight_map
@@ -94,7 +111,7 @@ def read_header(path: Path, shown: str) -> dict[str, tuple[str, tuple[int, ...]]
     The tensors themselves are never read; their byte ranges are checked against the file's size and
     against each other (check_contiguous).
     """
-    damaged = f"{shown} is not a valid safetensors file"
+    damaged = Words.of("%(file)s is not a valid safetensors file", file=shown)
     header, data_bytes = load_header(path, damaged)
     tensors, ranges = {}, []
     for name, info in header.items():
@@ -102,14 +119,20 @@ def read_header(path: Path, shown: str) -> dict[str, tuple[str, tuple[int, ...]]
             continue
         dtype, shape, begin, end = tensor_entry(info)
         if dtype is None or not 0 <= begin <= end <= data_bytes or end - begin != math.prod(shape) * DTYPE_BYTES[dtype]:
-            raise ModelFileError(
-                f"{damaged}: the entry of {name} is damaged or the file is truncated.", code="invalid_weights"
+            raise ModelFileError.of(
+                "%(damaged)s: the entry of %(name)s is damaged or the file is truncated.",
+                code="invalid_weights",
+                damaged=damaged,
+                name=name,
             )
         if dtype not in TRAINABLE_DTYPES:
-            raise ModelFileError(
-                f"{name} is stored as {dtype}; only floating-point weights ({', '.join(TRAINABLE_DTYPES)}) can be "
+            raise ModelFileError.of(
+                "%(name)s is stored as %(dtype)s; only floating-point weights (%(trainable)s) can be "
                 "trained here. Upload the model before quantization.",
                 code="invalid_weights",
+                name=name,
+                dtype=dtype,
+                trainable=", ".join(TRAINABLE_DTYPES),
             )
         tensors[name] = (dtype, shape)
         ranges.append((begin, end, name))
@@ -117,54 +140,80 @@ def read_header(path: Path, shown: str) -> dict[str, tuple[str, tuple[int, ...]]
     return tensors
 
 
-def load_header(path: Path, damaged: str) -> tuple[dict, int]:
+def load_header(path: Path, damaged: Words) -> tuple[dict, int]:
     """The header as a JSON object, and how many bytes of tensor data follow it."""
     size = path.stat().st_size
     with open(path, "rb") as file:
         prefix = file.read(8)
         length = int.from_bytes(prefix, "little") if len(prefix) == 8 else -1
         if length > MAX_HEADER_BYTES:
-            raise ModelFileError(
-                f"{damaged}: its header is {length:,} bytes; at most {MAX_HEADER_BYTES:,} are read (a header names "
+            raise ModelFileError.of(
+                "%(damaged)s: its header is %(length)s bytes; at most %(limit)s are read (a header names "
                 "each tensor in about 150 bytes).",
                 code="invalid_weights",
+                damaged=damaged,
+                length=f"{length:,}",
+                limit=f"{MAX_HEADER_BYTES:,}",
             )
         if not 0 < length <= size - 8:
-            raise ModelFileError(
-                f"{damaged} (its header is missing or damaged). Save it with {SAVE_SAFELY}.", code="invalid_weights"
+            raise ModelFileError.of(
+                "%(damaged)s (its header is missing or damaged). Save it with " + SAVE_SAFELY + ".",
+                code="invalid_weights",
+                damaged=damaged,
             )
         try:
             header = json.loads(file.read(length))
         except (ValueError, UnicodeDecodeError, RecursionError):
-            raise ModelFileError(
-                f"{damaged} (its header is not JSON). Save it with {SAVE_SAFELY}.", code="invalid_weights"
+            raise ModelFileError.of(
+                "%(damaged)s (its header is not JSON). Save it with " + SAVE_SAFELY + ".",
+                code="invalid_weights",
+                damaged=damaged,
             ) from None
     if not isinstance(header, dict):
-        raise ModelFileError(f"{damaged} (its header is not a JSON object).", code="invalid_weights")
+        raise ModelFileError.of(
+            "%(damaged)s (its header is not a JSON object).", code="invalid_weights", damaged=damaged
+        )
     if len(header) > MAX_TENSORS:
-        raise ModelFileError(f"{damaged}: it names over {MAX_TENSORS:,} tensors.", code="invalid_weights")
+        raise ModelFileError.of(
+            "%(damaged)s: it names over %(limit)s tensors.",
+            code="invalid_weights",
+            damaged=damaged,
+            limit=f"{MAX_TENSORS:,}",
+        )
     return header, size - 8 - length
 
 
-def check_contiguous(ranges: list[tuple[int, int, str]], data_bytes: int, damaged: str) -> None:
+def check_contiguous(ranges: list[tuple[int, int, str]], data_bytes: int, damaged: Words) -> None:
     """The tensors' bytes, in order, cover the data from its first byte to its last, each range right after the
     one before: no gap, no overlap, nothing after the last (the safetensors library refuses anything else; a
     gap or a tail is bytes no loader reads, stored for nothing)."""
     position = 0
     for begin, end, name in sorted(ranges):
         if begin != position:
-            how = "overlapping the tensor before it" if begin < position else f"{begin - position:,} unused bytes after"
-            raise ModelFileError(
-                f"{damaged}: the bytes of {name} start at {begin:,}, not at {position:,} ({how}). "
-                f"Save it with {SAVE_SAFELY}.",
+            how = (
+                Words("overlapping the tensor before it")
+                if begin < position
+                else Words.of("%(count)s unused bytes after", count=f"{begin - position:,}")
+            )
+            raise ModelFileError.of(
+                "%(damaged)s: the bytes of %(name)s start at %(begin)s, not at %(position)s (%(how)s). "
+                "Save it with " + SAVE_SAFELY + ".",
                 code="invalid_weights",
+                damaged=damaged,
+                name=name,
+                begin=f"{begin:,}",
+                position=f"{position:,}",
+                how=how,
             )
         position = end
     if position != data_bytes:
-        raise ModelFileError(
-            f"{damaged}: {data_bytes - position:,} bytes follow its last tensor, which no loader reads. "
-            f"Save it with {SAVE_SAFELY}.",
+        raise ModelFileError.of(
+            "%(damaged)s: %(count)s bytes follow its last tensor, which no loader reads. Save it with "
+            + SAVE_SAFELY
+            + ".",
             code="invalid_weights",
+            damaged=damaged,
+            count=f"{data_bytes - position:,}",
         )
 
 

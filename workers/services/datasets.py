@@ -20,11 +20,12 @@ from base.uploads import UploadLimit
 from fleet.choices import DatasetKind
 from fleet.models import Dataset, UploadedModel
 from kernel.chat_templates import Rendered, TemplateRefused, render_chats
-from kernel.datasets.files import CHAT, Words, first_records
+from kernel.datasets.files import CHAT, first_records
 from kernel.datasets.tokens import ByteTokenizer, Renderer, chat_prefixes, encode_record, load_tokenizer
 from kernel.datasets.validation import DatasetError, validate_dataset_file
 from kernel.storage import StorageError
 from kernel.storage.trees import upload_tree
+from workers.services.kernel_text import in_readers_language
 from workers.services.redaction import redact
 from workers.services.storage import StorageUnavailable, delete_stored_tree, platform_store, staged_tree
 from workers.services.storage_quota import QuotaExceeded, check_room, recorded
@@ -142,15 +143,8 @@ def delete_dataset(dataset: Dataset) -> None:
 
 
 def dataset_message(error: DatasetError) -> str:
-    """Why the dataset was refused, in the reader's language (the kernel keeps its English template and values)."""
-    template = getattr(error, "template", "")
-    if not template:
-        return str(error)
-    values = {name: _(value) if isinstance(value, Words) else value for name, value in error.values.items()}
-    try:
-        return _(template) % values
-    except (KeyError, TypeError, ValueError):  # a translation that lost a placeholder: the English is right
-        return str(error)
+    """Why the dataset was refused, in the reader's language (workers.services.kernel_text)."""
+    return in_readers_language(error)
 
 
 # Previews

@@ -38,6 +38,7 @@ from kernel.modelspecs import CATALOG
 from kernel.storage import StorageError
 from kernel.storage.trees import read_manifest, upload_files, upload_tree, write_manifest
 from workers.services.job_models import job_output_source
+from workers.services.kernel_text import in_readers_language
 from workers.services.model_limits import check_fleet_can_train
 from workers.services.model_sources import ModelSource, ModelUnavailable, default_seq_len
 from workers.services.storage import StorageUnavailable, delete_stored_tree, platform_store
@@ -112,9 +113,12 @@ def store_model(owner, upload, name: str = "") -> UploadedModel:
         archive = archive_on_disk(upload, staging, limits.max_archive_bytes)
         unpacked = staging / "unpacked"
         unpacked.mkdir(mode=0o700)
-        folder = extract_archive(archive, unpacked, limits)
-        checked = check_model_dir(folder, admit=check_fleet_can_train)
-        refuse_unneeded_files(folder, checked)
+        try:
+            folder = extract_archive(archive, unpacked, limits)
+            checked = check_model_dir(folder, admit=check_fleet_can_train)
+            refuse_unneeded_files(folder, checked)
+        except ModelFileError as error:  # the same refusal (a ModelTooLarge stays one), in the reader's language
+            raise type(error)(model_file_message(error), error.code) from None
         within_quota(owner, checked.size_bytes)
         prefix = f"{MODELS_PREFIX}/{owner.pk}/{uuid.uuid4().hex}"
         try:
@@ -145,6 +149,11 @@ def store_model(owner, upload, name: str = "") -> UploadedModel:
     except BaseException:
         delete_stored_tree(prefix)
         raise
+
+
+def model_file_message(error: ModelFileError) -> str:
+    """Why the model files were refused, in the reader's language (workers.services.kernel_text)."""
+    return in_readers_language(error)
 
 
 def within_quota(owner, adding: int) -> None:
@@ -278,7 +287,7 @@ def hub_source(repo_id: str) -> ModelSource:
     except ModelFileError as error:
         unusable = gettext("Model '%(name)s' in this platform's Hugging Face cache can't be trained: %(error)s") % {
             "name": repo_id,
-            "error": error,
+            "error": model_file_message(error),
         }
         raise ModelUnavailable(unusable) from None
     return ModelSource(
@@ -361,6 +370,7 @@ __all__ = [
     "ModelUnavailable",
     "ModelUploadLimit",
     "delete_model",
+    "model_file_message",
     "resolve_model_source",
     "store_model",
 ]

@@ -1,11 +1,13 @@
 """The domain refusals behind the API's errors and the pages' messages in the request's language (#33): a job's
-checkpoints, model and TensorBoard files, its logs, datasets (size, quota, in use), a finished job's model as a new
-job's, the ledger's hour groups and the operator's credit form and two-factor requirement. Each is Chinese for a
-zh-CN request, its `code` (where it has one) stays English, and in English it reads as before."""
+checkpoints, model and TensorBoard files, its logs, datasets (size, quota, in use), model uploads, a finished
+job's model as a new job's, the ledger's hour groups and the operator's credit form and two-factor requirement.
+Each is Chinese for a zh-CN request, its `code` (where it has one) stays English, and in English it reads as
+before."""
 
 from __future__ import annotations
 
 import re
+import zipfile
 
 import pytest
 from django.contrib.messages import get_messages
@@ -19,10 +21,14 @@ from billing.models import OperatorSettings
 from billing.services.credits import grant_trial_credit
 from fleet.choices import JobStatus, TrainingMode
 from fleet.models import Dataset, Job
+from kernel.modelfiles.weights import check_contiguous
+from kernel.words import Words
 from tests.portal.i18n.visible_text import needs_translation
 from tests.support.jobs import JOB_SPEC
+from tests.support.model_archives import copy_model, member, pack, tar_with
 from tests.support.stored import own_store_url, stored_checkpoint
 from workers.models import JobCheckpoint, JobLogLine
+from workers.services.models import ModelFileError, model_file_message
 
 pytestmark = pytest.mark.django_db
 
@@ -216,6 +222,107 @@ def test_what_is_wrong_inside_a_dataset_file_is_said_in_chinese(api, alice):
     assert refused("a.jsonl", b'{"text": 3}\n') == 'Line 1: "text" must be a string, not a number.'
     assert refused("a.jsonl", b"{}\n", **ZH).endswith("它的键是 无。")
     assert "nothing to train on" not in refused("a.txt", b"\n \n", **ZH)
+
+
+# -- model uploads ---------------------------------------------------------------------------------
+
+
+def test_what_is_wrong_with_an_uploaded_model_is_said_in_chinese(api, alice, model_dirs, tmp_path, settings):
+    """The archive and folder checks run in the kernel, which keeps its English template and values (English
+    phrases among them: Words); the platform translates. File names and third-party details stay as they are."""
+    llama = model_dirs["llama"]
+
+    def refused(archive, status: int, headers: dict):
+        with open(archive, "rb") as file:
+            return api.post("/api/v1/models/", {"file": file}, format="multipart", **headers)
+
+    def both(archive, status: int = 400) -> tuple[str, str, str]:
+        """The refusal's code, and its words in Chinese and in English."""
+        zh, english = refused(archive, status, ZH), refused(archive, status, EN)
+        texts = chinese(zh, status)
+        assert english.status_code == status, english.content
+        body = english.json()
+        assert zh.json().get("code") == body.get("code")
+        return body.get("code"), texts[-1], (body["errors"]["file"][0] if status == 400 else body["detail"])
+
+    notes = tmp_path / "notes.tar.gz"
+    notes.write_text("config.json and the weights are attached")
+    code, zh, english = both(notes)
+    assert code == "not_an_archive"
+    assert zh.startswith("上传的文件不是 .tar.gz、.tgz、.tar 或 .zip 归档。请将模型文件夹")
+    assert "`tar czf model.tar.gz -C DIR .`" in zh and "`starverse model upload DIR`" in zh
+    assert english == (
+        "The upload is not a .tar.gz, .tgz, .tar or .zip archive. Pack the model folder (config.json, "
+        "model.safetensors, tokenizer files) with `tar czf model.tar.gz -C DIR .`, or upload it with "
+        "`starverse model upload DIR`."
+    )
+
+    no_config = pack(copy_model(llama, tmp_path / "no-config", drop=("config.json",)), tmp_path / "no-config.tar.gz")
+    code, zh, english = both(no_config)
+    assert code == "missing_config"
+    assert zh.startswith("模型文件夹顶层没有 config.json（找到的是：") and "model.safetensors" in zh
+    assert english.startswith("No config.json at the top of the model folder (found: ")
+    assert english.endswith(
+        "Save the model with model.save_pretrained(dir, safe_serialization=True), which writes config.json beside "
+        "the weights."
+    )
+
+    broken = copy_model(llama, tmp_path / "broken")
+    (broken / "config.json").write_text("{not json")
+    code, zh, english = both(pack(broken, tmp_path / "broken.zip"))
+    assert code == "invalid_config"
+    assert zh.startswith("config.json 不是有效的 JSON：Expecting property name")  # the parser's words stay
+    assert english.startswith("config.json is not valid JSON: Expecting property name")
+
+    gpt2 = copy_model(llama, tmp_path / "gpt2", config={"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"]})
+    code, zh, english = both(pack(gpt2, tmp_path / "gpt2.tgz"))
+    assert code == "unsupported_model"
+    assert zh.startswith("不支持的模型架构“gpt2”。支持的架构：llama (LlamaForCausalLM)")
+    assert english.startswith("Unsupported model architecture 'gpt2'. Supported: llama (LlamaForCausalLM)")
+
+    shapes = copy_model(llama, tmp_path / "shapes", config={"intermediate_size": 96})
+    code, zh, english = both(pack(shapes, tmp_path / "shapes.tar"))
+    assert code == "weights_mismatch"
+    assert zh.startswith("权重与 config.json 不符：") and "的形状为 [128, 64]，而 config.json 要求 [96, 64]" in zh
+    assert "has shape [128, 64]; config.json implies [96, 64]" in english
+
+    padding = tar_with(tmp_path / "padding.tar.gz", llama, member("padding.dat"), data=b"x")
+    code, zh, english = both(padding)
+    assert code == "unneeded_file"
+    assert zh.startswith("“padding.dat”不是任何加载器会读取的文件；上传的内容只能包含 config.json、")
+    assert zh.endswith("请去掉它后重新打包。")
+    assert english.startswith("'padding.dat' is not a file any loader reads; an upload holds only config.json, ")
+
+    settings.MODEL_MAX_BYTES = 1024 * 1024
+    bomb = tmp_path / "bomb.zip"
+    with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as bundle:
+        bundle.writestr("model.safetensors", bytes(8 * 1024 * 1024))
+    _, zh, english = both(bomb, status=413)
+    assert zh == "该归档解压后超过上限；上限为 1,048,576 字节。请以 safetensors 格式上传模型，不要附带多余的文件。"
+    assert english == (
+        "The archive unpacks to more than that; the limit is 1,048,576 bytes. Upload the model in safetensors "
+        "without extra files."
+    )
+    assert not alice.uploaded_models.exists()
+
+
+def test_a_refusals_phrases_are_translated_inside_it_and_a_broken_one_stays_english():
+    """Words among a refusal's values, with values of their own, are said in the reader's language too; a
+    translation that can't be filled in falls back on the kernel's English."""
+    damaged = Words.of("%(file)s is not a valid safetensors file", file="model.safetensors")
+    with pytest.raises(ModelFileError) as refused:
+        check_contiguous([(0, 4, "a"), (8, 12, "b")], 12, damaged)
+    with translation.override("zh-hans"):
+        assert model_file_message(refused.value) == (
+            "model.safetensors 不是有效的 safetensors 文件：b 的数据从第 8 字节开始，而不是第 4 字节"
+            "（与前一个张量之间有 4 字节未被使用）。请用 model.save_pretrained(dir, safe_serialization=True) 保存。"
+        )
+        broken = ModelFileError.of("%(file)s is not valid JSON: %(error)s.", file="config.json", error="oops")
+        broken.values.pop("error")
+        assert model_file_message(broken) == "config.json is not valid JSON: oops."
+        assert model_file_message(ModelFileError("Said already.")) == "Said already."
+    with translation.override("en"):
+        assert model_file_message(refused.value) == str(refused.value)
 
 
 # -- billing: the ledger's hour groups, the operator's credit form, staff two-factor --------------------
