@@ -140,12 +140,16 @@ def test_a_streamed_chat_completion_passes_chunks_through_and_counts_its_usage(a
         assert raw.headers["x-accel-buffering"] == "no"
         chunks = list(raw.parse())
 
-    assert len([chunk for chunk in chunks if chunk.choices and chunk.choices[0].delta.content]) >= 2
     assert chunks[-1].usage.completion_tokens == 6  # asked of the engine by the gateway, passed on as it came
     [row] = recorded(served)
     assert row.stream and row.status_code == 200 and row.completion_tokens == 6
     assert row.prompt_tokens == chunks[-1].usage.prompt_tokens > 0
     assert 0 < row.first_byte_ms <= row.duration_ms
+    # How many text pieces a chunk carries depends on how far the engine's generating thread ran ahead of
+    # its reader (a busy machine merges them), so the pieces are checked by what they add up to.
+    streamed = "".join(chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices)
+    whole = client_for(alice).chat.completions.create(model=NAME, messages=MESSAGES, max_tokens=6)
+    assert streamed and streamed == whole.choices[0].message.content
 
 
 def test_a_stream_is_counted_in_flight_until_the_client_goes(alice, served, client_for):
