@@ -30,36 +30,30 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import random
 import resource
 import secrets
-import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
-import psutil
-
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from agent_clients import Tally, agent, user  # noqa: E402 - bench/ is on the path when run
+from agents_fleet import Fleet, Queuer, count_after, enroll_fleet, setup_django, user_tokens  # noqa: E402
+from agents_platform import Platform, database_backend_cpu  # noqa: E402
 from throwaway_db import database_url, recreate_database  # noqa: E402
 
 from launcher.stores import free_port  # noqa: E402
 
 DATABASE = "bench_agents"
-RANKS_PER_JOB = 20
 USER_CLIENTS = 4
 TARGET_DELIVERY_P95_S, TARGET_USER_P95_MS, TARGET_AGENTS = 1.0, 200.0, 2000
-STARTUP_TIMEOUT_S = 180
 
 
 def raise_open_files_limit(wanted: int) -> int:
@@ -68,237 +62,6 @@ def raise_open_files_limit(wanted: int) -> int:
     target = min(max(soft, wanted), hard)
     resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
     return target
-
-
-# The platform ---------------------------------------------------------------------------------------
-
-
-class Platform:
-    """The web tier and the agent service, as `make run` starts them, on a throwaway database."""
-
-    def __init__(self, env: dict[str, str], log: Path) -> None:
-        from launcher.processes import platform_processes
-
-        self.env, self.log = env, log
-        commands = platform_processes(env)
-        self.commands = {name: commands[name] for name in ("web", "agents")}
-        self.processes: dict[str, subprocess.Popen] = {}
-
-    def start(self) -> None:
-        out = self.log.open("a")
-        for name, command in self.commands.items():
-            self.processes[name] = subprocess.Popen(
-                shlex.split(command),
-                cwd=REPO,
-                env=self.env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        web, agents = f"http://127.0.0.1:{self.env['PORT']}/healthz", f"{self.agents_url}/healthz"
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        for url in (web, agents):
-            while True:
-                try:
-                    if httpx.get(url, timeout=5).status_code < 500:
-                        break
-                except httpx.HTTPError:
-                    pass
-                if time.monotonic() > deadline or any(p.poll() is not None for p in self.processes.values()):
-                    raise RuntimeError(f"{url} did not come up; see {self.log}")
-                time.sleep(0.5)
-
-    @property
-    def agents_url(self) -> str:
-        return f"http://127.0.0.1:{self.env['AGENT_PORT']}"
-
-    @property
-    def web_url(self) -> str:
-        return f"http://127.0.0.1:{self.env['PORT']}"
-
-    def cpu_seconds(self) -> dict[str, float]:
-        """user+system CPU of each process tree so far (children included: gunicorn's workers)."""
-        spent = {}
-        for name, process in self.processes.items():
-            total = 0.0
-            try:
-                root = psutil.Process(process.pid)
-                for each in [root, *root.children(recursive=True)]:
-                    times = each.cpu_times()
-                    total += times.user + times.system
-            except psutil.Error:
-                pass
-            spent[name] = total
-        return spent
-
-    def stop(self) -> None:
-        import signal
-
-        for process in self.processes.values():
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-        for process in self.processes.values():
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-
-
-def database_backend_cpu(url: str) -> dict[int, float]:
-    """CPU seconds of every PostgreSQL backend connected to the bench database, by pid."""
-    import psycopg
-
-    with psycopg.connect(url, autocommit=True) as conn:
-        pids = [row[0] for row in conn.execute("SELECT pid FROM pg_stat_activity WHERE datname = %s", [DATABASE])]
-    spent = {}
-    for pid in pids:
-        try:
-            times = psutil.Process(pid).cpu_times()
-            spent[pid] = times.user + times.system
-        except psutil.Error:
-            pass
-    return spent
-
-
-# Seeding (sync Django, in this process) -------------------------------------------------------------
-
-
-@dataclass
-class Fleet:
-    nodes: list[tuple[int, str, int, int, int]]  # (node id, node token, job id, epoch, rank)
-    job_ids: list[int]
-
-
-def setup_django() -> None:
-    import logging
-
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
-    import django
-
-    django.setup()
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per request of 2,000 agents
-
-
-def user_tokens(count: int) -> list[str]:
-    from allauth.account.models import EmailAddress
-    from django.contrib.auth import get_user_model
-
-    from portal.models import ApiToken
-
-    tokens = []
-    for index in range(count):
-        user, _ = get_user_model().objects.get_or_create(username=f"bench-user-{index}", email=f"u{index}@example.com")
-        EmailAddress.objects.get_or_create(user=user, email=user.email, defaults={"primary": True, "verified": True})
-        tokens.append(ApiToken.issue(user)[1])
-    return tokens
-
-
-def enroll_fleet(size: int, tag: str) -> Fleet:
-    """`size` simulated nodes enrolled through the service layer, with jobs of RANKS_PER_JOB ranks on them."""
-    from django.contrib.auth import get_user_model
-
-    from fleet.choices import JobStatus
-    from fleet.models import Job, Pool
-    from kernel.planner.types import Plan
-    from workers.models import EnrollmentToken
-    from workers.services.enrollment import enroll_node
-    from workers.services.placement import allocate
-
-    pool = Pool.objects.get(chip_type__slug="rtx-4090")
-    _, raw = EnrollmentToken.issue(pool, chips=1, max_uses=size)
-    enrolled = [
-        enroll_node(
-            enrollment_token=raw,
-            hostname=f"bench-{tag}-{index}",
-            chip_type="rtx-4090",
-            chips=1,
-            simulated=True,
-            address="127.0.0.1",
-        )
-        for index in range(size)
-    ]
-    owner, _ = get_user_model().objects.get_or_create(username="bench-owner", email="owner@example.com")
-    nodes, job_ids = [], []
-    for first in range(0, size, RANKS_PER_JOB):
-        group = enrolled[first : first + RANKS_PER_JOB]
-        job = Job.objects.create(
-            owner=owner,
-            model_name="llama-tiny",
-            per_device_batch_size=4,
-            max_steps=1000,
-            max_budget_per_hour=28_000_000,
-            status=JobStatus.PLANNING,
-        )
-        ranks = [
-            {
-                "chip": "rtx-4090",
-                "node_id": each.node.pk,
-                "hostname": each.node.hostname,
-                "micro_batch": 4,
-                "mode": "on_demand",
-                "tokens_per_s": 1000.0,
-                "simulated": True,
-                "paced_tokens_per_s": 1000.0,
-            }
-            for each in group
-        ]
-        if not allocate(job, Plan.from_dict({"zero_stage": 0, "ranks": ranks})):
-            raise RuntimeError(f"job {job.pk} could not be placed on its {len(group)} nodes")
-        job.refresh_from_db()
-        job_ids.append(job.pk)
-        nodes += [(each.node.pk, each.token, job.pk, job.epoch, rank) for rank, each in enumerate(group)]
-    return Fleet(nodes, job_ids)
-
-
-class Queuer(threading.Thread):
-    """Queues checkpoint commands to random nodes at a steady rate, as the platform's services do."""
-
-    def __init__(self, fleet: Fleet, per_s: float, queued: dict[int, float]) -> None:
-        super().__init__(daemon=True)
-        self.fleet, self.per_s, self.queued = fleet, per_s, queued
-        self.stopped = threading.Event()
-
-    def run(self) -> None:
-        from django.db import connection
-        from django.utils import timezone
-
-        from fleet.models import Job
-        from kernel.protocol import CommandType
-        from workers.services.commands import queue_for_node
-
-        jobs = Job.objects.in_bulk(self.fleet.job_ids)
-        next_at = time.monotonic()
-        try:
-            while not self.stopped.is_set():
-                node_id, _, job_id, _, _ = random.choice(self.fleet.nodes)
-                started = time.time()
-                command = queue_for_node(
-                    node_id, jobs[job_id], CommandType.CHECKPOINT, {"reason": "bench"}, timezone.now()
-                )
-                self.queued[command.pk] = started
-                next_at += 1 / self.per_s
-                self.stopped.wait(max(0.0, next_at - time.monotonic()))
-        finally:
-            connection.close()
-
-
-def count_after(fleet: Fleet, deadline_s: int) -> tuple[list[str], int]:
-    """(log lines ingested for the fleet's jobs, nodes whose last heartbeat is older than the deadline)."""
-    from datetime import timedelta
-
-    from django.db import connection
-    from django.utils import timezone
-
-    from fleet.models import Node
-    from workers.models import JobLogLine
-
-    try:
-        lines = list(JobLogLine.objects.filter(job_id__in=fleet.job_ids).values_list("line", flat=True))
-        cutoff = timezone.now() - timedelta(seconds=deadline_s)
-        silent = Node.objects.filter(pk__in=[n[0] for n in fleet.nodes], last_heartbeat_at__lt=cutoff).count()
-        return lines, silent
-    finally:
-        connection.close()
 
 
 # A row ------------------------------------------------------------------------------------------------
@@ -339,7 +102,10 @@ async def drive(platform: Platform, fleet: Fleet, tokens: list[str], args, queue
     agents = [asyncio.create_task(agent("127.0.0.1", port, node, args, tally, stop)) for node in fleet.nodes]
     users = [asyncio.create_task(user(platform.web_url, token, tally, stop_users)) for token in tokens]
     await asyncio.sleep(args.ramp + args.warmup)
-    cpu_before = {**platform.cpu_seconds(), "db": await asyncio.to_thread(database_backend_cpu, args.bench_db_url)}
+    cpu_before = {
+        **platform.cpu_seconds(),
+        "db": await asyncio.to_thread(database_backend_cpu, args.bench_db_url, DATABASE),
+    }
     process_before, started = time.process_time(), time.perf_counter()
     tally.measuring = True
     queuer = Queuer(fleet, args.commands_per_s or max(2.0, len(fleet.nodes) / 200), queued)
@@ -350,7 +116,10 @@ async def drive(platform: Platform, fleet: Fleet, tokens: list[str], args, queue
     await asyncio.sleep(3)  # the last commands' deliveries
     tally.measuring = False
     wall = time.perf_counter() - started
-    cpu_after = {**platform.cpu_seconds(), "db": await asyncio.to_thread(database_backend_cpu, args.bench_db_url)}
+    cpu_after = {
+        **platform.cpu_seconds(),
+        "db": await asyncio.to_thread(database_backend_cpu, args.bench_db_url, DATABASE),
+    }
     db_before, db_after = cpu_before.pop("db"), cpu_after.pop("db")
     cpu = {name: cpu_after[name] - cpu_before.get(name, 0.0) for name in cpu_after}
     cpu["db"] = sum(spent - db_before.get(pid, 0.0) for pid, spent in db_after.items())
