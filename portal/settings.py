@@ -7,6 +7,7 @@ from pathlib import Path
 import dj_database_url
 
 from portal.api_schema import SPECTACULAR_SETTINGS  # noqa: F401 - a setting, defined beside its hooks
+from portal.beat_schedule import CELERY_BEAT_SCHEDULE  # noqa: F401 - a setting: the periodic tasks
 from portal.content_policy import CONTENT_SECURITY_POLICY as PAGE_CONTENT_POLICY
 from portal.env import env, env_bool, env_int, env_list, env_secret, find_program, secret_key
 from portal.logs import log_format, logging_config
@@ -228,34 +229,7 @@ CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 # Planning (which users can flood with queued jobs) goes to "<CELERY_QUEUE>.planning", served by a
 # worker of its own, so the meter, the reconciler, spot clearing and audits never wait behind it.
 CELERY_TASK_ROUTES = ("portal.task_routes.route_task",)
-CELERY_BEAT_SCHEDULE = {
-    "reconcile-jobs": {"task": "workers.tasks.reconcile_jobs", "schedule": env_int("RECONCILE_SECONDS", 2)},
-    "schedule-waiting-jobs": {
-        "task": "workers.tasks.schedule_waiting_jobs",
-        "schedule": env_int("RECONCILE_SECONDS", 2),
-        # A pass still waiting when the next is due is dropped: slow passes never pile up in the queue.
-        "options": {"expires": env_int("RECONCILE_SECONDS", 2)},
-    },
-    "scale-deployments": {
-        "task": "workers.tasks.scale_deployments_task",
-        "schedule": env_int("RECONCILE_SECONDS", 2),
-    },
-    "clear-spot-market": {"task": "market.tasks.clear_market", "schedule": env_int("SPOT_CLEARING_SECONDS", 5)},
-    "run-meter": {"task": "billing.tasks.run_meter", "schedule": env_int("METER_SECONDS", 5)},
-    "audit-ledger": {"task": "billing.tasks.audit_ledger", "schedule": env_int("LEDGER_AUDIT_SECONDS", 300)},
-    "purge-idempotency-keys": {"task": "base.tasks.purge_idempotency_keys", "schedule": 3600},
-    # Old checkpoints and crashed saves out of object storage (workers/services/checkpoints.py).
-    "prune-checkpoints": {
-        "task": "workers.tasks.prune_checkpoints",
-        "schedule": env_int("CHECKPOINT_PRUNE_SECONDS", 600),
-    },
-    # Finished jobs' log lines and metrics past the operator's retention (workers/services/retention.py).
-    "prune-job-telemetry": {
-        "task": "workers.tasks.prune_job_telemetry",
-        "schedule": env_int("TELEMETRY_PRUNE_SECONDS", 3600),
-    },
-}
-
+# CELERY_BEAT_SCHEDULE (the meter, the reconciler, spot clearing, audits, pruning): portal/beat_schedule.py.
 # Compute fleet and training.
 # An agent polls at least every AGENT_POLL_WAIT_S; one silent for the deadline is declared lost by the
 # reconciler (every RECONCILE_SECONDS), so a dead node is noticed within deadline + one pass (<= 10 s).
