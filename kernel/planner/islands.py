@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kernel.protocol import SYNC_DILOCO, SYNC_STEP
+from kernel.words import Words
 
 if TYPE_CHECKING:
     from kernel.planner.evaluate import Candidate, Evaluator
@@ -36,7 +37,7 @@ MAX_SYNC_EVERY = 500
 DEFAULT_BRIDGE_GBPS = 1.0  # between pools that declare nothing: a modest inter-site link
 BYTES_PER_VALUE = 4  # float32 across the bridge
 MEASURED, DECLARED, DEFAULT = "measured", "declared", "default"  # where a bridge's Gbit/s came from
-WHY = (
+WHY = Words(
     "real and simulated chips never train in one job without islands: simulated ranks run on the CPU with "
     "gloo, real ones on CUDA with NCCL"
 )

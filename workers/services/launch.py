@@ -22,10 +22,10 @@ from billing.services.holds import HoldRefused, check_hold, hold_needed, lock_cr
 from fleet.models import Job
 from kernel import planner
 from kernel.money import cost_over, format_money
-from kernel.planner import islands
 from kernel.spec import JobSpec
 from market.services.commitments import WAITING, commitments
 from workers.services.epochs import EpochsRefused, with_epochs
+from workers.services.kernel_text import in_readers_language, to_store
 from workers.services.lifecycle import submit
 from workers.services.models import ModelUnavailable, lock_for_launch
 from workers.services.planning import fleet_chips, fleet_quote, model_spec, quote
@@ -55,25 +55,13 @@ def refusal_of(error: planner.PlanningError) -> LaunchRefused:
 
 def planning_message(error: planner.PlanningError) -> str:
     """The planner's reason in the reader's language (the kernel keeps its English template and numbers)."""
-    template = getattr(error, "template", "")
-    if not template:
-        return str(error)
-    values = {name: gettext(value) if value == islands.WHY else value for name, value in error.values.items()}
-    return gettext(template) % values
+    return in_readers_language(error)
 
 
 def planning_text(error: planner.PlanningError) -> str | StoredText:
     """The planner's reason to store (a job's status reason, an event): its template and numbers, so the
     pages show it in the reader's language; an error made without a template stays English."""
-    template = getattr(error, "template", "")
-    if not template:
-        return str(error)
-    values = {name: StoredText(value) if value == islands.WHY else value for name, value in error.values.items()}
-    text = StoredText(template, values)
-    try:
-        return text if text.english() == str(error) else str(error)
-    except (KeyError, TypeError, ValueError):  # a value JSON can't keep as it was
-        return str(error)
+    return to_store(error)
 
 
 def launch(owner, spec: JobSpec, *, deployment=None) -> Job:

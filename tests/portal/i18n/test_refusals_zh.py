@@ -375,3 +375,20 @@ def test_staff_sent_to_set_up_two_factor_are_told_why_in_chinese(client, operato
     assert response.status_code == 302
     [message] = [str(message) for message in get_messages(response.wsgi_request)]
     assert message == "工作人员必须使用双重验证登录：请先添加身份验证器应用，再打开管理后台。"
+
+
+def test_the_planners_reason_inside_its_refusal_is_said_and_stored_in_the_readers_language():
+    """The planner (no Django) marks its English phrase as Words; the platform says it, or stores it to say."""
+    from kernel.planner.islands import WHY
+    from kernel.planner.types import NoCapacity
+    from workers.services.launch import planning_message, planning_text
+
+    refused = NoCapacity.of(
+        "%(asked)s are free only on real and simulated nodes together; %(why)s.", asked="2 rtx-4090", why=WHY
+    )
+    with translation.override("zh-hans"):
+        said = planning_message(refused)
+        assert "不启用岛时" in said and said.startswith("2 rtx-4090 ")
+        assert planning_text(refused).render() == said
+    with translation.override("en"):
+        assert planning_message(refused) == str(refused) == planning_text(refused).english()
