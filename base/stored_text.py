@@ -160,3 +160,25 @@ def _value(value: Any) -> Any:
     if value is None or isinstance(value, StoredText | bool | int | float | str):
         return value
     return str(value)
+
+
+class StatusReasonMixin:
+    """For a model whose `status_reason` holds a reason's English and `status_reason_text` its msgid and values
+    (a job, a deployment): set both at once, pass the reason on as it was set, show it to the reader."""
+
+    status_reason: str
+    status_reason_text: dict
+
+    def set_status_reason(self, reason: str | StoredText) -> str:
+        """Set the reason in both columns (save both: "status_reason", "status_reason_text"); its English."""
+        self.status_reason, self.status_reason_text = english(reason), data_of(reason)
+        return self.status_reason
+
+    def stored_reason(self) -> str | StoredText:
+        """The status reason as it was set (a StoredText, or plain English), to pass on."""
+        return column_text(self.status_reason, self.status_reason_text)
+
+    @property
+    def reason_text(self) -> str:
+        """The status reason in the active language (as stored when it was stored as plain text)."""
+        return render_column(self.status_reason, self.status_reason_text)

@@ -13,7 +13,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
-from base.stored_text import StoredText, column_text, data_of, english, render_column
+from base.stored_text import StatusReasonMixin
 from fleet.choices import Policy
 
 
@@ -29,7 +29,7 @@ class DeploymentStatus(models.TextChoices):
         return {cls.DEPLOYING, cls.READY, cls.IDLE}
 
 
-class Deployment(models.Model):
+class Deployment(StatusReasonMixin, models.Model):
     """One model served under one name, by 0..max_replicas replicas of `chips_per_replica` chips each."""
 
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="deployments")
@@ -84,20 +84,6 @@ class Deployment(models.Model):
     @property
     def is_live(self) -> bool:
         return self.status in DeploymentStatus.live()
-
-    def set_status_reason(self, reason: str | StoredText) -> str:
-        """Set the reason in both columns (save both: "status_reason", "status_reason_text"); its English."""
-        self.status_reason, self.status_reason_text = english(reason), data_of(reason)
-        return self.status_reason
-
-    def stored_reason(self) -> str | StoredText:
-        """The status reason as it was set (a StoredText, or plain English), to pass on."""
-        return column_text(self.status_reason, self.status_reason_text)
-
-    @property
-    def reason_text(self) -> str:
-        """The status reason in the active language (as stored when it was stored as plain text)."""
-        return render_column(self.status_reason, self.status_reason_text)
 
 
 class ServedRequest(models.Model):

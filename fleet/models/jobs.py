@@ -7,13 +7,13 @@ from django.db import models
 from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
-from base.stored_text import StoredText, column_text, data_of, english, render_column
+from base.stored_text import StatusReasonMixin
 from fleet.choices import AllocationMode, JobEventKind, JobStatus, Policy, TrainingMode
 from fleet.fields import PlanField
 from kernel.money import format_amount
 
 
-class Job(models.Model):
+class Job(StatusReasonMixin, models.Model):
     """A training run: what to train, under which policy and budget, and where it stands."""
 
     owner = models.ForeignKey(
@@ -179,20 +179,6 @@ class Job(models.Model):
     @property
     def is_finished(self) -> bool:
         return self.status in JobStatus.finished()
-
-    def set_status_reason(self, reason: str | StoredText) -> str:
-        """Set the reason in both columns (save both: "status_reason", "status_reason_text"); its English."""
-        self.status_reason, self.status_reason_text = english(reason), data_of(reason)
-        return self.status_reason
-
-    def stored_reason(self) -> str | StoredText:
-        """The status reason as it was set (a StoredText, or plain English), to pass on."""
-        return column_text(self.status_reason, self.status_reason_text)
-
-    @property
-    def reason_text(self) -> str:
-        """The status reason in the active language (as stored when it was stored as plain text)."""
-        return render_column(self.status_reason, self.status_reason_text)
 
     def operator_cancel_reason(self) -> str:
         """The reason the operator gave for cancelling this job; "" when nobody but its owner did."""

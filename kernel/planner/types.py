@@ -82,6 +82,10 @@ class NodeOffer:
         )
 
 
+# A placement as the job's timeline says it (the platform stores the template and values to translate it).
+PLACED = "Placed on %(chips)s (ZeRO-%(stage)s)"
+
+
 @dataclass(frozen=True)
 class PlanRequest:
     """What the user asked for.
@@ -245,13 +249,16 @@ class Plan:
         """The rank numbers that run on one node."""
         return {index for index, rank in enumerate(self.ranks) if rank.node_pk == node_pk}
 
-    def describe(self) -> str:
-        """ "Placed on 1× rtx-4090 + 1× tpu-v5e (ZeRO-0)" """
+    def chip_mix(self) -> str:
+        """ "1× rtx-4090 + 1× tpu-v5e" """
         counts: dict[str, int] = {}
         for rank in self.ranks:
             counts[rank.chip] = counts.get(rank.chip, 0) + 1
-        mix = " + ".join(f"{count}× {chip}" for chip, count in sorted(counts.items()))
-        return f"Placed on {mix} (ZeRO-{self.zero_stage})"
+        return " + ".join(f"{count}× {chip}" for chip, count in sorted(counts.items()))
+
+    def describe(self) -> str:
+        """ "Placed on 1× rtx-4090 + 1× tpu-v5e (ZeRO-0)" (PLACED, filled in)"""
+        return PLACED % {"chips": self.chip_mix(), "stage": self.zero_stage}
 
     def to_dict(self) -> dict:
         """JSON-ready; money stays integer micro-units for the API layer to format."""

@@ -130,7 +130,7 @@ def model_card(job: Job, which: str, step_name: str, at: JobCheckpoint | None = 
     """README.md: what was trained, on what, how far, on which chips, with which losses, for how much. `at`: an
     intermediate checkpoint's download (its own step and losses, and the folder it unpacks to)."""
     charged = job_charged(job)
-    chips = job.plan.describe().removeprefix("Placed on ") if job.plan else "–"
+    chips = job.plan.chip_mix() if job.plan else "–"
     dataset = job.dataset_upload.name if job.dataset_upload_id else job.dataset
     if at is None:
         steps, losses = (

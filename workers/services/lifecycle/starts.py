@@ -14,6 +14,7 @@ from fleet.choices import JobEventKind, JobStatus
 from fleet.models import Job
 from kernel.modelspecs import ModelSpec
 from kernel.planner import Plan
+from kernel.planner.types import PLACED
 from kernel.spec import JobSpec
 from workers.services import migration
 from workers.services.events import record_event
@@ -126,19 +127,9 @@ def place(job: Job, plan: Plan, now: datetime) -> None:
     record_event(job, JobEventKind.PLACED, placed_text(plan), data={"plan": plan.to_dict()}, now=now)
 
 
-def placed_text(plan: Plan) -> str | StoredText:
-    """The planner's "Placed on 1× rtx-4090 + 1× tpu-v5e (ZeRO-0)" (the kernel's English), with its words in
-    the reader's language on the timeline; its chip mix stays as the planner wrote it."""
-    text = plan.describe()
-    prefix, suffix = "Placed on ", f" (ZeRO-{plan.zero_stage})"
-    if not (text.startswith(prefix) and text.endswith(suffix)):
-        return text  # the planner's wording changed: shown in English as written
-    placed = StoredText(
-        gettext_noop("Placed on %(chips)s (ZeRO-%(stage)s)"),
-        chips=text[len(prefix) : -len(suffix)],
-        stage=plan.zero_stage,
-    )
-    return placed if placed.english() == text else text
+def placed_text(plan: Plan) -> StoredText:
+    """ "Placed on 1× rtx-4090 + 1× tpu-v5e (ZeRO-0)", its words in the reader's language on the timeline."""
+    return StoredText(PLACED, chips=plan.chip_mix(), stage=plan.zero_stage)
 
 
 def start_running(job: Job, first_step: int, now: datetime) -> None:
