@@ -47,17 +47,21 @@ class UserLocaleMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        preferences = preferences_of(getattr(request, "user", _Anonymous))
         if request.path.startswith(GATEWAY_PATH):
-            # OpenAI's clients read the gateway's errors in OpenAI's own (English) wording, whoever asks.
+            # OpenAI's clients read the gateway's errors in OpenAI's own (English) wording, whoever asks; no
+            # preferences to read on this hot path.
             translation.activate("en")
             request.LANGUAGE_CODE = "en"
-        elif preferences is not None and preferences.language:
+            return self.in_zone(request, "UTC")
+        preferences = preferences_of(getattr(request, "user", _Anonymous))
+        if preferences is not None and preferences.language:
             translation.activate(preferences.language)
             request.LANGUAGE_CODE = translation.get_language()
-        zone = preferences.time_zone if preferences is not None else settings.DISPLAY_TIME_ZONE
         if request.path.startswith(API_PATHS):
-            zone = "UTC"  # ISO 8601 in UTC (Z), whatever zone the person reads pages in
+            return self.in_zone(request, "UTC")  # ISO 8601 in UTC (Z), whatever zone the person reads pages in
+        return self.in_zone(request, preferences.time_zone if preferences is not None else settings.DISPLAY_TIME_ZONE)
+
+    def in_zone(self, request: HttpRequest, zone: str) -> HttpResponse:
         try:
             timezone.activate(zoneinfo.ZoneInfo(zone))
         except (zoneinfo.ZoneInfoNotFoundError, ValueError):
