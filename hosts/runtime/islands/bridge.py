@@ -14,6 +14,8 @@ leader sent in each committed sync's payload allreduce over the wall time of tha
 median over the syncs since it was last asked). It is the allreduce's *effective* throughput (gloo's
 ring, its copies and the links' latency included), not the raw link rate: what the planner's bridge
 time (bytes per sync × 8 / Gbit/s) must be to predict a sync, which is how the planner uses it.
+When the payload crossed in buckets during the backward pass, its time runs from the first bucket out
+to the last byte in, which may include waits for the backward pass: a lower bound of the bandwidth.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from torch.distributed import ReduceOp, TCPStore
 
 from hosts.runtime.engine import Placement
 from hosts.runtime.islands.layout import Header
+from hosts.runtime.islands.overlap import GradientBuckets, reorder
 from kernel.protocol import PLATFORM_URL_ENV, IslandLaunch, lighthouse_address
 
 
@@ -63,6 +66,7 @@ class Bridge:
         self.participants = 0  # islands in the last quorum
         self._transfers: list[tuple[int, float]] = []  # (bytes sent, seconds) per committed sync since take_gbps
         self._healed: dict | None = None
+        self.crossing = None  # the last overlapped exchange's timing (overlap.Crossing)
         self._quorum_open = False  # the quorum `gather` formed is this island's first sync (it joined mid-run)
         self._state_dict = state_dict
         self.manager = self._manager() if self.leader else None
@@ -138,14 +142,17 @@ class Bridge:
             healed = box[0]
         return healed
 
-    def exchange(self, header: Header, payload: torch.Tensor | None) -> Outcome:
+    def exchange(self, header: Header, payload: torch.Tensor | None, buckets: GradientBuckets | None = None) -> Outcome:
         """Sum `header` and the leader's `payload` (float32, `payload_size` elements) over the quorum.
 
-        Only the leader's payload is read; the other ranks pass None and receive the sum.
+        Only the leader's payload is read; the other ranks pass None and receive the sum. An island of one
+        rank in step mode passes `buckets` instead: its payload has been crossing since its backward pass
+        began (`overlap`), and `crossing` says afterwards when it did.
         """
         committed, primary, summed, total = False, False, header.pack(), None
+        self.crossing = None
         if self.leader:
-            committed, primary, summed, total = self._allreduce(header, payload)
+            committed, primary, summed, total = self._allreduce(header, payload, buckets)
         committed, primary = (flag > 0 for flag in self._share_scalars([float(committed), float(primary)]))
         if not committed:
             return Outcome(False, primary, header, None)
@@ -153,15 +160,28 @@ class Bridge:
         total = self.share(total if self.leader else torch.empty(self.payload_size, dtype=torch.float32))
         return Outcome(True, primary, Header.unpack(summed), total)
 
-    def _allreduce(self, header: Header, payload: torch.Tensor | None):
+    def start_allreduce(self, tensor: torch.Tensor):
+        """Leader: start summing `tensor` in place across the quorum (torchft's Work, `wait()` for it)."""
+        return self.manager.allreduce(tensor, reduce_op=ReduceOp.SUM)
+
+    def _allreduce(self, header: Header, payload: torch.Tensor | None, buckets: GradientBuckets | None = None):
         manager = self.manager
         summed = header.pack()
-        # The header (a few numbers) goes first and alone: its allreduce ends only once every island
-        # has reached it, so the payload's clock below counts the transfer, not a wait for a slower island.
-        manager.allreduce(summed, reduce_op=ReduceOp.SUM).wait()
-        began = time.perf_counter()
-        manager.allreduce(payload, reduce_op=ReduceOp.SUM).wait()
-        seconds = time.perf_counter() - began
+        if buckets is not None:
+            # The buckets went first, during the backward pass; the header follows them on the same
+            # process group, so its end is the payload's end too.
+            header_work = manager.allreduce(summed, reduce_op=ReduceOp.SUM)
+            payload, self.crossing = buckets.wait()
+            header_work.wait()
+            payload = reorder(payload, buckets)
+            seconds = self.crossing.busy_s
+        else:
+            # The header (a few numbers) goes first and alone: its allreduce ends only once every island
+            # has reached it, so the payload's clock below counts the transfer, not a wait for a slower island.
+            manager.allreduce(summed, reduce_op=ReduceOp.SUM).wait()
+            began = time.perf_counter()
+            manager.allreduce(payload, reduce_op=ReduceOp.SUM).wait()
+            seconds = time.perf_counter() - began
         committed = manager.should_commit()
         participants = max(manager.num_participants(), 1)
         if committed:  # a ring allreduce sends 2(n-1)/n of the tensor from every member

@@ -26,6 +26,7 @@ from hosts.runtime.data import shard
 from hosts.runtime.islands import layout, tensors
 from hosts.runtime.islands.bridge import Bridge, Outcome
 from hosts.runtime.islands.layout import Header
+from hosts.runtime.islands.overlap import GradientBuckets
 from hosts.runtime.train import Trainer, finish_boundary, forward_backward, start_boundary
 from kernel.protocol import SYNC_DILOCO, IslandLaunch
 
@@ -50,6 +51,14 @@ class IslandTrainer(Trainer):
         self.outer: torch.optim.Optimizer | None = None
         size = sum(param.numel() for param in tensors.trainable(self.engine))
         self.bridge = Bridge(island, self.placement, self.snapshot, payload_size=size)
+        # Step mode's gradient crosses in buckets (the leader's); an island of one rank at ZeRO 0 starts
+        # them during its backward pass (`overlap`).
+        self.overlapping = not self.diloco and self.placement.world_size == 1 and self.launch.zero_stage == 0
+        self.buckets: GradientBuckets | None = None
+        if not self.diloco and self.bridge.leader:
+            self.buckets = GradientBuckets(
+                tensors.trainable(self.engine), self.bridge.start_allreduce, hooks=self.overlapping
+            )
         if self.diloco and self.bridge.leader:
             self._start_outer(tensors.params(self.engine))
 
@@ -72,6 +81,8 @@ class IslandTrainer(Trainer):
                 self._outer_sync(Request())  # the others are at a sync: meet them there with a zero delta
             return super().run()
         finally:
+            if self.buckets is not None:
+                self.buckets.remove()
             self.bridge.close()
 
     def _arrival(self, joined: bool) -> str:
@@ -122,36 +133,45 @@ class IslandTrainer(Trainer):
                 started = time.perf_counter()  # the heal is the join's cost, not this step's
         self.set_rate()
         first = layout.first_sample(self.state.samples_seen, self.members, self.island.index)
-        loss_sum, loss_tokens, request = self._forward_backward(first)
+        loss_tokens = self.corpus.loss_tokens(first, self.batch)
+        if self.overlapping:
+            self.buckets.arm(weight=loss_tokens)  # the gradient starts across as the backward pass makes it
+        loss_sum, request = self._forward_backward(first, loss_tokens)
         tokens = self.launch.micro_batches[self.placement.rank] * self.spec.seq_len
         if self.diloco:
             return self._inner_step(started, tokens, loss_sum, loss_tokens, request)
-        grads = tensors.full_grads(self.engine)  # a collective inside the island at ZeRO 1-2
-        computed = time.perf_counter()
         header = self._header(loss_tokens, loss_sum, loss_tokens, request)
-        outcome = self.bridge.exchange(header, grads * loss_tokens if self.bridge.leader else None)
-        exchanged = time.perf_counter()
+        if self.overlapping:
+            self.buckets.flush()
+            outcome = self.bridge.exchange(header, None, buckets=self.buckets)
+            crossing = self.bridge.crossing
+            exposed = crossing.exposed(started, self.pacer.modelled_seconds(tokens)) if crossing else 0.0
+        else:
+            grads = tensors.full_grads(self.engine)  # a collective inside the island at ZeRO 1-2
+            computed = time.perf_counter()
+            if self.bridge.leader:
+                self.buckets.send(grads, weight=loss_tokens)
+            outcome = self.bridge.exchange(header, None, buckets=self.buckets)
+            exposed = time.perf_counter() - computed  # the whole exchange comes after the compute
         if not outcome.committed:  # an island left mid-sync: drop the step, its samples come again
             self.engine.zero_grad()
             self._report_dropped(started)
             return request
         tensors.set_full_grads(self.engine, outcome.payload / max(outcome.header.weight, 1.0))
         self.engine.step()
-        # The chip's modelled time covers its compute and its optimizer step, as in one world; the bridge
-        # comes on top of it, so the pacing's clock leaves the exchange out.
-        self.pacer.wait(started + (exchanged - computed), tokens)
+        # The chip's modelled time covers its compute and its optimizer step, as in one world; what of the
+        # bridge it could not hide comes on top of it.
+        self.pacer.wait(started + exposed, tokens)
         return self._advance(outcome, started, tokens, outcome.header.loss)
 
-    def _forward_backward(self, first: int) -> tuple[float, int, Request]:
+    def _forward_backward(self, first: int, loss_tokens: int) -> tuple[float, Request]:
         """This island's part of the step: its batch from `first`, gradients reduced inside the island."""
         rank_first, count = shard(first, self.launch.micro_batches, self.placement.rank)
         ids, mask = self.corpus.batch(rank_first, count)
         batch = (ids.to(self.placement.device), mask.to(self.placement.device))
-        loss_tokens = self.corpus.loss_tokens(first, self.batch)
         loss_sum = forward_backward(self.engine, batch, self.placement.world_size, loss_tokens)
         pending = start_boundary(loss_sum, self.control.poll() if self.control else None)
-        total, request = finish_boundary(pending)
-        return total, loss_tokens, request
+        return finish_boundary(pending)
 
     def _inner_step(self, started: float, tokens: int, loss_sum: float, loss_tokens: int, request: Request):
         self.engine.step()
