@@ -197,6 +197,7 @@ class IslandLaunch:
     sync_every: int = 1  # H: inner steps between syncs (1 in step mode)
     outer_lr: float = 0.7  # DiLoCo's outer Nesterov SGD
     outer_momentum: float = 0.9
+    overlap: bool = False  # diloco: a sync crosses while the islands train its next round, and lands a round late
     quorum_timeout_s: float = 30.0  # how long a leader waits for a quorum, and for a peer's allreduce
     start_timeout_s: float = 120.0  # how long the first step waits for every planned island to arrive
     joining: bool = False  # added to a running job: it trains only once healed from a healthy island

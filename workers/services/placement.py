@@ -26,7 +26,7 @@ from fleet.models import Allocation, Job, Node
 from kernel.modelfiles.hfconfig import lora_settings
 from kernel.modelspecs import LORA
 from kernel.planner import Plan, Rank
-from kernel.protocol import CommandType, IslandLaunch, RankLaunch
+from kernel.protocol import SYNC_DILOCO, CommandType, IslandLaunch, RankLaunch
 from kernel.spec import JobSpec
 from kernel.stacks import stack_of_chip
 from kernel.storage import StorageError
@@ -233,6 +233,7 @@ def island_launch(job: Job, plan: Plan, nodes: dict[int, Node], island: dict, is
         stack=island["island"],
         mode=bridge.mode,
         sync_every=bridge.sync_every,
+        overlap=bridge.mode == SYNC_DILOCO,  # the platform overlaps every diloco run's syncs with training
     )
 
 

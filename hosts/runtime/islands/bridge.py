@@ -47,6 +47,16 @@ class Outcome:
     payload: torch.Tensor | None  # summed over the quorum (None when not committed or none was sent)
 
 
+@dataclass(frozen=True)
+class InFlight:
+    """A sync under way (`Bridge.start`): the leader's allreduces, what they sum into."""
+
+    header: Header
+    summed: torch.Tensor | None
+    payload: torch.Tensor | None
+    works: tuple | None
+
+
 class Bridge:
     """An island's end of the bridge; every rank of the island makes one and calls it in step."""
 
@@ -153,12 +163,39 @@ class Bridge:
         self.crossing = None
         if self.leader:
             committed, primary, summed, total = self._allreduce(header, payload, buckets)
+        return self._outcome(header, committed, primary, summed, total)
+
+    def _outcome(self, header: Header, committed: bool, primary: bool, summed, total) -> Outcome:
+        """The leader's result on every rank of the island."""
         committed, primary = (flag > 0 for flag in self._share_scalars([float(committed), float(primary)]))
         if not committed:
             return Outcome(False, primary, header, None)
         summed = self.share(summed)
         total = self.share(total if self.leader else torch.empty(self.payload_size, dtype=torch.float32))
         return Outcome(True, primary, Header.unpack(summed), total)
+
+    def start(self, header: Header, payload: torch.Tensor | None) -> InFlight:
+        """Start what `exchange` does and return at once (diloco's overlapped sync: the islands train on
+        while it crosses); `finish` waits for it. Only the leader sends; it must not touch `payload` until then."""
+        if not self.leader:
+            return InFlight(header, None, None, None)
+        summed = header.pack()
+        header_work = self.manager.allreduce(summed, reduce_op=ReduceOp.SUM)
+        return InFlight(header, summed, payload, (header_work, self.manager.allreduce(payload, reduce_op=ReduceOp.SUM)))
+
+    def finish(self, sync: InFlight, timed: bool) -> Outcome:
+        """Wait for a sync `start` began; every rank of the island gets its Outcome, as from `exchange`.
+        `timed`: the sync was started just now, so its transfer's time measures the bridge (one that
+        crossed while the islands trained says nothing about the link)."""
+        committed, primary, summed, total = False, False, sync.header.pack(), None
+        if self.leader:
+            header_work, payload_work = sync.works
+            header_work.wait()
+            began = time.perf_counter()
+            payload_work.wait()
+            seconds = time.perf_counter() - began if timed else 0.0
+            committed, primary, summed, total = self._settle(sync.summed, sync.payload, seconds)
+        return self._outcome(sync.header, committed, primary, summed, total)
 
     def start_allreduce(self, tensor: torch.Tensor):
         """Leader: start summing `tensor` in place across the quorum (torchft's Work, `wait()` for it)."""
@@ -182,6 +219,11 @@ class Bridge:
             began = time.perf_counter()
             manager.allreduce(payload, reduce_op=ReduceOp.SUM).wait()
             seconds = time.perf_counter() - began
+        return self._settle(summed, payload, seconds)
+
+    def _settle(self, summed: torch.Tensor, payload: torch.Tensor, seconds: float):
+        """Leader, after a sync's allreduces: whether every island finished them, and what crossed."""
+        manager = self.manager
         committed = manager.should_commit()
         participants = max(manager.num_participants(), 1)
         if committed:  # a ring allreduce sends 2(n-1)/n of the tensor from every member

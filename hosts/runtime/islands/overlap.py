@@ -18,8 +18,9 @@ For a simulated chip, `exposed` says how much of the bridge the chip's modelled 
 A real chip's backward pass is `BACKWARD_SHARE` of its forward-and-backward time (twice the forward's
 FLOPs), and buckets can only cross during it: the modelled transfer begins no earlier than the modelled
 backward does and lasts at least what the real one took from its first bucket to its last byte, and the
-last bucket (the first layer's, usually the embedding) can only start when the backward pass ends.
-Whatever of that runs past the modelled compute is added to the step.
+last bucket (the first layer's, usually the embedding) can only start when the backward pass ends: it
+crosses alone, once the others are across, and its own time is added to the step whatever else is
+hidden. Whatever of the transfer runs past the modelled compute is added too.
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ class Crossing:
 
     @property
     def last_bucket_s(self) -> float:
-        """The last bucket's own transfer (it cannot overlap a real backward pass)."""
+        """The last bucket's own transfer (it cannot overlap a real backward pass). `flush` starts it
+        alone once the others are across, so this is its time on an otherwise idle link."""
         return self.done - max(self.last_launch, self.before_last_done)
 
     def exposed(self, started: float, modelled_s: float) -> float:
@@ -79,6 +81,7 @@ class GradientBuckets:
         self.bucket_of = {id(param): index for index, bucket in enumerate(self.buckets) for param in bucket}
         self.offsets = _offsets(params)
         self.armed = False
+        self.before_last_done: float | None = None  # flush: when every bucket but the last was across
         self.weight = 0.0
         self.ready: list[int] = []
         self.launched: list[tuple[torch.Tensor, object, float]] = []
@@ -94,9 +97,14 @@ class GradientBuckets:
         self.launched = []
 
     def flush(self) -> None:
-        """After the backward pass: start every bucket not yet started (missing gradients are zeros)."""
-        while len(self.launched) < len(self.buckets):
+        """After the backward pass: start every bucket not yet started (missing gradients are zeros), the
+        last one alone on the link once the others are across, so that its own time is measured."""
+        while len(self.launched) < len(self.buckets) - 1:
             self._launch(len(self.launched))
+        for _, work, _ in self.launched:
+            work.wait()
+        self.before_last_done = time.perf_counter()
+        self._launch(len(self.buckets) - 1)
         self.armed = False
 
     def send(self, flat: torch.Tensor, weight: float) -> None:
@@ -113,7 +121,8 @@ class GradientBuckets:
         for tensor, work, _ in self.launched[:-1]:
             work.wait()
             pieces.append(tensor)
-        before_last_done = time.perf_counter()
+        before_last_done = self.before_last_done if self.before_last_done is not None else time.perf_counter()
+        self.before_last_done = None
         tensor, work, last_launch = self.launched[-1]
         work.wait()
         done = time.perf_counter()
@@ -130,8 +139,9 @@ class GradientBuckets:
         if not self.armed:
             return
         self.ready[self.bucket_of[id(param)]] += 1
-        # Buckets start in order: a bucket waits for every earlier one, whatever order autograd took.
-        while len(self.launched) < len(self.buckets):
+        # Buckets start in order: a bucket waits for every earlier one, whatever order autograd took. The
+        # last waits for `flush`.
+        while len(self.launched) < len(self.buckets) - 1:
             index = len(self.launched)
             if self.ready[index] < len(self.buckets[index]):
                 break

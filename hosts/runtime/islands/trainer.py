@@ -16,7 +16,9 @@ drops that step (torchft's should_commit) and the next quorum goes on without it
 from __future__ import annotations
 
 import copy
+import dataclasses
 import time
+from dataclasses import dataclass
 
 import torch
 
@@ -24,7 +26,7 @@ from hosts.runtime.checkpoint import TrainState
 from hosts.runtime.control import Request
 from hosts.runtime.data import shard
 from hosts.runtime.islands import layout, tensors
-from hosts.runtime.islands.bridge import Bridge, Outcome
+from hosts.runtime.islands.bridge import Bridge, InFlight, Outcome
 from hosts.runtime.islands.layout import Header
 from hosts.runtime.islands.overlap import GradientBuckets
 from hosts.runtime.train import Trainer, finish_boundary, forward_backward, start_boundary
@@ -32,6 +34,17 @@ from kernel.protocol import SYNC_DILOCO, IslandLaunch
 
 FIGURES_EVERY = 10  # step mode syncs every step: its figures are reported every this many steps
 SYNC_RETRIES = 3  # diloco: times a failed outer sync is tried again (with a new quorum) before it is given up
+
+
+@dataclass(frozen=True)
+class Round:
+    """A diloco sync as the island sent it: what it said, and (leader) its weights and tokens then."""
+
+    header: Header
+    request: Request
+    sent: torch.Tensor | None
+    tokens: int
+    sync: InFlight | None = None
 
 
 class IslandTrainer(Trainer):
@@ -49,6 +62,8 @@ class IslandTrainer(Trainer):
         self.since_sync, self.tokens_since_sync = 0, 0
         self.global_params: torch.Tensor | None = None  # diloco, leader: the parameters of the last sync
         self.outer: torch.optim.Optimizer | None = None
+        self.in_flight: Round | None = None  # diloco, overlapped: the round crossing while the island trains
+        self.landing_now = True  # this boundary's round lands before training goes on (told to a joiner)
         size = sum(param.numel() for param in tensors.trainable(self.engine))
         self.bridge = Bridge(island, self.placement, self.snapshot, payload_size=size)
         # Step mode's gradient crosses in buckets (the leader's); an island of one rank at ZeRO 0 starts
@@ -93,7 +108,12 @@ class IslandTrainer(Trainer):
     # What a joining island gets from this one (torchft calls it in its own thread while the
     # leader waits for the quorum, so nothing moves meanwhile).
     def snapshot(self) -> dict:
-        train = {"step": self.state.step, "samples_seen": self.state.samples_seen, "members": self.members}
+        train = {
+            "step": self.state.step,
+            "samples_seen": self.state.samples_seen,
+            "members": self.members,
+            "landing_now": self.landing_now,
+        }
         if self.diloco:
             return {
                 "train": train,
@@ -118,6 +138,7 @@ class IslandTrainer(Trainer):
         self.members[self.island.index] = self.batch
         self.state = TrainState(train["step"], train["samples_seen"], self.state.loss, self.state.eval_loss)
         self.since_sync, self.tokens_since_sync = 0, 0
+        self.landing_now = bool(train.get("landing_now", True))  # as the others do with this round
         if self.diloco and self.bridge.leader:
             self._start_outer(state["params"])
             self.outer.load_state_dict(state["outer"])
@@ -188,35 +209,73 @@ class IslandTrainer(Trainer):
         return decided
 
     def _outer_sync(self, request: Request) -> Request:
-        """DiLoCo's outer step: token-weighted mean delta across the islands, Nesterov SGD on it."""
+        """DiLoCo's outer step: token-weighted mean delta across the islands, Nesterov SGD on it.
+
+        Overlapped (`IslandLaunch.overlap`), a boundary lands the round that crossed while the islands
+        trained, then sends this one and trains on. It lands at once where every island must hold the
+        global weights: the last step, a scheduled checkpoint, or what the landed round asked for."""
+        decided = Request()
+        if self.in_flight is not None:
+            landing, self.in_flight = self.in_flight, None
+            decided = self._land(landing, timed=False)
+        self.landing_now = not self.island.overlap or self._landing_due(decided)
         healed = self.bridge.begin()
         if healed is not None:
             self.heal(healed)  # a newcomer sends a zero delta with zero weight this time
-        delta = None
-        if self.bridge.leader:
-            delta = (self.global_params.detach() - tensors.params(self.engine)) * self.tokens_since_sync
+        sending = self._send(request)
+        self.since_sync, self.tokens_since_sync = 0, 0
+        if not self.landing_now:
+            self.in_flight = sending
+            return decided
+        landed = self._land(sending, timed=True)
+        return Request(
+            checkpoint=decided.checkpoint or landed.checkpoint,
+            stop=decided.stop or landed.stop,
+            export=decided.export or landed.export,
+        )
+
+    def _landing_due(self, decided: Request) -> bool:
+        """What every island knows alike: this boundary's step, and the round it has just landed."""
+        final = self.state.step >= self.launch.max_steps
+        return final or super()._due() or decided.checkpoint or decided.stop
+
+    def _send(self, request: Request) -> Round:
+        """Start this round's sync: the leader's delta from the global weights, weighted by its tokens."""
         header = self._header(self.tokens_since_sync, 0.0, 0, request)
-        outcome = self.bridge.exchange(header, delta)
+        sent = tensors.params(self.engine) if self.bridge.leader else None
+        round_ = Round(header, request, sent, self.tokens_since_sync)
+        return dataclasses.replace(round_, sync=self.bridge.start(header, self._delta(round_)))
+
+    def _delta(self, round_: Round) -> torch.Tensor | None:
+        """(global − the island's weights when it sent) × its tokens; made afresh for each try, since a
+        failed allreduce may leave its tensor half-summed."""
+        if not self.bridge.leader:
+            return None
+        return (self.global_params.detach() - round_.sent) * round_.tokens
+
+    def _land(self, round_: Round, timed: bool) -> Request:
+        """Wait for a round, apply its outer step; the island keeps what it trained since it sent."""
+        outcome = self.bridge.finish(round_.sync, timed)
         for _ in range(SYNC_RETRIES):  # an island left mid-sync: the others try again without it
             if outcome.committed:
                 break
             self._event("dropped")
             self.bridge.begin()
-            outcome = self.bridge.exchange(header, delta)
+            outcome = self.bridge.exchange(round_.header, self._delta(round_))
         new_params = torch.empty(self.bridge.payload_size, dtype=torch.float32)
         if self.bridge.leader:
             if outcome.committed:
                 self.global_params.grad = outcome.payload / max(outcome.header.weight, 1.0)
                 self.outer.step()
                 self.outer.zero_grad()
-            new_params = self.global_params.detach().clone()
-        tensors.set_params(self.engine, self.bridge.share(new_params))  # a failed sync: back to the last one
-        self.since_sync, self.tokens_since_sync = 0, 0
+            # A failed sync: back to the last global weights (plus what was trained since it was sent).
+            new_params = self.global_params.detach() + (tensors.params(self.engine) - round_.sent)
+        tensors.set_params(self.engine, self.bridge.share(new_params))
         if outcome.committed:
             self.members = outcome.header.members
             self.primary = outcome.primary
         self._event("sync")
-        return self._request(outcome, request)
+        return self._request(outcome, round_.request)
 
     def _advance(self, outcome: Outcome, started: float, tokens: int, loss: float | None) -> Request:
         """After a committed step-mode sync: the data moves on by every member's batch."""
