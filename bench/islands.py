@@ -141,6 +141,9 @@ def main() -> int:
     parser.add_argument("--heartbeat-timeout-ms", type=int, default=5000, help="torchft_lighthouse --heartbeat_timeout")
     parser.add_argument("--reclaim-mode", default="diloco", choices=("step", "diloco", "none"))
     parser.add_argument("--no-flat", action="store_true", help="skip the flat run (no loss gap)")
+    parser.add_argument(
+        "--no-overlap", action="store_true", help="diloco: land each sync before training on (the platform overlaps)"
+    )
     parser.add_argument("--no-netns", action="store_true", help="no namespaces: 127.0.0.1, unthrottled")
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--keep", action="store_true", help="keep the work folder (the ranks' logs)")

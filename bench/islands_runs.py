@@ -223,6 +223,7 @@ def run_islands(
     spec = {
         "mode": mode,
         "sync_every": args.sync_every if mode == "diloco" else 1,
+        "overlap": mode == "diloco" and not args.no_overlap,  # as the platform runs diloco
         "quorum_timeout_s": args.quorum_timeout,
         "start_timeout_s": 180.0,
     }

@@ -68,8 +68,9 @@ Report (one item) =
 | {"kind": "eval", "rank", "step", "eval_loss", "eval_tokens", "t"}   (rank 0, the held-out loss after step)
 | {"kind": "exit", "rank", "code", "error", "t"}      (error: the rank's last stderr lines)
 | {"kind": "island", "rank", "step", "island", "change", "members", "syncs", "bytes_across", "bridge_gbps",
-   "stack", "mode", "t"}
-    (an island's leader: change = joined | members | dropped | sync; bridge_gbps, only when it sent
+   "stack", "mode", "round_step", "t"}
+    (an island's leader: change = joined | members | dropped | sync; round_step (a diloco sync): the step
+    its round was sent at, H before `step` when it crossed while the islands trained; bridge_gbps, only when it sent
     something since its last one: the Gbit/s its allreduces across the bridge achieved; see hosts/runtime/islands/)
 | {"kind": "serving", "rank", "state": "starting|ready|draining|stopped|failed", "url", "engine", "simulated",
    "device", "error", "t"}

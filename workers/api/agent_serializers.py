@@ -146,6 +146,7 @@ class ReportItemSerializer(serializers.Serializer):
         child=serializers.IntegerField(min_value=0, max_value=64), required=False, max_length=64
     )
     syncs = serializers.IntegerField(min_value=0, required=False)
+    round_step = serializers.IntegerField(min_value=0, required=False)  # a diloco sync: the step its round was sent at
     bytes_across = serializers.IntegerField(min_value=0, required=False)
     # The bridge the leader measured since its last report (its allreduce's effective Gbit/s); absent: none sent.
     bridge_gbps = serializers.FloatField(min_value=0, max_value=100_000, required=False)

@@ -40,8 +40,11 @@ def record_island(job: Job, item: dict, now, node: Node | None = None) -> None:
         "members": item.get("members", before.get("members", [])),
         "step": item.get("step", before.get("step", 0)),
         "change": item["change"],
-        # Where its last outer sync was (diloco): what a leave loses is the work after it.
-        "synced_step": item.get("step", 0) if item["change"] == "sync" else before.get("synced_step", 0),
+        # What its last outer sync (diloco) holds: the work up to the step that round was sent at (an
+        # overlapped round lands H steps later); what a leave loses is the work after it.
+        "synced_step": item.get("round_step", item.get("step", 0))
+        if item["change"] == "sync"
+        else before.get("synced_step", 0),
         **{key: before[key] for key in ("left", "left_reason") if key in before},
     }
     gbps = item.get("bridge_gbps") or before.get("bridge_gbps")  # the newest measured, else the last one

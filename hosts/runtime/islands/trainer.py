@@ -44,6 +44,7 @@ class Round:
     request: Request
     sent: torch.Tensor | None
     tokens: int
+    step: int  # the step it was sent at: what the islands trained up to is in it
     sync: InFlight | None = None
 
 
@@ -243,7 +244,7 @@ class IslandTrainer(Trainer):
         """Start this round's sync: the leader's delta from the global weights, weighted by its tokens."""
         header = self._header(self.tokens_since_sync, 0.0, 0, request)
         sent = tensors.params(self.engine) if self.bridge.leader else None
-        round_ = Round(header, request, sent, self.tokens_since_sync)
+        round_ = Round(header, request, sent, self.tokens_since_sync, self.state.step)
         return dataclasses.replace(round_, sync=self.bridge.start(header, self._delta(round_)))
 
     def _delta(self, round_: Round) -> torch.Tensor | None:
@@ -274,7 +275,7 @@ class IslandTrainer(Trainer):
         if outcome.committed:
             self.members = outcome.header.members
             self.primary = outcome.primary
-        self._event("sync")
+        self._event("sync", round_step=round_.step)
         return self._request(outcome, round_.request)
 
     def _advance(self, outcome: Outcome, started: float, tokens: int, loss: float | None) -> Request:
@@ -313,10 +314,13 @@ class IslandTrainer(Trainer):
         self._event("dropped")
         self._log(f"island {self.island.index}: step {self.state.step + 1} dropped (an island left mid-sync)")
 
-    def _event(self, change: str) -> None:
+    def _event(self, change: str, **extra) -> None:
         """An `island` event: joined, sync (diloco), members (who takes part changed) or dropped; the
-        leader's carry `bridge_gbps`, the bridge it measured since its last one, when it sent anything."""
-        self.events.emit("island", step=self.state.step, island=self.island.index, change=change, **self._figures())
+        leader's carry `bridge_gbps`, the bridge it measured since its last one, when it sent anything.
+        A diloco sync says the step its round was sent at (`round_step`: the step before, by H, when
+        it crossed while the islands trained)."""
+        figures = self._figures()
+        self.events.emit("island", step=self.state.step, island=self.island.index, change=change, **figures, **extra)
 
     def _figures(self) -> dict:
         figures = {

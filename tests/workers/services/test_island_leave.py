@@ -136,6 +136,23 @@ def test_in_diloco_the_leavers_work_since_its_last_sync_is_lost_and_refunded(run
     assert job.status == JobStatus.RUNNING
 
 
+def test_an_overlapped_sync_holds_the_work_up_to_the_step_its_round_was_sent_at(run):
+    """A diloco round that crossed while the islands trained lands H steps after it was sent: the leaver
+    kept only the work up to the send, so the work since then is what it loses."""
+    job, nodes = run(sync_mode="diloco", sync_every=5)
+    tpu = nodes["tpu-v5e"]
+    island = next(i for i in job.plan.islands() if "tpu-v5e" in i["chips"])
+    [rank] = island["ranks"]
+    landed = {"kind": "island", "rank": rank, "island": island["index"], "change": "sync", "step": 10, "t": _t()}
+    accept_report(tpu, job.pk, job.epoch, [metric(rank, 5), {**landed, "round_step": 5}, metric(rank, 12)])
+    later = timezone.now() + timedelta(seconds=30)
+
+    move = lifecycle.reclaim(job.pk, MigrationReason.OUTBID, "a higher bid", nodes=[tpu], notice_seconds=30, now=later)
+
+    assert move.status == MigrationStatus.ISLAND_LEFT
+    assert move.steps_lost == 12 - 5  # steps 6-12: the round sent at step 10 never landed
+
+
 def test_when_every_island_is_affected_the_job_moves_as_one_world_does(run):
     job, nodes = run(sync_mode="step")
     now = timezone.now()
