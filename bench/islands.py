@@ -20,7 +20,9 @@ in diloco's outer sync counts, which `step_time_s` leaves out):
 - alone: each island as a one-rank job, same micro-batch and pacing, the three at once (the same
   load on this host's cores as the island run), tokens/s after `--warmup` steps;
 - island run / sum of alone: tokens/s of the three islands together over steps warmup..N (diloco:
-  H..N, so the window holds whole H-step rounds and their syncs);
+  H..N, so the window holds whole H-step rounds and their syncs; overlapped diloco, as the platform
+  runs it: H..N-H, whole rounds each with the landing of the round before, leaving out the run's last
+  round, which lands at once, once per run);
 - bytes between islands per step: what the islands sent over their veths (wire, TCP/IP included),
   and what the bridge counts (its own bytes_across, diloco's island events; step mode's formula);
 - loss gap at equal tokens: the islands' token-weighted loss at the last step against one flat
@@ -229,15 +231,21 @@ def main() -> int:
         for mode in modes:
             bits = args.rate_step if mode == "step" else args.rate_diloco
             bits = bits if net else None
-            steps = args.steps if mode == "step" else max(2 * H, (args.steps // H) * H)
+            # Overlapped diloco lands its last round at once, once per run: the window is the whole rounds
+            # before it (each with its overlapped landing), so the run needs three rounds at least.
+            overlapped = mode == "diloco" and not args.no_overlap
+            rounds = 3 if overlapped else 2
+            steps = args.steps if mode == "step" else max(rounds * H, (args.steps // H) * H)
+            end = steps - H if overlapped else steps
             log(f"{mode}: {n} islands, {gbit(bits)}, {steps} steps" + (f", H={H}" if mode == "diloco" else ""))
             run = run_islands(args, root / mode, model, plan, mode, steps, net, bits)
             start = args.warmup if mode == "step" else H
-            rates = [rate(s, start, steps) for s in run.steps]
+            rates = [rate(s, start, end) for s in run.steps]
             ratio = sum(rates) / alone_sum
             log(f"{mode} done in {run.seconds:.0f} s; tokens/s " + ", ".join(f"{r:,.1f}" for r in rates))
             goal = 0.95 if mode == "step" else 0.90
-            label = f"{mode}" + (f" H={H}" if mode == "diloco" else "") + f" @ {gbit(bits)}"
+            label = f"{mode}" + (f" H={H}" if mode == "diloco" else "") + (" overlapped" if overlapped else "")
+            label += f" @ {gbit(bits)}"
             rows.append(
                 Row(
                     f"{label}: tokens/s island run / sum alone",
@@ -248,7 +256,7 @@ def main() -> int:
             )
             # Where the time went: wall time per step (syncs included) against the slowest island's modelled step
             # (what the island run would take with a free bridge and no work outside the pacing).
-            wall = statistics.mean((s[steps]["t"] - s[start]["t"]) / (steps - start) for s in run.steps)
+            wall = statistics.mean((s[end]["t"] - s[start]["t"]) / (end - start) for s in run.steps)
             modelled = max(plan.step_s(i) for i in range(n))
             balanced = sum(m * spec.seq_len for m in plan.micro) / modelled / alone_sum
             rows.append(
@@ -346,7 +354,8 @@ def reclaim_rows(run: Run, mode: str, steps: int, victim: int, args, H: int) -> 
             discarded = H * sum(1 for a, b in zip([0, *syncs], syncs, strict=False) if b == a)
         lost_survivors = max(lost_survivors, missing + discarded)
     reached = max(run.steps[victim], default=0)
-    synced = [e["step"] for e in run.island_events[victim] if e["change"] == "sync"]
+    # What the leaver's last landed sync holds: its work up to the step that round was sent at.
+    synced = [e.get("round_step", e["step"]) for e in run.island_events[victim] if e["change"] == "sync"]
     lost_victim = reached - max(synced, default=0) if mode == "diloco" else 0
     goal = args.quorum_timeout + slowest
     pause = max(pauses)

@@ -98,8 +98,10 @@ def test_a_killed_islands_host_leaves_the_run_and_the_others_train_it_to_success
     assert done.status == JobStatus.SUCCEEDED, why()
     assert left.reason == "lost_node" and left.nodes == ["i-v5e"]
     assert done.epoch == job.epoch  # never moved: the same placement trained to the end
-    # The leaver's steps after its last sync are lost (at most H), and insurance pays for them.
-    assert 0 <= left.steps_lost <= SYNC_EVERY + 1
+    # The leaver's steps after its last landed sync are lost, and insurance pays for them: the platform
+    # overlaps diloco's syncs, so that sync holds the work up to H steps before it, and the round in
+    # flight when the host died is the leaver's loss too: at most 2H - 1 (+1 for a step under way).
+    assert 0 <= left.steps_lost <= 2 * SYNC_EVERY
     assert left.refund > 0 or left.steps_lost == 0
 
     # The survivors kept stepping: no pause longer than the quorum timeout plus a step.
