@@ -38,13 +38,15 @@ SYNC_RETRIES = 3  # diloco: times a failed outer sync is tried again (with a new
 
 @dataclass(frozen=True)
 class Round:
-    """A diloco sync as the island sent it: what it said, and (leader) its weights and tokens then."""
+    """A diloco round as the island sent it: what it said, and (leader) its weights and tokens."""
 
     header: Header
     request: Request
-    sent: torch.Tensor | None
+    start: torch.Tensor | None  # the weights the island began the round with
+    reached: torch.Tensor | None  # those it reached by the boundary
     tokens: int
     step: int  # the step it was sent at: what the islands trained up to is in it
+    base: torch.Tensor | None = None  # the weights the island trains on from after sending it
     sync: InFlight | None = None
 
 
@@ -62,6 +64,7 @@ class IslandTrainer(Trainer):
         self.primary = island.index == min(self.members)
         self.since_sync, self.tokens_since_sync = 0, 0
         self.global_params: torch.Tensor | None = None  # diloco, leader: the parameters of the last sync
+        self.start: torch.Tensor | None = None  # diloco, leader: the weights the island began this round with
         self.outer: torch.optim.Optimizer | None = None
         self.in_flight: Round | None = None  # diloco, overlapped: the round crossing while the island trains
         self.landing_now = True  # this boundary's round lands before training goes on (told to a joiner)
@@ -80,6 +83,7 @@ class IslandTrainer(Trainer):
 
     def _start_outer(self, params: torch.Tensor) -> None:
         self.global_params = torch.nn.Parameter(params.clone())
+        self.start = params.clone()  # the weights this round began with
         momentum = float(self.island.outer_momentum)
         self.outer = torch.optim.SGD(
             [self.global_params], lr=float(self.island.outer_lr), momentum=momentum, nesterov=momentum > 0
@@ -93,8 +97,8 @@ class IslandTrainer(Trainer):
                 self.events.done(self.state.step, None, path=None, stopped=True, eval_loss=None)
                 return self.state
             self._log(f"island {self.island.index} ({self.island.stack}, {self.island.mode}): {self._arrival(joined)}")
-            if joined and self.diloco:
-                self._outer_sync(Request())  # the others are at a sync: meet them there with a zero delta
+            if joined and self.diloco:  # the others are at a sync: meet them there with a zero delta
+                self._outer_sync(self._prepare(Request()), Request())
             return super().run()
         finally:
             if self.buckets is not None:
@@ -197,38 +201,54 @@ class IslandTrainer(Trainer):
 
     def _inner_step(self, started: float, tokens: int, loss_sum: float, loss_tokens: int, request: Request):
         self.engine.step()
-        self.pacer.wait(started, tokens)
         self.since_sync += 1
         self.tokens_since_sync += loss_tokens
         samples_seen = self.state.samples_seen + layout.step_samples(self.members)
         loss = loss_sum / loss_tokens if loss_tokens else None
         self.state = TrainState(self.state.step + 1, samples_seen, loss, self.state.eval_loss)
-        decided = Request()  # control requests wait for the sync, where every island acts on them
-        if self.since_sync >= self.every or self.state.step >= self.launch.max_steps:
-            decided = self._outer_sync(request)
+        if not (self.since_sync >= self.every or self.state.step >= self.launch.max_steps):
+            self.pacer.wait(started, tokens)
+            self._report(tokens, time.perf_counter() - started)
+            return Request()  # control requests wait for the sync, where every island acts on them
+        # A boundary. The island's own arithmetic (its delta; the outer step of the round that crossed
+        # while it trained) is the chip's work, inside its modelled step like the inner optimizer's;
+        # what it waited for across the bridge, and everything after the pacing, comes on top.
+        round_ = self._prepare(request)
+        decided, waited = Request(), 0.0
+        if self.in_flight is not None:
+            landing, self.in_flight = self.in_flight, None
+            decided, waited = self._land(landing, timed=False, now=round_.reached)
+        elif self.bridge.leader:
+            self.start = round_.reached  # nothing landed: the island goes on from where it is
+        self.pacer.wait(started + waited, tokens)
+        decided = self._outer_sync(round_, decided)
         self._report(tokens, time.perf_counter() - started)  # a sync's time counts in its step's
         return decided
 
-    def _outer_sync(self, request: Request) -> Request:
+    def _prepare(self, request: Request) -> Round:
+        """This boundary's round: what the island trained since it began the round, and its tokens."""
+        header = self._header(self.tokens_since_sync, 0.0, 0, request)
+        reached = tensors.params(self.engine) if self.bridge.leader else None
+        return Round(header, request, self.start, reached, self.tokens_since_sync, self.state.step)
+
+    def _outer_sync(self, round_: Round, decided: Request) -> Request:
         """DiLoCo's outer step: token-weighted mean delta across the islands, Nesterov SGD on it.
 
-        Overlapped (`IslandLaunch.overlap`), a boundary lands the round that crossed while the islands
-        trained, then sends this one and trains on. It lands at once where every island must hold the
+        Overlapped (`IslandLaunch.overlap`), the round crosses while the islands train the next one and
+        lands at the next boundary (`_inner_step`). It lands at once where every island must hold the
         global weights: the last step, a scheduled checkpoint, or what the landed round asked for."""
-        decided = Request()
-        if self.in_flight is not None:
-            landing, self.in_flight = self.in_flight, None
-            decided = self._land(landing, timed=False)
         self.landing_now = not self.island.overlap or self._landing_due(decided)
         healed = self.bridge.begin()
         if healed is not None:
             self.heal(healed)  # a newcomer sends a zero delta with zero weight this time
-        sending = self._send(request)
+            round_ = self._prepare(round_.request)
+        sync = self.bridge.start(round_.header, self._delta(round_))
+        round_ = dataclasses.replace(round_, base=self.start, sync=sync)
         self.since_sync, self.tokens_since_sync = 0, 0
         if not self.landing_now:
-            self.in_flight = sending
+            self.in_flight = round_
             return decided
-        landed = self._land(sending, timed=True)
+        landed, _ = self._land(round_, timed=True, now=round_.base)
         return Request(
             checkpoint=decided.checkpoint or landed.checkpoint,
             stop=decided.stop or landed.stop,
@@ -240,22 +260,19 @@ class IslandTrainer(Trainer):
         final = self.state.step >= self.launch.max_steps
         return final or super()._due() or decided.checkpoint or decided.stop
 
-    def _send(self, request: Request) -> Round:
-        """Start this round's sync: the leader's delta from the global weights, weighted by its tokens."""
-        header = self._header(self.tokens_since_sync, 0.0, 0, request)
-        sent = tensors.params(self.engine) if self.bridge.leader else None
-        round_ = Round(header, request, sent, self.tokens_since_sync, self.state.step)
-        return dataclasses.replace(round_, sync=self.bridge.start(header, self._delta(round_)))
-
     def _delta(self, round_: Round) -> torch.Tensor | None:
-        """(global − the island's weights when it sent) × its tokens; made afresh for each try, since a
-        failed allreduce may leave its tensor half-summed."""
+        """(the weights the island began the round with − those it reached) × its tokens: the leader's
+        payload, made afresh for each try, since a failed allreduce may leave its tensor half-summed."""
         if not self.bridge.leader:
             return None
-        return (self.global_params.detach() - round_.sent) * round_.tokens
+        delta = torch.sub(round_.start, round_.reached)
+        return delta.mul_(round_.tokens)
 
-    def _land(self, round_: Round, timed: bool) -> Request:
-        """Wait for a round, apply its outer step; the island keeps what it trained since it sent."""
+    def _land(self, round_: Round, timed: bool, now: torch.Tensor | None) -> tuple[Request, float]:
+        """Wait for a round and apply its outer step. The island takes the new global weights plus what
+        it trained since it sent the round (from the round's `base` to `now`: nothing, landing at once).
+        Returns what the round asked for and the seconds spent waiting across the bridge."""
+        began = time.perf_counter()
         outcome = self.bridge.finish(round_.sync, timed)
         for _ in range(SYNC_RETRIES):  # an island left mid-sync: the others try again without it
             if outcome.committed:
@@ -263,20 +280,22 @@ class IslandTrainer(Trainer):
             self._event("dropped")
             self.bridge.begin()
             outcome = self.bridge.exchange(round_.header, self._delta(round_))
+        waited = time.perf_counter() - began
         new_params = torch.empty(self.bridge.payload_size, dtype=torch.float32)
         if self.bridge.leader:
             if outcome.committed:
-                self.global_params.grad = outcome.payload / max(outcome.header.weight, 1.0)
+                self.global_params.grad = outcome.payload.div_(max(outcome.header.weight, 1.0))
                 self.outer.step()
                 self.outer.zero_grad()
             # A failed sync: back to the last global weights (plus what was trained since it was sent).
-            new_params = self.global_params.detach() + (tensors.params(self.engine) - round_.sent)
+            new_params = self.global_params.detach() + (now - round_.base)
+            self.start = new_params
         tensors.set_params(self.engine, self.bridge.share(new_params))
         if outcome.committed:
             self.members = outcome.header.members
             self.primary = outcome.primary
         self._event("sync", round_step=round_.step)
-        return self._request(outcome, round_.request)
+        return self._request(outcome, round_.request), waited
 
     def _advance(self, outcome: Outcome, started: float, tokens: int, loss: float | None) -> Request:
         """After a committed step-mode sync: the data moves on by every member's batch."""
