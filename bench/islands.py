@@ -354,8 +354,15 @@ def reclaim_rows(run: Run, mode: str, steps: int, victim: int, args, H: int) -> 
             discarded = H * sum(1 for a, b in zip([0, *syncs], syncs, strict=False) if b == a)
         lost_survivors = max(lost_survivors, missing + discarded)
     reached = max(run.steps[victim], default=0)
-    # What the leaver's last landed sync holds: its work up to the step that round was sent at.
-    synced = [e.get("round_step", e["step"]) for e in run.island_events[victim] if e["change"] == "sync"]
+    # The leaver's work up to a round's send is kept when that round committed with it among its members:
+    # on the leaver itself (a sync it landed), or on the survivors (an overlapped round it sent before it
+    # died, whose transfer was done: its own vote is not needed, torchft commits per island).
+    synced = [
+        e.get("round_step", e["step"])
+        for i, events in enumerate(run.island_events)
+        for e in events
+        if e["change"] == "sync" and (i == victim or victim in e.get("members", []))
+    ]
     lost_victim = reached - max(synced, default=0) if mode == "diloco" else 0
     goal = args.quorum_timeout + slowest
     pause = max(pauses)

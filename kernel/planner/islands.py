@@ -73,6 +73,8 @@ class Bridge:
             "bytes_per_step": round(self.bytes_per_step),
             "seconds_per_sync": round(self.seconds_per_sync, 6),
             "exact": self.mode == SYNC_STEP,
+            # diloco's syncs cross while the islands train their next round (hosts/runtime/islands/trainer.py)
+            "overlapped": self.mode == SYNC_DILOCO,
         }
 
     @classmethod

@@ -51,7 +51,8 @@ class Plan:
     @property
     def sync(self) -> dict | None:
         """How several islands keep in step: {"mode": "step" | "diloco", "sync_every", "bridge_gbps",
-        "bridge_source" ("measured" | "declared" | "default"), "bytes_per_step", "seconds_per_sync", "exact"};
+        "bridge_source" ("measured" | "declared" | "default"), "bytes_per_step", "seconds_per_sync", "exact",
+        "overlapped" (diloco: each sync crosses while the next steps train, and lands a round late)};
         None for one island."""
         return self.data.get("sync")
 
@@ -93,6 +94,8 @@ def describe_islands(islands: list[dict], sync: dict) -> str:
         how = "gradients synced every step: exactly one world"
     else:
         how = f"diloco, synced every {sync.get('sync_every')} steps: close to one world, not exactly it"
+        if sync.get("overlapped"):
+            how += " (each sync overlaps the next steps)"
     source = f" ({sync['bridge_source']})" if sync.get("bridge_source") else ""
     return f"{len(islands)} ({names}), {how}; bridge {sync.get('bridge_gbps')} Gbit/s{source}"
 
