@@ -30,7 +30,8 @@ class _Recorder:
 
 def _model() -> torch.nn.Sequential:
     torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 32), torch.nn.Linear(32, 4))
+    layers = [torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 32), torch.nn.Linear(32, 4)]
+    return torch.nn.Sequential(*layers)
 
 
 def _backward(model: torch.nn.Module) -> None:
