@@ -8,7 +8,8 @@ on the CPU with gloo, so simulated and real chips of one stack are two islands t
 A host runs a stack's real chips only with the stack's torch bridge installed. Its agent lists the
 runtimes it found when it enrolls; the platform refuses real chips of a stack the host can't run,
 naming what to install. `tested` says whether a run on that stack's real hardware has passed here:
-only CUDA's has; the others are wired by their vendors' documented APIs and say so.
+none has yet. No GPU machine has been at hand (bench/cuda_runtime.py is the run that would set CUDA's);
+CUDA is torch's own path (NCCL), the others are wired by their vendors' documented APIs.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ class Stack:
     tested: bool  # a run on this stack's real chips has passed in this project's tests
 
 
-CUDA = Stack("cuda", "CUDA", "nccl", "cuda", None, "a CUDA build of torch and NVIDIA's driver", True)
+CUDA = Stack("cuda", "CUDA", "nccl", "cuda", None, "a CUDA build of torch and NVIDIA's driver", False)
 CANN = Stack(
     "cann",
     "CANN",
