@@ -189,37 +189,33 @@ class Bridge:
         crossed while the islands trained says nothing about the link)."""
         committed, primary, summed, total = False, False, sync.header.pack(), None
         if self.leader:
-            header_work, payload_work = sync.works
-            header_work.wait()
-            began = time.perf_counter()
-            payload_work.wait()
-            seconds = time.perf_counter() - began if timed else 0.0
-            committed, primary, summed, total = self._settle(sync.summed, sync.payload, seconds)
+            committed, primary, summed, total = self._wait(sync, timed)
         return self._outcome(sync.header, committed, primary, summed, total)
+
+    def _wait(self, sync: InFlight, timed: bool):
+        """Leader: the header's allreduce ends only once every island has reached it, so the payload's
+        clock, started then, counts the transfer rather than a wait for a slower island."""
+        header_work, payload_work = sync.works
+        header_work.wait()
+        began = time.perf_counter()
+        payload_work.wait()
+        seconds = time.perf_counter() - began if timed else 0.0
+        return self._settle(sync.summed, sync.payload, seconds)
 
     def start_allreduce(self, tensor: torch.Tensor):
         """Leader: start summing `tensor` in place across the quorum (torchft's Work, `wait()` for it)."""
         return self.manager.allreduce(tensor, reduce_op=ReduceOp.SUM)
 
     def _allreduce(self, header: Header, payload: torch.Tensor | None, buckets: GradientBuckets | None = None):
-        manager = self.manager
+        if buckets is None:
+            return self._wait(self.start(header, payload), timed=True)
+        # The buckets went first, during the backward pass; the header follows them on the same process
+        # group, so its end is the payload's end too.
         summed = header.pack()
-        if buckets is not None:
-            # The buckets went first, during the backward pass; the header follows them on the same
-            # process group, so its end is the payload's end too.
-            header_work = manager.allreduce(summed, reduce_op=ReduceOp.SUM)
-            payload, self.crossing = buckets.wait()
-            header_work.wait()
-            payload = reorder(payload, buckets)
-            seconds = self.crossing.busy_s
-        else:
-            # The header (a few numbers) goes first and alone: its allreduce ends only once every island
-            # has reached it, so the payload's clock below counts the transfer, not a wait for a slower island.
-            manager.allreduce(summed, reduce_op=ReduceOp.SUM).wait()
-            began = time.perf_counter()
-            manager.allreduce(payload, reduce_op=ReduceOp.SUM).wait()
-            seconds = time.perf_counter() - began
-        return self._settle(summed, payload, seconds)
+        header_work = self.manager.allreduce(summed, reduce_op=ReduceOp.SUM)
+        payload, self.crossing = buckets.wait()
+        header_work.wait()
+        return self._settle(summed, reorder(payload, buckets), self.crossing.busy_s)
 
     def _settle(self, summed: torch.Tensor, payload: torch.Tensor, seconds: float):
         """Leader, after a sync's allreduces: whether every island finished them, and what crossed."""

@@ -76,7 +76,7 @@ class GradientBuckets:
         """`params` in the flat order the bridge uses; `allreduce(tensor)` starts a sum across the islands
         in place and returns something with `wait()` (torchft's Manager.allreduce); `hooks`: start each
         bucket as the backward pass makes it (`arm` and `flush`), else `send` them all after it."""
-        self.params, self.allreduce = params, allreduce
+        self.allreduce = allreduce
         self.buckets = _buckets(params, bucket_bytes)
         self.bucket_of = {id(param): index for index, bucket in enumerate(self.buckets) for param in bucket}
         self.offsets = _offsets(params)
@@ -112,8 +112,7 @@ class GradientBuckets:
         self.launched = []
         for bucket in self.buckets:
             pieces = [flat[self.offsets[id(param)] : self.offsets[id(param)] + param.numel()] for param in bucket]
-            piece = torch.cat(pieces) * float(weight)
-            self.launched.append((piece, self.allreduce(piece), time.perf_counter()))
+            self._start(torch.cat(pieces) * float(weight))
 
     def wait(self) -> tuple[torch.Tensor, Crossing]:
         """The summed gradient (flat, float32) and when its buckets crossed."""
@@ -149,8 +148,11 @@ class GradientBuckets:
 
     def _launch(self, index: int) -> None:
         bucket = self.buckets[index]
-        flat = torch.cat([_gradient(param).reshape(-1).float().cpu() for param in bucket]) * self.weight
-        self.launched.append((flat, self.allreduce(flat), time.perf_counter()))
+        self._start(torch.cat([_gradient(param).reshape(-1).float().cpu() for param in bucket]) * self.weight)
+
+    def _start(self, piece: torch.Tensor) -> None:
+        """Start summing one bucket across the islands, in place; remember when."""
+        self.launched.append((piece, self.allreduce(piece), time.perf_counter()))
 
 
 def reorder(summed: torch.Tensor, buckets: GradientBuckets) -> torch.Tensor:

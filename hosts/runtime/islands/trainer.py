@@ -169,15 +169,16 @@ class IslandTrainer(Trainer):
         header = self._header(loss_tokens, loss_sum, loss_tokens, request)
         if self.overlapping:
             self.buckets.flush()
-            outcome = self.bridge.exchange(header, None, buckets=self.buckets)
-            crossing = self.bridge.crossing
-            exposed = crossing.exposed(started, self.pacer.modelled_seconds(tokens)) if crossing else 0.0
         else:
             grads = tensors.full_grads(self.engine)  # a collective inside the island at ZeRO 1-2
             computed = time.perf_counter()
             if self.bridge.leader:
                 self.buckets.send(grads, weight=loss_tokens)
-            outcome = self.bridge.exchange(header, None, buckets=self.buckets)
+        outcome = self.bridge.exchange(header, None, buckets=self.buckets)
+        if self.overlapping:
+            crossing = self.bridge.crossing
+            exposed = crossing.exposed(started, self.pacer.modelled_seconds(tokens)) if crossing else 0.0
+        else:
             exposed = time.perf_counter() - computed  # the whole exchange comes after the compute
         if not outcome.committed:  # an island left mid-sync: drop the step, its samples come again
             self.engine.zero_grad()
