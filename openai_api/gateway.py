@@ -8,8 +8,9 @@ With no replica ready (scaled to zero, or starting) the request waits up to SERV
 for one, then is answered 503 with Retry-After. Every request is counted in flight while it runs (the
 autoscaler reads that) and recorded with its tokens and timings once it is answered.
 
-The hot path is two queries (the deployment, its ready replicas) before the engine sees the request; the
-idle clock (`wake`) is moved at most once a second, and the record is written after the answer is sent.
+The hot path is one query (the deployment with its ready replicas) before the engine sees the request. The
+in-flight count and the idle clock (`wake`, at most once a second) are done while the engine works on it,
+and the record is written after the answer is sent.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from openai_api.gateway_answers import Tally, answer
 from openai_api.gateway_proxy import open_upstream
 from openai_api.objects import unix
 from workers.services.deployments import owned_deployment, wake
-from workers.services.replicas import Replica, ready_replicas
+from workers.services.replicas import Replica, ready_replicas, serving_deployment
 
 ENGINE_PATHS = {"chat": "/chat/completions", "completions": "/completions"}
 TOKEN_LIMITS = ("max_tokens", "max_completion_tokens")
@@ -85,16 +86,24 @@ def model_object(deployment: Deployment, owner) -> dict:
 
 def proxy(request, route: str):
     """Check the request, find a ready replica (waiting through a cold start) and relay its answer."""
-    started_at, clock = timezone.now(), time.perf_counter()
+    started_at, clock = timezone.now(), request.clock  # set on its arrival (portal/logs.py)
     body = request_body(request, route)
-    deployment = deployment_named(request.user, body["model"])
+    deployment, ready = deployment_named(request.user, body["model"])
     check_token_limits(body, deployment)
     stream = body.get("stream") is True
     payload = engine_payload(request.body, body, stream)
     tally = Tally(deployment, route, stream, started_at, clock)
+
+    def meanwhile() -> None:
+        """What need not delay the request, done while the engine works on it: counting it in flight, and
+        moving the idle clock (at most once a second)."""
+        tally.count_in_flight()
+        if not deployment.last_request_at or started_at - deployment.last_request_at >= WAKE_EVERY:
+            wake(deployment, started_at)
+
     try:
-        replicas = replicas_for(deployment, started_at, tally)
-        return answer(open_upstream(replicas, ENGINE_PATHS[route], payload), tally)
+        replicas = ready or through_cold_start(deployment, started_at, tally)
+        return answer(open_upstream(replicas, ENGINE_PATHS[route], payload, meanwhile), tally)
     except BaseException as error:
         tally.status_code = getattr(error, "status_code", status.HTTP_500_INTERNAL_SERVER_ERROR)
         tally.finish()
@@ -151,9 +160,10 @@ def engine_payload(raw: bytes, body: dict, stream: bool) -> bytes:
 
 
 # -- the deployment and its replicas -------------------------------------------------------------------
-def deployment_named(user, name: str) -> Deployment:
-    deployment = owned_deployment(user, name)
-    if deployment is None:
+def deployment_named(user, name: str) -> tuple[Deployment, list[Replica]]:
+    """The user's live deployment of that name and its ready replicas."""
+    found = serving_deployment(user, name)
+    if found is None:
         stopped = Deployment.objects.filter(owner=user, name=name, status=DeploymentStatus.STOPPED)
         reason = stopped.order_by("-stopped_at").values_list("status_reason", flat=True).first()
         if reason is not None:
@@ -165,8 +175,8 @@ def deployment_named(user, name: str) -> Deployment:
                 headers=NO_RETRY,
             )
         raise model_not_found(name)
-    refuse_unless_live(deployment)
-    return deployment
+    refuse_unless_live(found[0])
+    return found
 
 
 def model_not_found(name: str) -> OpenAIError:
@@ -198,15 +208,12 @@ def refuse_unless_live(deployment: Deployment) -> None:
         )
 
 
-def replicas_for(deployment: Deployment, now: datetime, tally: Tally) -> list[Replica]:
-    """The ready replicas, after waiting for the first through a cold start. Moves the idle clock."""
-    replicas = ready_replicas(deployment)
-    if replicas and deployment.last_request_at and now - deployment.last_request_at < WAKE_EVERY:
-        return replicas
-    wake(deployment, now)  # with no replica running, this starts one
-    if replicas:
-        return replicas
+def through_cold_start(deployment: Deployment, now: datetime, tally: Tally) -> list[Replica]:
+    """With no replica ready: start one (`wake`) and wait for it, the request counted in flight meanwhile (that
+    keeps the deployment awake)."""
+    tally.count_in_flight()
     tally.cold_start = True
+    wake(deployment, now)  # with no replica running, this starts one
     return wait_for_replicas(deployment)
 
 

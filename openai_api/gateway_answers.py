@@ -30,19 +30,25 @@ MAX_LINE_BYTES = 1024 * 1024  # a stream's unfinished line kept to look for usag
 
 
 class Tally:
-    """One request to a deployment: counted in flight from its start until `finish` (once), then recorded."""
+    """One request to a deployment: counted in flight once the engine has it (or it waits through a cold
+    start) until `finish` (once), then recorded."""
 
     def __init__(self, deployment: Deployment, route: str, stream: bool, started_at: datetime, clock: float):
         self.deployment, self.route, self.stream = deployment, route, stream
-        self.started_at, self.clock = started_at, clock  # the request's start: wall clock, perf_counter()
+        self.started_at, self.clock = started_at, clock  # the request's arrival: wall clock, perf_counter()
         self.replica_id: int | None = None
         self.status_code = status.HTTP_500_INTERNAL_SERVER_ERROR
         self.cold_start = False
         self.prompt_tokens = self.completion_tokens = 0
         self.first_byte_ms: float | None = None
         self.duration_ms: float | None = None
-        self.finished = False
-        serving_load.request_started(deployment.pk)
+        self.finished = self.in_flight = False
+
+    def count_in_flight(self) -> None:
+        """Counted among the deployment's requests in flight (the autoscaler reads those), once."""
+        if not self.in_flight:
+            self.in_flight = True
+            serving_load.request_started(self.deployment.pk)
 
     def ms(self) -> float:
         return (time.perf_counter() - self.clock) * 1000
@@ -61,7 +67,8 @@ class Tally:
         if self.finished:
             return
         self.finished = True
-        serving_load.request_finished(self.deployment.pk)
+        if self.in_flight:
+            serving_load.request_finished(self.deployment.pk)
         try:
             record_request(
                 self.deployment,
@@ -99,10 +106,12 @@ def answer(upstream: Upstream, tally: Tally) -> HttpResponse | StreamingHttpResp
             upstream.close()
             tally.finish()
 
+        headers["Server-Timing"] = server_timing(upstream, tally)
         return RelayedStream(relay(upstream, tally), on_close=closed, headers=headers)
     tally.first_byte()
     body = read_whole(upstream)
     tally.duration_ms = tally.ms()
+    headers["Server-Timing"] = server_timing(upstream, tally)
     if response.status < 300:
         tally.count(usage_of(body))
     else:
@@ -110,6 +119,14 @@ def answer(upstream: Upstream, tally: Tally) -> HttpResponse | StreamingHttpResp
     return RelayedResponse(
         body, status=response.status, content_type=content_type, headers=headers, on_close=tally.finish
     )
+
+
+def server_timing(upstream: Upstream, tally: Tally) -> str:
+    """The Server-Timing header: the gateway's own time, from the request's arrival until the engine had it
+    (checks, the lookup, the connection), and the engine's since, to its whole answer (a stream: its headers)."""
+    gateway_ms = (upstream.sent - tally.clock) * 1000
+    engine_ms = (time.perf_counter() - upstream.sent) * 1000
+    return f'gateway;dur={gateway_ms:.2f};desc="Starverse gateway", engine;dur={engine_ms:.2f};desc="model engine"'
 
 
 def read_whole(upstream: Upstream) -> bytes:

@@ -11,6 +11,8 @@ import http.client
 import json
 import logging
 import random
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
 from urllib.parse import urlsplit
@@ -34,15 +36,19 @@ class Upstream:
     replica: Replica
     connection: http.client.HTTPConnection
     response: http.client.HTTPResponse
+    sent: float  # perf_counter() once the engine had the whole request
 
     def close(self) -> None:
         self.connection.close()
 
 
-def open_upstream(replicas: list[Replica], route: str, payload: bytes) -> Upstream:
+def open_upstream(
+    replicas: list[Replica], route: str, payload: bytes, meanwhile: Callable[[], None] | None = None
+) -> Upstream:
     """Send the request to a ready replica (in random order), trying the next while none has answered a byte:
     a refused or failed connection, or one closed before the status line. Once the engine has the request and
-    is silent past READ_TIMEOUT_S, or has answered anything, no other replica is tried (it may be working)."""
+    is silent past READ_TIMEOUT_S, or has answered anything, no other replica is tried (it may be working).
+    `meanwhile` runs once, as soon as an engine has the whole request, before its answer is awaited."""
     for replica in in_random_order(replicas):
         connection = connection_to(replica)
         try:
@@ -54,7 +60,11 @@ def open_upstream(replicas: list[Replica], route: str, payload: bytes) -> Upstre
             continue
         try:
             connection.request("POST", engine_path(replica, route), body=payload, headers=JSON_HEADERS)
-            return Upstream(replica, connection, connection.getresponse())
+            sent = time.perf_counter()
+            if meanwhile is not None:
+                meanwhile, then = None, meanwhile
+                then()
+            return Upstream(replica, connection, connection.getresponse(), sent)
         except TimeoutError:
             connection.close()
             raise engine_failed(
@@ -66,6 +76,9 @@ def open_upstream(replicas: list[Replica], route: str, payload: bytes) -> Upstre
         except http.client.HTTPException as error:
             connection.close()
             raise engine_failed(status.HTTP_502_BAD_GATEWAY, f"The model's replica answered garbage: {error}") from None
+        except BaseException:  # `meanwhile` failed (the database): the connection goes with the request
+            connection.close()
+            raise
     raise engine_failed(
         status.HTTP_502_BAD_GATEWAY,
         "No replica of this model could be reached; try again shortly.",

@@ -130,6 +130,18 @@ def test_a_chat_completion_is_answered_counted_and_recorded(alice, served, clien
     served.refresh_from_db()
     assert (served.requests, served.prompt_tokens, served.completion_tokens) == (1, row.prompt_tokens, 5)
     assert served.last_request_at is not None
+    timing = server_timing(raw.headers["server-timing"])
+    assert set(timing) == {"gateway", "engine"} and 0 < timing["gateway"] < row.duration_ms
+    assert timing["engine"] > 0
+
+
+def server_timing(header: str) -> dict[str, float]:
+    """Server-Timing's metrics: name -> dur (ms)."""
+    metrics = {}
+    for metric in header.split(","):
+        name, *params = (part.strip() for part in metric.split(";"))
+        metrics[name] = float(dict(param.split("=", 1) for param in params)["dur"])
+    return metrics
 
 
 def test_a_streamed_chat_completion_passes_chunks_through_and_counts_its_usage(alice, served, client_for):
@@ -138,6 +150,7 @@ def test_a_streamed_chat_completion_passes_chunks_through_and_counts_its_usage(a
     ) as raw:
         assert raw.headers["content-type"].startswith("text/event-stream")
         assert raw.headers["x-accel-buffering"] == "no"
+        assert set(server_timing(raw.headers["server-timing"])) == {"gateway", "engine"}  # to the stream's headers
         chunks = list(raw.parse())
 
     assert chunks[-1].usage.completion_tokens == 6  # asked of the engine by the gateway, passed on as it came
@@ -286,12 +299,14 @@ def test_a_request_no_replica_answers_is_a_502(alice, hangup_url, openai_for):
     deployment = make_deployment(alice)
     make_replica(deployment, f"http://127.0.0.1:{free_port()}/v1")
     make_replica(deployment, hangup_url)
+    before = serving_load.inflight().get(deployment.pk, 0)
 
     with pytest.raises(openai.InternalServerError) as raised:
         openai_for(alice).chat.completions.create(model=NAME, messages=MESSAGES)
 
     assert raised.value.status_code == 502 and error_of(raised)["code"] == "replica_unreachable"
     assert [row.status_code for row in recorded(deployment)] == [502]
+    assert serving_load.inflight().get(deployment.pk, 0) == before
 
 
 @pytest.mark.django_db
