@@ -117,6 +117,11 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# The test suite's processes, and only they (tests/support/plugins/test_env.py sets this), hash passwords with
+# MD5, as Django's testing docs advise: PBKDF2's million rounds take ~0.3 s a password on a 2-core machine, and
+# the suite makes thousands. Never set it on a real platform.
+if env_bool("TESTS_HASH_PASSWORDS_FAST"):
+    PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 AUTHENTICATION_BACKENDS = [
     "django.contrib.auth.backends.ModelBackend",
     "allauth.account.auth_backends.AuthenticationBackend",
