@@ -1,0 +1,1 @@
+"""The site's PostgreSQL engine (settings.DATABASES's ENGINE "portal.database"): see base.py."""
