@@ -117,6 +117,8 @@ class MeterWorker:
         self.process.wait(timeout=30)
 
     def kill_pool_process(self) -> None:
+        # A worker just restarted may not have forked its pool process yet (seconds on a busy machine).
+        self.run_for(60.0, until=lambda: len(psutil.Process(self.process.pid).children()) == 1)
         [child] = psutil.Process(self.process.pid).children()
         child.kill()
         child.wait(timeout=30)
@@ -201,7 +203,8 @@ def test_a_celery_worker_killed_at_random_points_bills_every_second_once(three_w
         for kind, where in kills:
             worker.run_for(rng.uniform(0.2, 1.5))
             if where == "in a transaction":
-                in_transaction += worker.run_for(5.0, until=worker_in_transaction)
+                # Bounded, not timed: a worker restarted by the previous kill takes seconds to tick on a busy machine.
+                in_transaction += worker.run_for(60.0, until=worker_in_transaction)
                 time.sleep(rng.uniform(0, 0.01))
             if kind == "worker":
                 worker.kill_worker()
