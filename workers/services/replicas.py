@@ -131,7 +131,7 @@ def answering(jobs) -> list[Replica]:
 # The gateway's one query per request: the caller's live deployment of a name, with its ready replicas' rows
 # (ready_replicas' filter) as a JSON list. Written as SQL because on this hot path the ORM's compiling cost
 # more than the database's answer: the same as two querysets took ~2.0 ms on the 2-core machine, as one
-# subquery 2.1 ms, as this 0.5 ms (docs/SERVING.md, "The gateway's own time").
+# subquery 2.1 ms, as this 0.5 ms (docs/SERVING.md, "Latency" under "The gateway").
 SERVING_LOOKUP = f"""
     SELECT deployment.*, (
         SELECT json_agg(json_build_array(job.id, job.epoch, job.serving))
