@@ -9,9 +9,12 @@ import logging
 import pytest
 import structlog
 from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import request_finished
+from django.db import close_old_connections
+from django.http import HttpResponse
 
 from portal.celery import app as celery_app
-from portal.logs import CONSOLE, JSON, log_format, logging_config
+from portal.logs import CONSOLE, JSON, RequestIdMiddleware, log_format, logging_config
 
 
 @pytest.fixture
@@ -56,6 +59,26 @@ def test_a_request_logs_a_json_line_with_its_request_id(client, log_lines):
     assert line["request_id"] == request_id
     assert (line["method"], line["path"], line["status"]) == ("GET", "/healthz", 200)
     assert {"timestamp", "level", "logger"} <= line.keys()
+
+
+def test_the_request_line_is_written_once_the_response_is_sent_with_what_the_request_bound(rf, log_lines):
+    def view(request):
+        structlog.contextvars.bind_contextvars(node_id=7)
+        return HttpResponse("ok", status=201)
+
+    response = RequestIdMiddleware(view)(rf.post("/api/v1/agent/poll/"))
+    assert [line for line in log_lines() if line.get("event") == "request"] == []  # not while it is being sent
+    assert structlog.contextvars.get_contextvars() == {}
+
+    request_finished.disconnect(close_old_connections)  # as the test client does: no database here
+    try:
+        response.close()  # the server has sent it
+    finally:
+        request_finished.connect(close_old_connections)
+    [line] = [line for line in log_lines() if line.get("event") == "request"]
+    assert (line["path"], line["status"], line["node_id"]) == ("/api/v1/agent/poll/", 201, 7)
+    assert line["request_id"] == response["X-Request-ID"]
+    assert structlog.contextvars.get_contextvars() == {}
 
 
 @pytest.mark.django_db

@@ -14,8 +14,8 @@ import logging
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import transaction
-from django.db.models import F, Sum
+from django.db import connection, transaction
+from django.db.models import Sum
 from django.utils import timezone
 from django.utils.translation import gettext, gettext_noop
 
@@ -225,14 +225,34 @@ def owned_deployment(user, name: str) -> Deployment | None:
 
 
 def record_request(deployment: Deployment, **fields) -> ServedRequest:
-    """One answered request: its row (the page's charts) and the deployment's running totals."""
-    served = ServedRequest.objects.create(deployment=deployment, **fields)
-    Deployment.objects.filter(pk=deployment.pk).update(
-        requests=F("requests") + 1,
-        prompt_tokens=F("prompt_tokens") + served.prompt_tokens,
-        completion_tokens=F("completion_tokens") + served.completion_tokens,
-    )
+    """One answered request: its row (the page's charts) and the deployment's running totals, in one statement.
+    The gateway writes one after every answer, so it costs one round trip and one commit, not two of each, and
+    the row and the totals can't disagree."""
+    served = ServedRequest(deployment=deployment, **fields)
+    values = [field.get_db_prep_save(getattr(served, field.attname), connection) for field in SERVED_FIELDS]
+    with connection.cursor() as cursor:
+        cursor.execute(RECORD_REQUEST, [*values, deployment.pk])
+        served.pk = cursor.fetchone()[0]
     return served
+
+
+SERVED_FIELDS = [field for field in ServedRequest._meta.concrete_fields if not field.primary_key]
+RECORD_REQUEST = """
+    WITH served AS (
+        INSERT INTO {served} ({columns}) VALUES ({placeholders})
+        RETURNING id, prompt_tokens, completion_tokens
+    )
+    UPDATE {deployments} deployment SET requests = deployment.requests + 1,
+        prompt_tokens = deployment.prompt_tokens + served.prompt_tokens,
+        completion_tokens = deployment.completion_tokens + served.completion_tokens
+    FROM served WHERE deployment.id = %s
+    RETURNING served.id
+""".format(
+    served=ServedRequest._meta.db_table,
+    columns=", ".join(connection.ops.quote_name(field.column) for field in SERVED_FIELDS),
+    placeholders=", ".join(["%s"] * len(SERVED_FIELDS)),
+    deployments=Deployment._meta.db_table,
+)
 
 
 # -- money ----------------------------------------------------------------------------------------------
