@@ -179,7 +179,7 @@ class Evaluator:
         step = compute + (0.0 if measured else comm_seconds(self.params, stage, self._world(counts, used), cross))
         bridge = self._bridge(used, step) if islands else None
         if bridge is not None:
-            step += bridge.seconds_per_step
+            step += bridge.exposed_per_step(step)
         eta = self.request.max_steps * step + max(self.overheads[i] for i in used)
         total_budget = self.request.total_budget
         if total_budget is not None and total_cost(price, eta) > total_budget:

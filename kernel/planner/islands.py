@@ -11,7 +11,8 @@ Each sync, every leader sends its whole gradient (`step` mode) or parameter delt
 float32 through a ring allreduce: 2(n-1)/n of it for n islands. The planner picks `step` while that
 costs at most STEP_SHARE of a step (the run is then one flat world), else `diloco` with H inner
 steps between syncs, the fewest that bring the bridge under DILOCO_SHARE of the H steps' time. A
-job may name the mode and H itself.
+job may name the mode and H itself. A step waits for a step-mode sync; a diloco sync crosses during
+the next H steps, and only what they can't hide is added to the step (`Bridge.exposed_per_step`).
 
 Without islands (PlanRequest.islands False: no Lighthouse on this platform), a plan stays on one
 backend as before: real and simulated chips never train together (`one_backend`).
@@ -62,6 +63,14 @@ class Bridge:
     @property
     def seconds_per_step(self) -> float:
         return self.seconds_per_sync / self.sync_every
+
+    def exposed_per_step(self, step_seconds: float) -> float:
+        """What the bridge adds to each step of islands that take `step_seconds` a step on their own. A step-mode
+        sync is waited for every step. A diloco sync crosses while the islands train their next H steps
+        (hosts/runtime/islands/trainer.py), so only what those steps can't hide is waited for."""
+        if self.mode == SYNC_DILOCO:
+            return max(self.seconds_per_sync - self.sync_every * step_seconds, 0.0) / self.sync_every
+        return self.seconds_per_step
 
     def to_dict(self) -> dict:
         return {

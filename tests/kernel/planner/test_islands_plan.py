@@ -64,12 +64,29 @@ def test_a_big_model_on_a_slow_bridge_takes_h_inner_steps_and_says_it_is_not_one
     quoted = quote("llama-2-7b", fleet=offers(*DEMO, free=8, bridge_gbps=1), chip_counts=dict.fromkeys(DEMO, 4))
     bridge = quoted.bridge
     assert bridge.mode == "diloco" and bridge.sync_every >= 2
-    inner = quoted.step_seconds - bridge.seconds_per_step  # the islands' own step
+    inner = quoted.step_seconds  # the islands' own step: each sync crosses during the next H steps, hidden
+    assert bridge.exposed_per_step(inner) == 0
     assert bridge.seconds_per_sync <= DILOCO_SHARE * inner * bridge.sync_every * 1.0001
     assert bridge.seconds_per_sync > DILOCO_SHARE * inner * (bridge.sync_every - 1)  # the fewest such H
     assert quoted.to_dict()["sync"]["exact"] is False
-    # The quote's speed is the islands' speed less the bridge's share.
     assert quoted.tokens_per_s == pytest.approx(quoted.global_batch * 4096 / quoted.step_seconds, rel=1e-6)
+
+
+def test_a_diloco_sync_longer_than_its_h_steps_adds_what_they_cannot_hide_to_each_step():
+    spec = {"model": "llama-2-7b", "fleet": offers(*DEMO, free=8, bridge_gbps=1), "chip_counts": dict.fromkeys(DEMO, 4)}
+    hidden = quote(**spec)
+    pinned = quote(**spec, sync_mode="diloco", sync_every=2)
+    inner = hidden.step_seconds  # the same islands, the same batches: the same step of their own
+    assert pinned.bridge.seconds_per_sync > 2 * inner  # two steps can't hide this sync
+    exposed = (pinned.bridge.seconds_per_sync - 2 * inner) / 2
+    assert pinned.bridge.exposed_per_step(inner) == pytest.approx(exposed)
+    assert pinned.step_seconds == pytest.approx(inner + exposed, rel=1e-9)
+    assert pinned.tokens_per_s < hidden.tokens_per_s
+
+
+def test_a_step_mode_sync_is_waited_for_every_step():
+    bridge = bridge_for(3, 1_000_000, step_seconds=1.0, gbps=1.0)
+    assert bridge.mode == "step" and bridge.exposed_per_step(1.0) == bridge.seconds_per_sync
 
 
 def test_the_bridge_sends_each_islands_float32_gradient_through_a_ring():
