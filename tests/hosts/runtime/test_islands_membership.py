@@ -8,6 +8,7 @@ step it trains in step with the others.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -28,7 +29,7 @@ QUORUM_TIMEOUT_S = 20.0
 TIMEOUT_S = 240
 
 
-def launches(root: Path, lighthouse: str, islands: list[list[int]], **island) -> list:
+def launches(root: Path, lighthouse: str, islands: list[list[int]], max_steps: int = STEPS, **island) -> list:
     run_dir = root / "run"
     run_dir.mkdir(parents=True, exist_ok=True)
     spec = {"quorum_timeout_s": QUORUM_TIMEOUT_S, "start_timeout_s": 60.0, **island}
@@ -38,7 +39,7 @@ def launches(root: Path, lighthouse: str, islands: list[list[int]], **island) ->
         lighthouse,
         spec,
         model=TINY,
-        max_steps=STEPS,
+        max_steps=max_steps,
         zero_stage=0,
         checkpoint_every=0,
         checkpoint_dir=str(root / "checkpoints"),
@@ -49,6 +50,15 @@ def launches(root: Path, lighthouse: str, islands: list[list[int]], **island) ->
 def wait_for_step(job: LocalJob, index: int, step: int) -> None:
     deadline = time.monotonic() + TIMEOUT_S
     while max(metrics(job.events(index)), default=0) < step:
+        assert time.monotonic() < deadline, job.stderr_tail()
+        assert all(proc.poll() is None for proc in job.procs), job.stderr_tail()
+        time.sleep(0.1)
+
+
+def wait_for_steps_trained(job: LocalJob, index: int, count: int) -> None:
+    """Until rank `index` has reported `count` steps of its own (a newcomer's first is not step 1)."""
+    deadline = time.monotonic() + TIMEOUT_S
+    while len(metrics(job.events(index))) < count:
         assert time.monotonic() < deadline, job.stderr_tail()
         assert all(proc.poll() is None for proc in job.procs), job.stderr_tail()
         time.sleep(0.1)
@@ -85,23 +95,38 @@ def test_the_other_islands_go_on_when_one_is_killed(tmp_path):
 
 
 def test_an_island_started_mid_run_joins_it_and_trains_in_step(tmp_path):
+    # The run goes on until the newcomer has trained with it, then the agent's stop request ends every island at
+    # one step: however long the newcomer takes to start on a busy machine, it starts mid-run.
+    endless = 100_000
     with Lighthouse(tmp_path / "lighthouse", join_timeout_ms=2000, heartbeat_timeout_ms=2000) as lighthouse:
-        first = launches(tmp_path, lighthouse.address, [[1], [1]])
+        first = launches(tmp_path, lighthouse.address, [[1], [1]], max_steps=endless)
         job = LocalJob(first, tmp_path / "ranks").start()
+        newcomer = LocalJob([], tmp_path / "newcomer")
         try:
             wait_for_step(job, 0, 8)
-            planned = launches(tmp_path, lighthouse.address, [[1], [1], [2]])
+            planned = launches(tmp_path, lighthouse.address, [[1], [1], [2]], max_steps=endless)  # ports free now
             newcomer = LocalJob([planned[2]], tmp_path / "newcomer").start()
+            wait_for_steps_trained(newcomer, 0, 10)
+            request_stop(tmp_path / "run")
             assert newcomer.wait(TIMEOUT_S) == [0], newcomer.stderr_tail()
             assert job.wait(TIMEOUT_S) == [0, 0], job.stderr_tail()
         finally:
             job.kill()
+            newcomer.kill()
     joined = island_events(newcomer, 0, "joined")
     assert len(joined) == 1 and joined[0]["step"] >= 8
     theirs, ours = metrics(job.events(0)), metrics(newcomer.events(0))
-    assert min(ours) == joined[0]["step"] + 1 and max(ours) == STEPS
+    last = max(theirs)
+    assert min(ours) == joined[0]["step"] + 1 and max(ours) == last  # one stop, at one step, for every island
     for step in ours:  # one run: the same global loss at every step the newcomer took part in
         assert ours[step]["loss"] == pytest.approx(theirs[step]["loss"], rel=1e-6)
     assert island_events(job, 0, "members")[-1]["members"] == [0, 1, 2]
     # From the newcomer's first step on, each step moves the data by all three islands' batches.
-    assert theirs[STEPS]["samples_seen"] - theirs[min(ours)]["samples_seen"] == 4 * (STEPS - min(ours))
+    assert theirs[last]["samples_seen"] - theirs[min(ours)]["samples_seen"] == 4 * (last - min(ours))
+
+
+def request_stop(run_dir: Path) -> None:
+    """The agent's stop request (control.json, written beside and renamed over): no checkpoint, no export."""
+    tmp = run_dir / "control.json.tmp"
+    tmp.write_text(json.dumps({"stop": True, "stop_checkpoint": False, "export": False}))
+    os.replace(tmp, run_dir / "control.json")
