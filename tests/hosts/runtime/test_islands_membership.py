@@ -8,14 +8,15 @@ step it trains in step with the others.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from hosts.agent.ranks import update_control
 from hosts.runtime.local import Lighthouse, LocalJob, island_launches, metrics
 
 from .test_islands_sync import TINY
@@ -47,18 +48,10 @@ def launches(root: Path, lighthouse: str, islands: list[list[int]], max_steps: i
     )
 
 
-def wait_for_step(job: LocalJob, index: int, step: int) -> None:
+def wait_for_steps(job: LocalJob, index: int, reached: Callable[[dict[int, dict]], bool]) -> None:
+    """Until the steps rank `index` has reported (its metrics by step) are `reached`."""
     deadline = time.monotonic() + TIMEOUT_S
-    while max(metrics(job.events(index)), default=0) < step:
-        assert time.monotonic() < deadline, job.stderr_tail()
-        assert all(proc.poll() is None for proc in job.procs), job.stderr_tail()
-        time.sleep(0.1)
-
-
-def wait_for_steps_trained(job: LocalJob, index: int, count: int) -> None:
-    """Until rank `index` has reported `count` steps of its own (a newcomer's first is not step 1)."""
-    deadline = time.monotonic() + TIMEOUT_S
-    while len(metrics(job.events(index))) < count:
+    while not reached(metrics(job.events(index))):
         assert time.monotonic() < deadline, job.stderr_tail()
         assert all(proc.poll() is None for proc in job.procs), job.stderr_tail()
         time.sleep(0.1)
@@ -72,7 +65,7 @@ def test_the_other_islands_go_on_when_one_is_killed(tmp_path):
     with Lighthouse(tmp_path / "lighthouse", join_timeout_ms=2000, heartbeat_timeout_ms=2000) as lighthouse:
         job = LocalJob(launches(tmp_path, lighthouse.address, [[1], [1], [1]]), tmp_path / "ranks").start()
         try:
-            wait_for_step(job, 2, 10)
+            wait_for_steps(job, 2, lambda steps: max(steps, default=0) >= 10)
             os.killpg(job.procs[2].pid, signal.SIGKILL)  # island 2's only rank, as a reclaimed host would
             codes = job.wait(TIMEOUT_S)
         finally:
@@ -103,11 +96,11 @@ def test_an_island_started_mid_run_joins_it_and_trains_in_step(tmp_path):
         job = LocalJob(first, tmp_path / "ranks").start()
         newcomer = LocalJob([], tmp_path / "newcomer")
         try:
-            wait_for_step(job, 0, 8)
+            wait_for_steps(job, 0, lambda steps: max(steps, default=0) >= 8)
             planned = launches(tmp_path, lighthouse.address, [[1], [1], [2]], max_steps=endless)  # ports free now
             newcomer = LocalJob([planned[2]], tmp_path / "newcomer").start()
-            wait_for_steps_trained(newcomer, 0, 10)
-            request_stop(tmp_path / "run")
+            wait_for_steps(newcomer, 0, lambda steps: len(steps) >= 10)  # ten of its own (its first isn't 1)
+            update_control(tmp_path / "run", stop=True)  # as the agent asks: every island stops at one step
             assert newcomer.wait(TIMEOUT_S) == [0], newcomer.stderr_tail()
             assert job.wait(TIMEOUT_S) == [0, 0], job.stderr_tail()
         finally:
@@ -123,10 +116,3 @@ def test_an_island_started_mid_run_joins_it_and_trains_in_step(tmp_path):
     assert island_events(job, 0, "members")[-1]["members"] == [0, 1, 2]
     # From the newcomer's first step on, each step moves the data by all three islands' batches.
     assert theirs[last]["samples_seen"] - theirs[min(ours)]["samples_seen"] == 4 * (last - min(ours))
-
-
-def request_stop(run_dir: Path) -> None:
-    """The agent's stop request (control.json, written beside and renamed over): no checkpoint, no export."""
-    tmp = run_dir / "control.json.tmp"
-    tmp.write_text(json.dumps({"stop": True, "stop_checkpoint": False, "export": False}))
-    os.replace(tmp, run_dir / "control.json")
